@@ -1,0 +1,100 @@
+"""The ``tpc`` command: argument parsing and printing only; the work is in the library."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Sequence
+
+from .errors import TPError, TPUsageError
+
+
+def _define(text: str) -> tuple[str, float]:
+    name, eq, value = text.partition("=")
+    if not eq or not name.strip():
+        raise argparse.ArgumentTypeError(f"-D expects NAME=VALUE, got {text!r}")
+    try:
+        return name.strip(), float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"-D {name}: {value!r} is not a number") from None
+
+
+def _parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="tpc", description="Tensor Programs: finite width and the "
+                                  "infinite-width limit of one program text.")
+    sub = top.add_subparsers(dest="command", required=True)
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help)
+        p.add_argument("file", help="a .tp program")
+        p.add_argument("-D", dest="defines", action="append", type=_define, default=[],
+                       metavar="NAME=VALUE", help="override a param")
+        return p
+
+    command("check", "parse and check; print a summary of the unrolled program")
+    ex = command("execute", "run at finite width")
+    ex.add_argument("-n", "--width", type=int, required=True, help="the width n")
+    ex.add_argument("--trials", type=int, default=1)
+    ex.add_argument("--seed", type=int, default=0)
+    ex.add_argument("--matrix-dist", default=None, help="swap the family of every matrix")
+    ex.add_argument("--dtype", choices=["float64", "float32"], default="float64")
+    ex.add_argument("--json", action="store_true")
+    co = command("compile", "the Master Theorem recurrence and the limit of every out")
+    co.add_argument("--symbolic", action="store_true", help="exact closed forms where they exist")
+    co.add_argument("--emit", choices=["text", "json", "latex"], default="text")
+    return top
+
+
+def _load(args):
+    from .program import load
+    return load(args.file, **dict(args.defines))
+
+
+def cmd_check(args) -> str:
+    program = _load(args)
+    counts = program.summary()
+    lines = [f"{args.file}: ok, {len(program.ir.eqns)} equations"]
+    lines += [f"  {kind:<10} {count}" for kind, count in sorted(counts.items())]
+    lines.append(f"  outputs    {', '.join(program.outputs) or '(none)'}")
+    return "\n".join(lines)
+
+
+def cmd_execute(args) -> str:
+    result = _load(args).execute(n=args.width, trials=args.trials, seed=args.seed,
+                                 matrix_dist=args.matrix_dist, dtype=args.dtype)
+    if args.json:
+        return json.dumps(result.to_dict(), indent=2)
+    head = f"width {result.width}, {result.trials} trial(s), seed {result.seed}, {result.dtype}"
+    if result.matrix_dist:
+        head += f", matrices: {result.matrix_dist}"
+    rows = [head, f"{'output':<16} {'mean':>14} {'std':>12}  values"]
+    for name, o in result.outputs.items():
+        shown = " ".join(f"{v:.6g}" for v in o.values[:8]) + (" ..." if len(o.values) > 8 else "")
+        rows.append(f"{name:<16} {o.mean:>14.8g} {o.std:>12.4g}  {shown}")
+    return "\n".join(rows)
+
+
+def cmd_compile(args) -> str:
+    from .report import render_compiled
+    compiled = _load(args).compile(symbolic=args.symbolic)
+    return render_compiled(compiled, compiled.limit(), args.emit)
+
+
+COMMANDS = {"check": cmd_check, "execute": cmd_execute, "compile": cmd_compile}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        print(COMMANDS[args.command](args))
+    except TPError as err:
+        print(str(err), file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("tpc: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

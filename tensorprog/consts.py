@@ -1,0 +1,84 @@
+"""Constant-context helpers of the front end: numbers, indices, ranges, ``load``, ``eye``.
+
+Constants are Python floats or numpy arrays; they are folded while the program is
+unrolled and never reach the IR except as ``Const`` leaves and distribution parameters.
+"""
+from __future__ import annotations
+
+import operator
+from pathlib import Path
+
+import numpy as np
+
+_ARITH = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
+          "**": operator.pow}
+_CMP = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
+        ">": operator.gt, ">=": operator.ge}
+
+
+class ConstError(ValueError):
+    """A constant expression is ill-defined (the caller attaches the position)."""
+
+
+def is_const(value: object) -> bool:
+    return isinstance(value, (float, int, np.ndarray))
+
+
+def fold(op: str, a, b):
+    """``a op b`` on constants (scalars or arrays), refusing NaN, inf and division by zero."""
+    with np.errstate(all="raise"):
+        try:
+            if op in _CMP:
+                result = _CMP[op](np.asarray(a, float), np.asarray(b, float)).astype(float)
+            else:
+                result = _ARITH[op](np.asarray(a, float), np.asarray(b, float))
+        except (FloatingPointError, ZeroDivisionError, OverflowError) as err:
+            raise ConstError(f"'{op}' on constants is undefined here ({err})") from None
+        except ValueError as err:
+            raise ConstError(f"shapes do not match for '{op}': {err}") from None
+    return as_const(result)
+
+
+def as_const(value) -> float | np.ndarray:
+    arr = np.asarray(value, dtype=float)
+    if not np.all(np.isfinite(arr)):
+        raise ConstError("the constant is not finite")
+    return float(arr) if arr.ndim == 0 else arr
+
+
+def as_int(value, what: str) -> int:
+    """An integer-valued constant (indices, range ends)."""
+    if not isinstance(value, (float, int)) or isinstance(value, bool):
+        raise ConstError(f"{what} must be an integer constant")
+    if not float(value).is_integer():
+        raise ConstError(f"{what} must be an integer, got {value:g}")
+    return int(value)
+
+
+def eye(k) -> np.ndarray:
+    size = as_int(k, "eye(k)")
+    if size < 1 or size > 10_000:
+        raise ConstError(f"eye(k) needs 1 <= k <= 10000, got {size}")
+    return np.eye(size)
+
+
+def load_array(name: str, base_dir: str) -> np.ndarray:
+    """A numeric ``.npy`` array next to the program: inside its folder, no pickles."""
+    if not name.endswith(".npy"):
+        raise ConstError(f"load: only .npy files can be loaded, not {name!r}")
+    base = Path(base_dir).resolve()
+    path = Path(name)
+    if path.is_absolute():
+        raise ConstError(f"load: {name!r} is absolute; paths are relative to the program's folder")
+    target = (base / path).resolve()
+    if base != target and base not in target.parents:
+        raise ConstError(f"load: {name!r} lies outside the program's folder")
+    if not target.is_file():
+        raise ConstError(f"load: no file {name!r} in {base}")
+    try:
+        arr = np.load(target, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as err:
+        raise ConstError(f"load: {name!r} is not a numeric .npy array ({err})") from None
+    if not isinstance(arr, np.ndarray) or arr.dtype.kind not in "biuf":
+        raise ConstError(f"load: {name!r} must hold a real numeric array")
+    return as_const(arr.astype(float))

@@ -1,0 +1,67 @@
+"""The Python API: ``load``/``parse`` a program, then ``execute`` or ``compile`` it."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+
+from . import ir
+from .errors import TPLoadError
+from .execute import ExecResult, execute
+from .lower import lower
+from .parser import parse_text
+
+
+class Program:
+    """A checked, unrolled program (its IR is ``.ir``) with both of its meanings."""
+
+    def __init__(self, ir_program: ir.Program) -> None:
+        self.ir = ir_program
+
+    @property
+    def outputs(self) -> list[str]:
+        return [o.name for o in self.ir.outputs]
+
+    def execute(self, n: int, trials: int = 1, seed: int = 0, matrix_dist: str | None = None,
+                dtype=np.float64, memory_limit: int | None = None) -> ExecResult:
+        """Finite width: run at width ``n`` over ``trials`` independent seeds."""
+        return execute(self.ir, n, trials, seed, matrix_dist, dtype, memory_limit)
+
+    def compile(self, symbolic: bool = False):
+        """Infinite width: the Master Theorem recurrence (``.limit()`` gives the values)."""
+        from .compile import compile_program
+        return compile_program(self.ir, symbolic=symbolic)
+
+    def limit(self, **options):
+        return self.compile().limit(**options)
+
+    def summary(self) -> dict[str, int]:
+        """Number of equations of each kind."""
+        counts: dict[str, int] = {}
+        for e in self.ir.eqns:
+            counts[type(e).__name__] = counts.get(type(e).__name__, 0) + 1
+        return counts
+
+    def __str__(self) -> str:
+        return str(self.ir)
+
+
+def parse(text: str, file: str = "<string>", base_dir: str | None = None,
+          max_nodes: int = 1_000_000, **params: float) -> Program:
+    """Parse and check program text; ``params`` override the program's ``param``s."""
+    module = parse_text(text, file)
+    return Program(lower(module, params, file=file, source=text,
+                         base_dir=base_dir or os.getcwd(), max_nodes=max_nodes))
+
+
+def load(path: str | os.PathLike, max_nodes: int = 1_000_000, **params: float) -> Program:
+    """Read a ``.tp`` file; ``load()`` inside it reads files next to it."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        raise TPLoadError(f"cannot read the program: {err.strerror if isinstance(err, OSError) else err}",
+                          file=str(path)) from None
+    return parse(text, file=str(path), base_dir=str(p.resolve().parent), max_nodes=max_nodes, **params)
