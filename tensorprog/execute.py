@@ -103,7 +103,7 @@ class Executor:
 
     def _check_memory(self, limit: int | None) -> None:
         def matrix_bytes(rows: int, cols: int, spec) -> int:
-            return D.matrix_bytes(rows, cols, self.dtype)
+            return D.matrix_bytes(rows, cols, self.dtype, spec)
         peak, where = peak_bytes(self.program, self.plan, self.sizes, self.dtype.itemsize, matrix_bytes)
         limit = available_memory() * 9 // 10 if limit is None else limit
         if peak > limit:

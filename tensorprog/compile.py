@@ -1,0 +1,199 @@
+"""The limit compiler: the Master Theorem recurrence of a program (DESIGN.md).
+
+Every vector x gets a random variable Z^x (a sympy expression over base
+variables), every scalar c a number c̊:
+  * initial vector: a base variable with the declared law (jointly within its group);
+  * Nonlin: Z^{φ(x..; c..)} = φ(Z^x..; c̊..);   Moment: c̊ = E φ(Z^x..; c̊..);
+  * MatMul: Z^{Wx} = Ẑ^{Wx} + Ż^{Wx}, where {Ẑ^{Wx}}_x is a centred Gaussian family
+    per (matrix, transposition) with Cov(Ẑ^{Wx}, Ẑ^{Wy}) = σ² f E[Z^x Z^y] and
+    Ż^{Wx} = σ² f Σ_y Z^y E[∂Z^x/∂Ẑ^{Wᵀy}] over the products Wᵀy computed so far
+    (f = 1 for W, f = rows/cols for Wᵀ of a rectangular W).
+Expectations go to the expectation engine (``expect``); each carries its method and error.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import sympy as sp
+
+from . import fnsym, ir
+from .expect import Estimate, Law, expect
+from .hypotheses import Hypotheses
+from .limit import Limit, LimitValue, summarize
+
+
+@dataclass
+class Family:
+    """The Ẑ's of one matrix in one direction (W or Wᵀ)."""
+    sigma2: sp.Expr                                   # σ² f
+    members: list[tuple[sp.Symbol, int]] = field(default_factory=list)   # (Ẑ, argument var)
+
+
+class Compiled:
+    """The Z-recurrence of a program with every scalar's limit (``limit()`` packages the outputs)."""
+
+    def __init__(self, program: ir.Program, symbolic: bool = False, tol: float = 1e-10,
+                 max_qmc_points: int = 2**20, seed: int = 0) -> None:
+        self.program, self.symbolic = program, symbolic
+        self.options = dict(tol=tol, max_qmc_points=max_qmc_points, seed=seed)
+        self.Z: dict[int, sp.Expr] = {}                   # vector var -> Z
+        self.c: dict[int, sp.Expr] = {}                    # scalar var -> c̊
+        self.deps: dict[int, set[int]] = {}                # var -> estimates it depends on
+        self.estimates: list[Estimate] = []
+        self.gauss: list[sp.Symbol] = []
+        self.cov: dict[tuple[sp.Symbol, sp.Symbol], sp.Expr] = {}
+        self.laws: dict[sp.Symbol, Law] = {}
+        self.families: dict[tuple[int, bool], Family] = {}
+        self.matmul_of: dict[tuple[int, bool, int], int] = {}
+        self.lines: list[str] = []
+        self.hyp = Hypotheses(program)
+        self._cache: dict[sp.Expr, Estimate] = {}
+        for e in program.eqns:
+            getattr(self, "do_" + type(e).__name__)(e)
+
+    # ---- numbers
+    def num(self, value: float) -> sp.Expr:
+        return fnsym.constant(float(value), self.symbolic)
+
+    def E(self, expr: sp.Expr, where: ir.Eqn, deps: set[int]) -> sp.Expr:
+        """E[expr] over the base variables it depends on (exact where possible).
+
+        Records the estimate in ``deps`` (the error budget of what uses it) and
+        returns its value as sympy (the closed form in symbolic mode)."""
+        key = expr
+        if key not in self._cache:
+            self._cache[key] = self._expect(expr, where)
+        index = self._cache[key]
+        deps.add(index)
+        est = self.estimates[index]
+        return est.exact if est.exact is not None and self.symbolic else sp.Float(est.value)
+
+    def _expect(self, expr: sp.Expr, where: ir.Eqn) -> int:
+        syms = sorted(expr.free_symbols, key=sp.default_sort_key)
+        gauss = [s for s in syms if s not in self.laws]
+        cov = sp.Matrix(len(gauss), len(gauss), lambda i, j: self.cov.get((gauss[i], gauss[j]), 0))
+        laws = {s: self.laws[s] for s in syms if s in self.laws}
+        try:
+            est = expect(expr, gauss, cov, laws, exact=True, **self.options)
+        except ValueError as err:
+            from .errors import TPValueError
+            raise TPValueError(f"cannot evaluate E[{expr}]: {err}", where.pos.line, where.pos.col,
+                               self.program.file, self.program.source) from None
+        self.hyp.estimate(where, est)
+        self.estimates.append(est)
+        return len(self.estimates) - 1
+
+    def leaf(self, var: int) -> sp.Expr:
+        return self.Z[var] if var in self.Z else self.c[var]
+
+    def deps_of(self, args) -> set[int]:
+        return set().union(*(self.deps[a] for a in args))
+
+    def add_gaussian(self, sym: sp.Symbol, covs: dict[sp.Symbol, sp.Expr]) -> None:
+        self.gauss.append(sym)
+        for other, value in covs.items():
+            self.cov[(sym, other)] = self.cov[(other, sym)] = value
+
+    # ---- equations
+    def do_InitVector(self, e: ir.InitVector) -> None:
+        group = self.program.groups[e.group]
+        spec = group.dist
+        sym = sp.Symbol(f"Z_{e.name}".replace("[", "").replace("]", ""), real=True)
+        mean = self.num(spec.mean[e.member]) if spec.mean else sp.Integer(0)
+        if spec.family == "normal":
+            covs = {sym: self.num(spec.cov[e.member][e.member] if spec.cov else spec.var)}
+            for m, other in enumerate(group.members[:e.member]):
+                if spec.cov:
+                    covs[self.base_of[other]] = self.num(spec.cov[e.member][m])
+            self.add_gaussian(sym, covs)
+        else:
+            self.laws[sym] = Law(spec.family, self.num(spec.var), spec.df)
+        self.base_of = getattr(self, "base_of", {})
+        self.base_of[e.var] = sym
+        self.Z[e.var] = mean + sym
+        self.deps[e.var] = set()
+        law = f"{spec.family}" + (f"(cov row {list(spec.cov[e.member])})" if spec.cov else f"(var={spec.var:g})")
+        self.lines.append(f"Z[{e.name}] = {self.Z[e.var]}    ~ {law}")
+
+    def do_Matrix(self, e: ir.Matrix) -> None:
+        ratio = self.num(self.program.dims[e.rows] / self.program.dims[e.cols])
+        var = self.num(e.dist.var)
+        self.families[(e.var, False)] = Family(var)
+        self.families[(e.var, True)] = Family(var * ratio)
+        self.lines.append(f"{e.name}: {e.dist.family}, variance {e.dist.var:g}/{e.cols} ({e.rows}x{e.cols})")
+
+    def do_MatMul(self, e: ir.MatMul) -> None:
+        key = (e.matrix, e.transposed, e.arg)
+        if key in self.matmul_of:                      # the same product again: the same vector
+            self.Z[e.var] = self.Z[self.matmul_of[key]]
+            self.deps[e.var] = self.deps[self.matmul_of[key]]
+            return
+        self.matmul_of[key] = e.var
+        fam = self.families[(e.matrix, e.transposed)]
+        zx = self.Z[e.arg]
+        name = self.program.eqns[e.matrix].name + ("T" if e.transposed else "")
+        hat = sp.Symbol(f"Zhat_{name}_{e.var}", real=True)
+        deps = set(self.deps[e.arg])
+        covs = {hat: fam.sigma2 * self.E(zx * zx, e, deps)}
+        for other, y in fam.members:
+            deps |= self.deps[y]
+            covs[other] = fam.sigma2 * self.E(zx * self.Z[y], e, deps)
+        self.add_gaussian(hat, covs)
+        fam.members.append((hat, e.arg))
+        dot = self.zdot(e, zx, deps)
+        self.Z[e.var] = hat + dot
+        self.deps[e.var] = deps
+        self.hyp.matmul(e)
+        self.lines.append(f"Z[%{e.var}] = {hat}" + (f" + {dot}" if dot != 0 else "")
+                          + f"    # {name} @ %{e.arg}")
+
+    def zdot(self, e: ir.MatMul, zx: sp.Expr, deps: set[int]) -> sp.Expr:
+        """Ż^{Wx} = σ² f Σ_y Z^y E[∂Z^x/∂Ẑ^{Wᵀy}] over the products by the other direction."""
+        other = self.families[(e.matrix, not e.transposed)]
+        total = sp.Integer(0)
+        for hat_y, y in other.members:
+            if not zx.has(hat_y):
+                continue
+            deps |= self.deps[y]
+            coeff = self.E(sp.diff(zx, hat_y), e, deps)
+            if coeff != 0:
+                total += self.families[(e.matrix, e.transposed)].sigma2 * coeff * self.Z[y]
+        return total
+
+    def do_Nonlin(self, e: ir.Nonlin) -> None:
+        self.Z[e.var] = fnsym.to_sympy(e.fn, self.leaf, self.symbolic)
+        self.deps[e.var] = self.deps_of(e.args)
+        self.hyp.nonlin(e, self.Z[e.var])
+        self.lines.append(f"Z[%{e.var}] = {self.Z[e.var]}")
+
+    def do_Moment(self, e: ir.Moment) -> None:
+        integrand = fnsym.to_sympy(e.fn, self.leaf, self.symbolic)
+        self.hyp.nonlin(e, integrand)
+        deps = self.deps_of(e.args)
+        self.c[e.var] = self.E(integrand, e, deps)
+        self.deps[e.var] = deps
+        self.lines.append(f"c[%{e.var}] = E[{integrand}] = {self.result(e.var).describe()}")
+
+    def do_Scalar(self, e: ir.Scalar) -> None:
+        value = fnsym.to_sympy(e.fn, self.leaf, self.symbolic)
+        value = sp.nsimplify(value) if self.symbolic and value.is_number and value.free_symbols == set() else value
+        self.hyp.scalar(e, value)
+        self.c[e.var] = value
+        self.deps[e.var] = self.deps_of(e.args)
+        self.lines.append(f"c[%{e.var}] = {value}")
+
+    # ---- results
+    def result(self, var: int) -> LimitValue:
+        """A scalar's limit with the method and error summed over every estimate it rests on."""
+        return summarize(self.c[var], [self.estimates[i] for i in sorted(self.deps[var])], self.symbolic)
+
+    def limit(self) -> Limit:
+        return Limit({o.name: self.result(o.var) for o in self.program.outputs},
+                     list(self.hyp.warnings))
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines)
+
+
+def compile_program(program: ir.Program, symbolic: bool = False, **options) -> Compiled:
+    return Compiled(program, symbolic=symbolic, **options)

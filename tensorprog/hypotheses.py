@@ -1,0 +1,69 @@
+"""Where a program leaves a theorem's hypotheses: compute anyway, and say which one.
+
+  * non-Gaussian Master Theorem (Golikov, ch. 3): iid entries with all moments and
+    polynomially smooth nonlinearities;
+  * Master Theorem with transposes: iid entries (not orthogonal, not rotation-invariant rows);
+  * moments: student_t(df) has moments only of order < df;
+  * regularity: a denominator that can vanish makes φ non-pseudo-Lipschitz.
+"""
+from __future__ import annotations
+
+import sympy as sp
+
+from . import ir
+from .nonlin import BUILTINS, NON_SMOOTH_HEADS
+
+_NON_IID = ("orthogonal", "mvt")
+
+
+class Hypotheses:
+    def __init__(self, program: ir.Program) -> None:
+        self.program = program
+        self.warnings: list[str] = []
+        self.matrices = {e.var: e for e in program.eqns if isinstance(e, ir.Matrix)}
+        self.non_gaussian = [m for m in self.matrices.values() if m.dist.family != "normal"]
+        for m in self.matrices.values():
+            self._heavy_tail(m, m.dist)
+        for g in program.groups:
+            self._heavy_tail(program.eqns[g.members[0]], g.dist)
+
+    def warn(self, e, hypothesis: str, message: str) -> None:
+        text = f"{self.program.file}:{e.pos.line}:{e.pos.col}: warning [{hypothesis}]: {message}"
+        if text not in self.warnings:
+            self.warnings.append(text)
+
+    def _heavy_tail(self, e, spec) -> None:
+        if spec.family in ("student_t", "mvt"):
+            self.warn(e, "all moments", f"{spec.family}(df={spec.df:g}) has finite moments only of "
+                      f"order < {spec.df:g}; the Master Theorem assumes all moments")
+
+    def matmul(self, e: ir.MatMul) -> None:
+        m = self.matrices[e.matrix]
+        if m.dist.family in _NON_IID and e.transposed:
+            self.warn(e, "iid entries", f"{m.name} ({m.dist.family}) is used transposed; the Master "
+                      "Theorem with transposes is proven for iid entries only")
+        elif m.dist.family == "mvt":
+            self.warn(e, "iid entries", f"{m.name} has mvt rows (not iid); the limit is computed as "
+                      "for iid Gaussian entries of the same variance")
+
+    def nonlin(self, e, expr: sp.Expr) -> None:
+        if self.non_gaussian and expr.has(*NON_SMOOTH_HEADS):
+            names = ", ".join(sorted({f"{m.name} ({m.dist.family})" for m in self.non_gaussian}))
+            self.warn(e, "smooth nonlinearity", "a non-smooth nonlinearity with non-Gaussian "
+                      f"matrices {names}: the non-Gaussian Master Theorem needs polynomially smooth φ")
+        for power in expr.atoms(sp.Pow):
+            if power.exp.is_negative and power.base.free_symbols and not power.base.is_positive:
+                self.warn(e, "pseudo-Lipschitz", f"the denominator {power.base} can vanish")
+
+    def scalar(self, e: ir.Scalar, value: sp.Expr) -> None:
+        if value.is_number and not sp.N(value).is_finite:
+            from .errors import TPNumericalError
+            raise TPNumericalError(f"the limit of this scalar is not finite ({value})", e.pos.line,
+                                   e.pos.col, self.program.file, self.program.source)
+
+    def estimate(self, e, est) -> None:
+        import math
+        if not math.isfinite(est.value):
+            from .errors import TPNumericalError
+            raise TPNumericalError(f"an expectation in the limit is not finite ({est.value})", e.pos.line,
+                                   e.pos.col, self.program.file, self.program.source)

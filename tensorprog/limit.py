@@ -1,0 +1,55 @@
+"""Limits of a program's outputs: value, error bound, method and closed form."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import sympy as sp
+
+_RANK = {"exact": 0, "quadrature": 1, "qmc": 2}
+
+
+@dataclass(frozen=True)
+class LimitValue:
+    """The limit c̊ of one scalar.
+
+    ``error`` bounds |value − c̊|: the sum of the error estimates of every expectation
+    the scalar rests on (its own and those of the covariances and scalars upstream),
+    plus float rounding.  ``method`` is the least exact method among them.
+    ``exact`` is the closed form (a sympy expression) when every step was exact and
+    the compilation was symbolic."""
+    value: float
+    error: float
+    method: str
+    exact: sp.Expr | None = None
+
+    def describe(self) -> str:
+        if self.method == "exact":
+            return f"{self.value:.12g} (exact{': ' + str(self.exact) if self.exact is not None else ''})"
+        return f"{self.value:.12g} ± {self.error:.2g} ({self.method})"
+
+
+def summarize(value: sp.Expr, estimates: Sequence, symbolic: bool) -> LimitValue:
+    """Combine a scalar's value with the estimates it rests on (errors add: unit sensitivity)."""
+    number = complex(sp.N(value, 17))
+    if number.imag:
+        raise ArithmeticError(f"the limit {value} is complex")
+    method = max((e.method for e in estimates), key=_RANK.__getitem__, default="exact")
+    error = sum(e.error for e in estimates) + 4e-16 * abs(number.real)
+    exact = None
+    if method == "exact" and symbolic:
+        exact = sp.nsimplify(value) if value.is_Float else sp.simplify(value)
+    return LimitValue(number.real, float(error), method, exact)
+
+
+@dataclass
+class Limit:
+    """The limits of every ``out`` and the hypotheses the program leaves."""
+    outputs: dict[str, LimitValue]
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"outputs": {k: {"value": v.value, "error": v.error, "method": v.method,
+                                "exact": None if v.exact is None else sp.sstr(v.exact)}
+                            for k, v in self.outputs.items()},
+                "warnings": list(self.warnings)}
