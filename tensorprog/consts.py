@@ -46,6 +46,14 @@ def as_const(value) -> float | np.ndarray:
     return float(arr) if arr.ndim == 0 else arr
 
 
+def to_array(items: list) -> np.ndarray:
+    """A list constant as an array; rows of a nested list must have equal lengths."""
+    try:
+        return as_const(np.array(items, dtype=float))
+    except ValueError:
+        raise ConstError("the rows of a nested list must all have the same length") from None
+
+
 def as_int(value, what: str) -> int:
     """An integer-valued constant (indices, range ends)."""
     if not isinstance(value, (float, int)) or isinstance(value, bool):

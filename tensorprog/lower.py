@@ -14,7 +14,7 @@ from . import syntax as S
 from .distributions import DistributionError, make_spec
 from .errors import TPError, TPIndexError, TPLimitError, TPNameError, TPTypeError, TPValueError
 from .lower_expr import ExprLowering, MatVal, RExpr, located
-from .nonlin import CONSTANTS
+from .nonlin import BUILTINS, CONSTANTS
 
 Key = tuple[str, tuple[int, ...]]
 
@@ -33,6 +33,7 @@ class Lowerer(ExprLowering):
         self.params: dict[str, float] = {}
         self.dims: dict[str, float] = {"n": 1.0}
         self.def_scope: dict | None = None
+        self.active_defs: set[str] = set()
         self.steps = 0
         self.bound_somewhere: set[str] = set()
 
@@ -49,6 +50,8 @@ class Lowerer(ExprLowering):
                           "use only its arguments, params and constants")
         if (name, idx) in self.env:
             return self.env[(name, idx)]
+        if idx and (name, ()) in self.env and name not in self.arrays:
+            raise located(TPNameError, node, f"'{name}' is not an array: {name}[{', '.join(map(str, idx))}] is not bound")
         if not idx and name in CONSTANTS:
             return CONSTANTS[name]
         self.check_index(node, name, idx)
@@ -70,6 +73,8 @@ class Lowerer(ExprLowering):
                 raise located(TPIndexError, node, f"index {i} is outside the declared range {lo}..{hi} of '{name}'")
 
     def bind(self, node, name: str, idx: tuple[int, ...], value) -> None:
+        if name in RESERVED:
+            raise located(TPNameError, node, f"'{name}' is reserved and cannot be bound")
         self.check_index(node, name, idx)
         if name in self.dims and name != "n" or name in self.defs:
             raise located(TPNameError, node, f"'{name}' is already a {'dim' if name in self.dims else 'def'}")
@@ -107,7 +112,7 @@ class Lowerer(ExprLowering):
 
     def materialize(self, node, value: RExpr) -> int:
         """The variable holding a runtime value (a new Nonlin/Scalar unless it is one already)."""
-        if isinstance(value.fn, ir.Ref):
+        if isinstance(value.fn, ir.Ref) and self.kind_of(value.fn.var) == value.kind:
             return value.fn.var
         if value.kind == "vector":
             return self.emit(ir.Nonlin, node, fn=value.fn, args=ir.refs(value.fn), width=value.width)
@@ -117,7 +122,7 @@ class Lowerer(ExprLowering):
     def run(self, statements) -> None:
         for stmt in statements:
             self.steps += 1
-            if self.steps > 10 * self.max_nodes:
+            if self.steps > 2 * self.max_nodes:
                 raise located(TPLimitError, stmt, "the program runs too many statements while unrolling")
             getattr(self, "do_" + type(stmt).__name__)(stmt)
 
@@ -134,16 +139,21 @@ class Lowerer(ExprLowering):
             raise located(TPNameError, s, f"the width '{s.name}' is already defined")
         self.dims[s.name] = ratio
 
-    def width(self, node, name: str | None) -> str:
+    def width(self, node, name: str | None, at: tuple[int, int] | None = None) -> str:
         if name is None:
             return "n"
         if name not in self.dims:
-            raise located(TPNameError, node, f"unknown width '{name}' (declare it with: dim {name} = RATIO)")
+            line, col = at or (node.line, node.col)
+            raise TPNameError(f"unknown width '{name}' (declare it with: dim {name} = RATIO)", line, col)
         return name
 
     def spec(self, d: S.Dist, for_matrix: bool, n_vectors: int = 1):
         args = [self.const(a, "a distribution parameter") for a in d.args]
-        kwargs = {k: self.const(v, "a distribution parameter") for k, v in d.kwargs}
+        kwargs = {}
+        for k, v in d.kwargs:
+            if k in kwargs:
+                raise located(TPNameError, v, f"{d.family}: the keyword '{k}' is given twice")
+            kwargs[k] = self.const(v, "a distribution parameter")
         try:
             return make_spec(d.family, args, kwargs, for_matrix=for_matrix, n_vectors=n_vectors)
         except DistributionError as err:
@@ -161,7 +171,7 @@ class Lowerer(ExprLowering):
 
     def do_VectorDecl(self, s: S.VectorDecl) -> None:
         keys = [k for d in s.decls for k in self.expand(d)]
-        width = self.width(s, s.width)
+        width = self.width(s, s.width, s.width_at)
         spec = self.spec(s.dist, for_matrix=False, n_vectors=len(keys))
         group = len(self.groups)
         members = []
@@ -173,7 +183,7 @@ class Lowerer(ExprLowering):
         self.groups.append(ir.Group(spec, tuple(members), width))
 
     def do_MatrixDecl(self, s: S.MatrixDecl) -> None:
-        rows, cols = (self.width(s, w) for w in (s.shape or (None, None)))
+        rows, cols = (self.width(s, w, at) for w, at in zip(s.shape or (None, None), s.shape_at or (None, None)))
         spec = self.spec(s.dist, for_matrix=True)
         for name, idx in self.expand(s.decl):
             shown = f"{name}[{idx[0]}]" if idx else name
@@ -194,18 +204,18 @@ class Lowerer(ExprLowering):
         for i in range(lo, hi + 1):
             before = (len(self.eqns), self.steps)
             self.with_loop_var(s.var, float(i), s.body)
-            if i == lo and hi > lo:
+            if i == lo:
                 self.precheck(s, hi - lo + 1, len(self.eqns) - before[0], self.steps - before[1])
 
     def precheck(self, s: S.For, iterations: int, eqns_each: int, steps_each: int) -> None:
         if eqns_each * iterations > self.max_nodes - len(self.eqns) + eqns_each:
             raise located(TPLimitError, s, f"this loop would unroll to about {eqns_each * iterations} "
                           f"equations, over the limit of {self.max_nodes} (raise max_nodes to allow it)")
-        if steps_each * iterations > 10 * self.max_nodes:
+        if max(steps_each, 1) * iterations > 2 * self.max_nodes:
             raise located(TPLimitError, s, f"this loop runs {iterations} iterations, too many to unroll")
 
     def do_Def(self, s: S.Def) -> None:
-        if s.name in consts._CMP or s.name in ("mean", "diff", "load", "eye"):
+        if s.name in BUILTINS or s.name in ("mean", "diff", "load", "eye", "sum"):
             raise located(TPNameError, s, f"'{s.name}' is a builtin and cannot be redefined")
         if len(set(s.params)) != len(s.params):
             raise located(TPNameError, s, "repeated argument name in def")
@@ -227,6 +237,7 @@ class Lowerer(ExprLowering):
 
 
 _MISSING = object()
+RESERVED = frozenset({"sum", "n"})
 
 
 def _is_stmt(node) -> bool:
@@ -236,7 +247,7 @@ def _is_stmt(node) -> bool:
 def _declared_names(statements) -> set[str]:
     names: set[str] = set()
     for s in statements:
-        if isinstance(s, (S.Param, S.Assign, S.Out)):
+        if isinstance(s, (S.Param, S.Assign)) or isinstance(s, S.Out) and s.value is not None:
             names.add(s.name)
         elif isinstance(s, S.VectorDecl):
             names.update(d.name for d in s.decls)
@@ -265,7 +276,9 @@ def lower(module: S.Module, overrides: Mapping[str, float] | None = None, *, fil
         unknown = sorted(set(overrides) - _param_names(module.statements))
         if unknown:
             known = ", ".join(sorted(_param_names(module.statements))) or "none"
-            raise TPNameError(f"unknown parameter '{unknown[0]}' (the program's params: {known})", 1, 1)
+            first = next((s for s in module.statements if isinstance(s, S.Param)), None)
+            raise TPNameError(f"unknown parameter '{unknown[0]}' (the program's params: {known})",
+                              first.line if first else 1, first.col if first else 1)
         low = Lowerer({k: float(v) for k, v in overrides.items()}, base_dir, max_nodes)
         low.bound_somewhere = _declared_names(module.statements)
         low.run(module.statements)

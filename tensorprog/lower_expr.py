@@ -44,6 +44,8 @@ class ExprLowering:
 
     # ---- leaves
     def ev_Number(self, node: S.Number):
+        if not np.isfinite(node.value):
+            raise located(TPValueError, node, "this number is too large for a float")
         return node.value
 
     def ev_String(self, node: S.String):
@@ -151,6 +153,8 @@ class ExprLowering:
         return [self.ev(a) for a in node.args]
 
     def call_mean(self, node: S.Call):
+        if self.def_scope is not None:
+            raise located(TPTypeError, node, "a def is a coordinatewise function: mean() is not allowed in it")
         (value,) = self.call_args(node, 1)
         if isinstance(value, RExpr) and value.kind == "vector":
             return self.var_expr(self.emit(ir.Moment, node, fn=value.fn, args=ir.refs(value.fn),
@@ -199,10 +203,7 @@ class ExprLowering:
         except fnsym.NotABuiltin as err:
             raise located(TPValueError, node, f"diff: the derivative contains {err}, which has no "
                           "value at a point (e.g. the derivative of step or sign)") from None
-        if isinstance(fn, ir.Const):
-            return fn.value
-        return self.combine(node, fn, [RExpr(ir.Ref(v), self.kind_of(v), self.width_of(v))
-                                       for v in ir.refs(fn)])
+        return RExpr(fn, "vector", expr.width)      # a vector even where ∂e/∂x is constant
 
     def call_def(self, node: S.Call):
         params, body = self.defs[node.func]
@@ -210,12 +211,16 @@ class ExprLowering:
         for a, arg_node in zip(args, node.args):
             if isinstance(a, (MatVal, str, np.ndarray)):
                 raise located(TPTypeError, arg_node, f"{node.func}() takes scalars or vectors")
+        if node.func in self.active_defs:
+            raise located(TPLimitError, node, f"'{node.func}' calls itself: a def cannot be recursive")
         saved = self.def_scope
         self.def_scope = dict(zip(params, args))
+        self.active_defs.add(node.func)
         try:
             return self.ev(body)
         finally:
             self.def_scope = saved
+            self.active_defs.discard(node.func)
 
     # ---- constant contexts
     def ev_SumOver(self, node: S.SumOver):
@@ -235,7 +240,7 @@ class ExprLowering:
 
     def ev_ListLit(self, node: S.ListLit):
         items = [self.const(i, "a list element") for i in node.items]
-        return self.guard(node, lambda: consts.as_const(np.array(items, dtype=float)))
+        return self.guard(node, consts.to_array, items)
 
     def ev_ListComp(self, node: S.ListComp):
         lo, hi = self.const_range(node.range)
@@ -244,7 +249,7 @@ class ExprLowering:
         for item in items:
             if not consts.is_const(item):
                 raise located(TPTypeError, node.item, "list elements must be constants")
-        return self.guard(node, lambda: consts.as_const(np.array(items, dtype=float)))
+        return self.guard(node, consts.to_array, items)
 
     def const(self, node, what: str):
         value = self.ev(node)

@@ -142,7 +142,8 @@ class _ToAst(Transformer):
     def vector(self, meta, c):
         *decls, width, dist = c
         return S.VectorDecl(meta.line, meta.column, tuple(decls),
-                            None if width is None else str(width), dist)
+                            None if width is None else str(width), dist,
+                            None if width is None else _pos(width))
 
     def matrix(self, meta, c):
         decl, rows, x, cols, dist = c
@@ -150,7 +151,8 @@ class _ToAst(Transformer):
             line, col = _pos(x)
             raise TPSyntaxError(f"expected 'x' between the widths of a matrix, got '{x}'", line, col)
         shape = None if rows is None else (str(rows), str(cols))
-        return S.MatrixDecl(meta.line, meta.column, decl, shape, dist)
+        at = None if rows is None else (_pos(rows), _pos(cols))
+        return S.MatrixDecl(meta.line, meta.column, decl, shape, dist, at)
 
     def target(self, meta, c):
         return (str(c[0]), tuple(x for x in c[1:] if x is not None))
@@ -180,9 +182,34 @@ def _describe(err: UnexpectedInput) -> str:
     if tok.type == "$END":
         return "unexpected end of program"
     shown = "newline" if tok.type == "_NL" else repr(str(tok))
-    expected = sorted(x for x in getattr(err, "expected", ()) if not x.startswith("_") or x == "_NL")
-    hint = f" (expected one of: {', '.join(expected[:8])})" if expected else ""
+    expected = sorted({r for r in map(_readable, getattr(err, "expected", ())) if r})
+    hint = f" (expected {', '.join(expected[:8])})" if expected else ""
     return f"unexpected {shown}{hint}"
+
+
+def _end_position(text: str) -> tuple[int, int]:
+    """Just after the last token (comments and blank lines skipped)."""
+    lines = text.splitlines()
+    for number in range(len(lines), 0, -1):
+        code = lines[number - 1].split("#", 1)[0].rstrip()
+        if code:
+            return number, len(code) + 1
+    return 1, 1
+
+
+_READABLE = {"AT": "'@'", "LSQB": "'['", "RSQB": "']'", "LPAR": "'('", "RPAR": "')'", "LBRACE": "'{'",
+             "RBRACE": "'}'", "COMMA": "','", "EQUAL": "'='", "PLUS": "'+'", "MINUS": "'-'",
+             "STAR": "'*'", "SLASH": "'/'", "COLON": "':'", "TILDE": "'~'", "DOT": "'.'",
+             "SEMICOLON": "';'", "CMP": "a comparison", "NAME": "a name", "NUMBER": "a number",
+             "STRING": "a string", "_NL": "a newline", "$END": "the end", "DOUBLESTAR": "'**'"}
+
+
+def _readable(terminal: str) -> str:
+    if terminal in _READABLE:
+        return _READABLE[terminal]
+    if terminal.startswith("__ANON") or terminal.startswith("_"):
+        return ""
+    return f"'{terminal.lower()}'" if terminal.isalpha() else terminal
 
 
 def parse_text(text: str, file: str = "<string>") -> S.Module:
@@ -193,8 +220,9 @@ def parse_text(text: str, file: str = "<string>") -> S.Module:
         return _ToAst().transform(tree)
     except UnexpectedInput as err:
         line, col = getattr(err, "line", 0), getattr(err, "column", 0)
-        if isinstance(err, UnexpectedToken) and err.token.type == "$END":
-            line, col = len(text.splitlines()) or 1, 1
+        if isinstance(err, (UnexpectedToken, UnexpectedEOF)) and (
+                isinstance(err, UnexpectedEOF) or err.token.type == "$END"):
+            line, col = _end_position(text)
         raise TPSyntaxError(_describe(err), max(line, 1), max(col, 1), file, text) from None
     except TPSyntaxError as err:
         raise err.located(file, text) from None

@@ -122,6 +122,7 @@ class VectorDecl(Node):
     decls: tuple[Decl, ...]
     width: str | None
     dist: Dist
+    width_at: tuple[int, int] | None = None       # position of the width name
 
 
 @dataclass(frozen=True)
@@ -129,6 +130,7 @@ class MatrixDecl(Node):
     decl: Decl
     shape: tuple[str, str] | None       # (rows, cols) width names
     dist: Dist
+    shape_at: tuple[tuple[int, int], tuple[int, int]] | None = None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,156 @@
+"""The expectation engine: E[f] over centred jointly Gaussian symbols and independent laws.
+
+``expect(expr, gaussians, cov, laws)`` reduces E[expr] before computing anything:
+
+1. linearity over the top-level sum, and factorisation of every product into factors
+   over independent groups of base variables (blocks of Σ, each non-Gaussian law):
+   E[f(x) g(y)] = E f(x) · E g(y);
+2. Dirac masses δ(w·z + h) are conditioned away (``expect_linalg.condition``);
+3. a factor odd in one independent symmetric group has mean 0 (``expect_reduce``);
+4. closed forms (method ``"exact"``): polynomials by Wick and the law moments, finite
+   sums over Rademacher values, the Gaussian rules of ``expect_exact`` (arc-cosine,
+   arcsine, MGF, Dirac), and polynomial × sign for one continuous law;
+5. whatever is left becomes a numeric *job* (``expect_numeric``): Gauss quadrature in
+   low dimension, randomized QMC beyond; jobs over the same law share one grid.
+The result is Σ (exact coefficients) × Π (jobs); its error is the first-order
+propagation Σ_k |∂F/∂J_k|·err_k of the jobs' reported errors.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+import sympy as sp
+
+from .expect_laws import Law, as_number
+from .expect_linalg import Matrix
+from .expect_numeric import numeric_expect
+from .expect_reduce import Ctx, Engine
+from .nonlin import AbsF, LeakyRelu, Relu, Sign, Step
+
+__all__ = ["Law", "Estimate", "expect", "expect_many"]
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """E[f] with an honest bound on |value − truth| and how it was obtained."""
+    value: float
+    error: float
+    method: str                  # "exact" | "quadrature" | "qmc"
+    exact: sp.Expr | None        # the closed form when method == "exact"
+
+
+def _setup(exprs: Sequence, gaussians: Sequence, cov: object, laws: Mapping) -> tuple[list, Ctx]:
+    """Validate the inputs; normal laws join the Gaussians (block-diagonally)."""
+    gaussians = tuple(gaussians)
+    if len(set(gaussians)) != len(gaussians) or not all(isinstance(g, sp.Symbol) for g in gaussians):
+        raise ValueError("gaussians must be distinct sympy Symbols")
+    if isinstance(cov, np.ndarray):
+        cov = [[as_number(x) for x in row] for row in cov.tolist()]
+    S = sp.Matrix(cov) if not isinstance(cov, sp.MatrixBase) else cov
+    if any(isinstance(x, str) for x in (cov if isinstance(cov, list) else [])):
+        raise TypeError("cov entries must be numbers or sympy expressions")
+    if S.shape != (len(gaussians), len(gaussians)):
+        raise ValueError(f"cov has shape {S.shape}, expected {(len(gaussians),) * 2}")
+    if any(not (S[i, j] - S[j, i]).equals(0) for i in range(S.rows) for j in range(i)):
+        raise ValueError("cov must be symmetric")
+    for u, law in laws.items():
+        if not isinstance(law, Law) or u in gaussians or not isinstance(u, sp.Symbol):
+            raise ValueError(f"bad law entry {u}: {law}")
+    normal = [u for u, law in laws.items() if law.family == "normal"]
+    if normal:
+        n0 = len(gaussians)
+        S = sp.diag(S, *[as_number(laws[u].var) for u in normal]) if n0 else sp.diag(*[as_number(laws[u].var) for u in normal])
+        gaussians = gaussians + tuple(normal)
+    others = tuple(sorted(((u, law) for u, law in laws.items() if law.family != "normal"), key=lambda t: str(t[0])))
+    known = set(gaussians) | set(laws)
+    out = []
+    for e in exprs:
+        e = as_number(e)
+        extra = e.free_symbols - known
+        if extra:
+            raise ValueError(f"{e} contains {sorted(map(str, extra))}, which are neither Gaussians nor laws")
+        out.append(e)
+    return out, Ctx(gaussians, Matrix(S), others)
+
+
+def expect_many(exprs: Sequence[sp.Expr], gaussians: Sequence[sp.Symbol], cov: sp.Matrix,
+                laws: Mapping[sp.Symbol, Law] = {}, *, exact: bool = True, tol: float = 1e-10,
+                max_qmc_points: int = 2 ** 20, seed: int = 0) -> list[Estimate]:
+    """E[f] for each f in exprs (same law); numeric parts share their quadrature grids.
+
+    ``exact=False`` skips the closed forms (but still factorises, uses symmetry and
+    conditions Dirac masses).  ``tol`` is the target of the reported error, absolute
+    (relative for values above 1); ``max_qmc_points`` caps the QMC sample per job.
+    """
+    exprs, ctx = _setup(exprs, gaussians, cov, laws)
+    engine = Engine(exact)
+    forms = [engine.E(e, ctx) for e in exprs]
+    values: dict[sp.Dummy, tuple[float, float, str]] = {}
+    batches: dict[tuple, list] = {}
+    for key, J in engine.jobs.items():
+        batches.setdefault(key[1:], []).append((key[0], J))
+    for (gs, covf, laws_), items in batches.items():
+        covn = np.array(covf, dtype=float).reshape(len(gs), len(gs))
+        results = numeric_expect([e for e, _ in items], gs, covn, laws_, tol=tol,
+                                 max_qmc_points=max_qmc_points, seed=seed)
+        values.update({J: r for (_, J), r in zip(items, results)})
+    return [_combine(F, values) for F in forms]
+
+
+def expect(expr: sp.Expr, gaussians: Sequence[sp.Symbol], cov: sp.Matrix,
+           laws: Mapping[sp.Symbol, Law] = {}, *, exact: bool = True, tol: float = 1e-10,
+           max_qmc_points: int = 2 ** 20, seed: int = 0) -> Estimate:
+    """E[expr] for centred Gaussians with covariance ``cov`` and independent ``laws``.
+
+    Exact (sympy closed form) where a rule applies, otherwise numeric with an error
+    estimate; see the module docstring.  Raises ValueError for unknown symbols, for
+    a symbolic ``cov`` when no closed form exists, and for infinite Dirac products.
+    """
+    return expect_many([expr], gaussians, cov, laws, exact=exact, tol=tol,
+                       max_qmc_points=max_qmc_points, seed=seed)[0]
+
+
+def _constant_heads(F: sp.Expr) -> sp.Expr:
+    """Evaluate relu/step/sign/abs/leaky_relu of symbol-free arguments like √3 − 1."""
+    def value(e: sp.Expr) -> sp.Expr:
+        a = e.args[0]
+        pos = bool(a > 0)
+        if isinstance(e, Step):
+            return sp.Integer(int(pos))
+        if isinstance(e, Sign):
+            return sp.sign(a)
+        if isinstance(e, AbsF):
+            return a if pos else -a
+        if isinstance(e, LeakyRelu):
+            return a if pos else e.args[1] * a
+        return a if pos else sp.Integer(0)
+    return F.replace(lambda e: isinstance(e, (Step, Sign, Relu, AbsF, LeakyRelu)) and e.args[0].is_number
+                     and not e.args[0].free_symbols, value)
+
+
+def _combine(F: sp.Expr, values: dict) -> Estimate:
+    """The estimate of F(J_1, ...) from the jobs' values and errors."""
+    F = _constant_heads(F)
+    jobs = [J for J in F.free_symbols if J in values]
+    if not jobs:
+        if F.free_symbols:
+            return Estimate(float("nan"), 0.0, "exact", F)
+        if F.has(sp.nan):
+            return Estimate(float("nan"), float("nan"), "exact", sp.nan)
+        v = complex(F.evalf(30))
+        return Estimate(v.real, 0.0, "exact", F)
+    if F.free_symbols - set(jobs):
+        raise ValueError(f"no closed form, and parameters {F.free_symbols - set(jobs)} remain")
+    sub = {J: sp.Float(values[J][0], 20) for J in jobs}
+    value = float(F.xreplace(sub).evalf(20))
+    error = sum(abs(float(sp.diff(F, J).xreplace(sub).evalf(20))) * values[J][1] for J in jobs)
+    error += 1e-16 * abs(value)
+    method = "qmc" if any(values[J][2] == "qmc" for J in jobs) else "quadrature"
+    return Estimate(value, error, method, None)
+
+
+from .expect_batch import expect_batch  # noqa: E402  (re-exported; it uses expect)
+
+__all__ += ["expect_batch"]

@@ -1,0 +1,259 @@
+"""Closed forms of Gaussian expectations E[f(z)], z ~ N(0, Σ).
+
+Every rule reduces to a handful of identities (Σ may hold exact numbers, Floats or
+free parameters):
+
+* **rewrite** each piecewise-linear head through sign:  relu(ℓ) = ℓ(1 + sign ℓ)/2,
+  step(ℓ) = (1 + sign ℓ)/2, |ℓ| = ℓ sign ℓ, leaky_relu(ℓ, c) = ℓ((1+c) + (1−c) sign ℓ)/2,
+  max(a, b) = (a+b)/2 + (a−b) sign(a−b)/2, gelu(ℓ) = ℓ(1 + erf(ℓ/√2))/2,
+  step(h − k|b|) = step(h − kb)·step(h + kb);
+* **Wick/Isserlis** for monomials: E[z_i z^β] = Σ_j Σ_ij β_j E[z^{β−e_j}];
+* **Stein's lemma** for a polynomial times the rest: E[z_i g(z)] = Σ_j Σ_ij E[∂_j g(z)],
+  with sign' = 2δ and erf'(x) = 2e^{−x²}/√π;
+* **Dirac mass**: E[δ(w·z + h) g(z)] = φ_s(h)·E[g(z) | w·z = −h], s = wᵀΣw (a Gaussian
+  conditional, written by solving w·z = −h for one coordinate);
+* **Gaussian tilt**: E[e^{−zᵀAz/2 + bᵀz + c} g(z)] = e^{c + bᵀΣ'b/2} det(I+ΣA)^{−1/2}
+  E[g(z' + Σ'b)], z' ~ N(0, Σ'), Σ' = (I+ΣA)^{−1}Σ (the moment generating function for A = 0);
+* **base cases** for products of sign/erf of linear forms, writing κ = 2s for sign and
+  κ = 1 + 2s for erf: E[F(ℓ + h)] = erf(h/√κ), and E[F₁(ℓ₁)F₂(ℓ₂)] = (2/π) asin(2c₁₂/√(κ₁κ₂))
+  (Williams' arcsine kernel; sign·sign gives the orthant law (2/π) asin ρ); parallel
+  signs merge: sign(ℓ+a) sign(ℓ+b) = 1 + sign(ℓ+a) − sign(ℓ+b) for a < b.
+These give the arc-cosine kernels of every degree (Cho & Saul), the erf kernel, the
+MGF, Dirac masses and their products with polynomials. Anything else raises
+``NoClosedForm``.  Convention: sign(0) = 0, so step(0) = 1/2 under a Dirac mass on the
+same hyperplane (the symmetric limit); an exactly degenerate ℓ ≡ 0 gives step(0) = 0.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import sympy as sp
+
+from .expect_linalg import Matrix, NoClosedForm, affine, condition, reduce_basis, tidy
+from .nonlin import AbsF, Delta, Gelu, LeakyRelu, Relu, Sign, Step
+
+
+
+def wick(alpha: tuple[int, ...], cov: Matrix, memo: dict) -> sp.Expr:
+    """E[z^α] by Isserlis' recursion E[z_i z^β] = Σ_j Σ_ij β_j E[z^{β−e_j}]."""
+    if sum(alpha) % 2:
+        return sp.Integer(0)
+    if not any(alpha):
+        return sp.Integer(1)
+    if alpha in memo:
+        return memo[alpha]
+    i = next(k for k, a in enumerate(alpha) if a)
+    beta = list(alpha)
+    beta[i] -= 1
+    out = sp.Integer(0)
+    for j, bj in enumerate(beta):
+        if bj and cov[i, j] != 0:
+            gamma = list(beta)
+            gamma[j] -= 1
+            out += cov[i, j] * bj * wick(tuple(gamma), cov, memo)
+    memo[alpha] = out = sp.expand(out)
+    return out
+
+
+def _sign(a: sp.Expr, syms: tuple[sp.Symbol, ...]) -> sp.Expr:
+    """sign(a) with a canonical argument: leading coefficient 1 (so sign(−2x) = −sign(x))."""
+    a = sp.expand(a)
+    if a.is_number:
+        return sp.sign(a)
+    try:
+        w, _ = affine(a, syms)
+    except NoClosedForm:
+        return Sign(a)
+    lead = next((c for c in w if c != 0), None)
+    if lead is None or not lead.is_number:
+        return Sign(a)
+    return sp.sign(lead) * Sign(sp.expand(a / lead))
+
+
+def _split_abs(a: sp.Expr) -> tuple[sp.Expr, sp.Expr, sp.Expr] | None:
+    """a = h + k|b| with a single numeric k and no other |·| in h, else None."""
+    terms = sp.Add.make_args(sp.expand(a, deep=False))
+    hits = [t for t in terms if any(isinstance(f, (AbsF, sp.Abs)) for f in sp.Mul.make_args(t))]
+    if len(hits) != 1:
+        return None
+    k, ab = hits[0].as_independent(AbsF, sp.Abs, as_Add=False)
+    if not isinstance(ab, (AbsF, sp.Abs)) or not k.is_number:
+        return None
+    h = sp.Add(*[t for t in terms if t is not hits[0]])
+    if h.has(AbsF, sp.Abs):
+        return None
+    return h, k, ab.args[0]
+
+
+def canon(e: sp.Expr, syms: tuple[sp.Symbol, ...], memo: dict | None = None) -> sp.Expr:
+    """Rewrite relu/step/abs/leaky_relu/max/min/gelu through sign and erf (module doc)."""
+    memo = {} if memo is None else memo
+    if e.is_Atom or not e.has(*syms):
+        return e
+    if e in memo:
+        return memo[e]
+    if isinstance(e, Step) and (parts := _split_abs(e.args[0])) is not None:
+        h, k, b = parts
+        if k < 0:
+            out = canon(Step(h + k * b) * Step(h - k * b), syms, memo)
+        else:
+            out = 1 - canon(Step(-h - k * b) * Step(-h + k * b), syms, memo)
+        memo[e] = out
+        return out
+    args = [canon(x, syms, memo) for x in e.args]
+    a = args[0] if args else None
+    if isinstance(e, Relu):
+        out = a * (1 + _sign(a, syms)) / 2
+    elif isinstance(e, Step):
+        out = (1 + _sign(a, syms)) / 2
+    elif isinstance(e, (AbsF, sp.Abs)):
+        out = a * _sign(a, syms)
+    elif isinstance(e, (Sign, sp.sign)):
+        out = _sign(a, syms)
+    elif isinstance(e, LeakyRelu):
+        c = args[1]
+        out = a * ((1 + c) + (1 - c) * _sign(a, syms)) / 2
+    elif isinstance(e, (sp.Max, sp.Min)):
+        out, pm = args[0], 1 if isinstance(e, sp.Max) else -1
+        for b in args[1:]:
+            out = (out + b) / 2 + pm * (out - b) * _sign(out - b, syms) / 2
+    elif isinstance(e, Gelu):
+        out = a * (1 + sp.erf(a / sp.sqrt(2))) / 2
+    else:
+        out = e.func(*args)
+    memo[e] = out
+    return out
+
+
+@lru_cache(maxsize=4096)
+def gauss_closed_form(expr: sp.Expr, syms: tuple, cov: Matrix) -> sp.Expr:
+    """E[expr] over z = syms ~ N(0, cov), in closed form (NoClosedForm otherwise)."""
+    expr, syms, cov = reduce_basis(expr, syms, cov)
+    if not syms:
+        return expr
+    return _Solver(syms, cov).E(expr)
+
+
+class _Solver:
+    """The rules of the module docstring for one (basis, nonsingular covariance)."""
+
+    def __init__(self, syms: tuple, cov: Matrix):
+        self.syms, self.cov = syms, cov
+        self.memo: dict = {}
+        self.wick_memo: dict = {}
+        self.canon_memo: dict = {}
+
+    def E(self, expr: sp.Expr) -> sp.Expr:
+        if expr in self.memo:
+            return self.memo[expr]
+        e = sp.expand(canon(expr, self.syms, self.canon_memo))
+        out = sp.Add(*[self.term(t) for t in sp.Add.make_args(e)])
+        self.memo[expr] = out
+        return out
+
+    def sub_solver(self, syms: tuple, cov: Matrix, expr: sp.Expr) -> sp.Expr:
+        return gauss_closed_form(expr, syms, cov) if syms else expr
+
+    def term(self, t: sp.Expr) -> sp.Expr:
+        syms, n = self.syms, len(self.syms)
+        coeff, alpha, signs, erfs, rest = sp.Integer(1), [0] * n, [], [], []
+        expo, delta = sp.Integer(0), None
+        for f in sp.Mul.make_args(t):
+            if not f.has(*syms):
+                coeff *= f
+                continue
+            if isinstance(f, sp.exp):
+                expo += f.args[0]
+                continue
+            b, k = f.as_base_exp()
+            if not (k.is_Integer and k > 0):
+                raise NoClosedForm(f"factor {f}")
+            if b in syms:
+                alpha[syms.index(b)] += int(k)
+            elif isinstance(b, Sign):           # sign^k = sign^(k mod 2) a.e., before any ∂
+                signs += [b.args[0]] * (int(k) % 2)
+                rest += [b] * (int(k) % 2)
+                continue
+            elif isinstance(b, sp.erf):
+                erfs += [b.args[0]] * int(k)
+            elif isinstance(b, Delta) and delta is None and k == 1:
+                delta = b.args[0]
+                continue
+            elif isinstance(b, Delta):
+                raise ValueError(f"a product of Dirac masses on one hyperplane is infinite: {t}")
+            else:
+                raise NoClosedForm(f"factor {f}")
+            rest.append(f)
+        others = sp.Mul(*rest)
+        if delta is not None:
+            w, h = affine(delta, syms)
+            if all(x == 0 for x in w):
+                if h == 0:
+                    raise ValueError(f"a Dirac mass at a sure value is infinite: {t}")
+                return sp.Integer(0)
+            dens, sub, syms2, cov2 = condition(w, h, syms, self.cov)
+            return coeff * dens * self.sub_solver(syms2, cov2, (others * sp.exp(expo)).xreplace(sub))
+        if expo != 0:
+            return coeff * self.tilt(expo, others)
+        lin = [affine(a, syms) for a in signs + erfs]
+        if all(h == 0 for _, h in lin) and (sum(alpha) + len(lin)) % 2:
+            return sp.Integer(0)
+        merged = self.merge_parallel(signs)
+        if merged is not None:
+            return coeff * self.E(others / sp.Mul(*[Sign(a) for a in signs]) * merged)
+        if sum(alpha):
+            if not lin:
+                return coeff * wick(tuple(alpha), self.cov, self.wick_memo)
+            i = next(k for k, a in enumerate(alpha) if a)
+            R = others / syms[i]
+            return coeff * sp.Add(*[self.cov[i, j] * self.E(sp.diff(R, syms[j]))
+                                    for j in range(n) if self.cov[i, j] != 0])
+        return coeff * self.base(lin, len(signs))
+
+    def merge_parallel(self, signs: list) -> sp.Expr | None:
+        """sign(ℓ+a) sign(ℓ+b) = 1 + sign(ℓ+a) − sign(ℓ+b) (a < b); None if no parallel pair."""
+        groups: dict = {}
+        for a in signs:
+            w, h = affine(a, self.syms)
+            groups.setdefault(tuple(w), []).append((h, a))
+        for (h1, a1), (h2, a2), *_ in (g for g in groups.values() if len(g) > 1):
+            if not (h1 - h2).is_number:
+                raise NoClosedForm("parallel kinks with symbolic offsets")
+            lo, hi = (a1, a2) if h1 < h2 else (a2, a1)
+            other = [Sign(a) for a in signs if a not in (a1, a2)]
+            return sp.Mul(*other) * (1 + Sign(lo) - Sign(hi))
+        return None
+
+    def tilt(self, q: sp.Expr, g: sp.Expr) -> sp.Expr:
+        """E[e^q g] for q of degree ≤ 2 (module doc); ValueError if it diverges."""
+        syms, n = self.syms, len(self.syms)
+        P = sp.Poly(sp.expand(q), *syms)
+        if P.total_degree() > 2:
+            raise NoClosedForm(f"exp of degree {P.total_degree()}")
+        A = sp.zeros(n, n)
+        b = Matrix([P.coeff_monomial(s) for s in syms])
+        for i in range(n):
+            for j in range(n):
+                A[i, j] = -P.coeff_monomial(syms[i] * syms[j]) * (2 if i == j else 1)
+        M = sp.eye(n) + self.cov * A
+        det = tidy(M.det())
+        cov2 = self.cov if A.is_zero_matrix else Matrix(n, n, lambda i, j: tidy(((M.inv() * self.cov)[i, j] + (M.inv() * self.cov)[j, i]) / 2))
+        if det.is_number and (float(det) <= 0 or min(float(x) for x in sp.Matrix(cov2).evalf().eigenvals()) <= 0):
+            raise ValueError(f"E[exp({q})·…] diverges (the tilted Gaussian is not integrable)")
+        m = cov2 * b
+        factor = sp.exp(P.coeff_monomial(1) + tidy((b.T * m)[0, 0]) / 2) / sp.sqrt(det)
+        shifted = g.xreplace({s: s + m[k] for k, s in enumerate(syms)})
+        return factor * self.sub_solver(syms, cov2, shifted)
+
+    def base(self, lin: list, nsign: int) -> sp.Expr:
+        """Products of ≤ 2 sign/erf factors of linear forms (module doc)."""
+        if not lin:
+            return sp.Integer(1)
+        W = [Matrix(w) for w, _ in lin]
+        kap = [tidy(2 * (W[k].T * self.cov * W[k])[0, 0] + (0 if k < nsign else 1)) for k in range(len(lin))]
+        if len(lin) == 1:
+            return sp.erf(lin[0][1] / sp.sqrt(kap[0]))
+        if len(lin) == 2 and lin[0][1] == 0 and lin[1][1] == 0:
+            c = tidy((W[0].T * self.cov * W[1])[0, 0])
+            return 2 / sp.pi * sp.asin(2 * c / sp.sqrt(kap[0] * kap[1]))
+        raise NoClosedForm(f"{len(lin)} sign/erf factors")

@@ -1,0 +1,109 @@
+"""Linear algebra of centred Gaussian vectors, exact (sympy) or with Floats.
+
+* ``affine``: a = w·z + h, the coefficients of a linear form;
+* ``condition``: the law of z given w·z = −h, written as a substitution of one coordinate
+  (the Gaussian conditional: mean −Σw h/s, covariance Σ − ΣwwᵀΣ/s, s = wᵀΣw);
+* ``reduce_basis``: a basis B with Σ_B ≻ 0 of the span of z, the other coordinates being
+  the exact linear combinations z_D = Σ_DB Σ_B⁻¹ z_B (so x ≡ y or Var(x) = 0 cost nothing).
+"""
+from __future__ import annotations
+
+import sympy as sp
+
+Matrix = sp.ImmutableMatrix
+
+
+class NoClosedForm(Exception):
+    """No exact rule applies; the caller falls back to numerics."""
+
+
+def is_zero(e: sp.Expr, scale: float = 1.0) -> bool:
+    """Zero test: exact for exact numbers (to 1e-40), to 1e-12·scale with Floats."""
+    if e == 0:
+        return True
+    if e.is_number:
+        return abs(complex(e.evalf(50))) < (1e-12 * scale if e.has(sp.Float) else 1e-40)
+    return sp.simplify(e) == 0
+
+
+def _scale(cov: sp.MatrixBase) -> float:
+    """The largest numeric variance (1 if none is numeric)."""
+    diag = [abs(float(cov[i, i])) for i in range(cov.rows) if cov[i, i].is_number]
+    return max(diag, default=1.0) or 1.0
+
+
+def affine(a: sp.Expr, syms: tuple[sp.Symbol, ...]) -> tuple[list[sp.Expr], sp.Expr]:
+    """(w, h) with a = Σ w_j z_j + h, h free of syms; NoClosedForm if a is not affine."""
+    a = sp.expand(a)
+    h, lin = a.as_independent(*syms, as_Add=True)
+    w = [sp.Integer(0)] * len(syms)
+    index = {s: k for k, s in enumerate(syms)}
+    for t in sp.Add.make_args(lin):
+        if t == 0:
+            continue
+        c, s = t.as_independent(*syms, as_Add=False)
+        if s not in index:
+            raise NoClosedForm(f"{a} is not affine in {syms}")
+        w[index[s]] += c
+    return w, h
+
+
+def condition(w: list[sp.Expr], h: sp.Expr, syms: tuple, cov: Matrix):
+    """Condition z ~ N(0, Σ) on w·z = −h (requires s = wᵀΣw ≠ 0).
+
+    Returns (density of w·z at −h, substitution for the old symbols, new symbols, new
+    covariance): z_j = μ_j + z'_j (j ≠ k) with μ = −Σw h/s and z' ~ N(0, Σ_{−k} − ccᵀ/s),
+    and z_k = (−h − Σ_{j≠k} w_j z_j)/w_k.
+    """
+    W = Matrix(w)
+    c = cov * W
+    s = sp.expand((W.T * c)[0, 0])
+    if is_zero(s, _scale(cov) * float(sum(abs(x) for x in w if x.is_number)) ** 2):
+        raise ValueError("a Dirac mass of an almost surely constant linear form "
+                         f"{sum(wi * z for wi, z in zip(w, syms)) + h} (zero variance) is infinite")
+    nums = [abs(float(x)) if x.is_number else 0.0 for x in w]
+    k = max(range(len(w)), key=lambda j: (w[j] != 0, nums[j]))
+    rest = [j for j in range(len(syms)) if j != k]
+    shifted = {syms[j]: syms[j] - c[j] * h / s for j in rest}
+    zk = (-h - sum(w[j] * shifted[syms[j]] for j in rest)) / w[k]
+    sub = dict(shifted)
+    sub[syms[k]] = sp.expand(zk)
+    new_cov = Matrix(len(rest), len(rest), lambda a, b: tidy(cov[rest[a], rest[b]] - c[rest[a]] * c[rest[b]] / s))
+    density = sp.exp(-h ** 2 / (2 * s)) / sp.sqrt(2 * sp.pi * s)
+    return density, sub, tuple(syms[j] for j in rest), new_cov
+
+
+def tidy(x: sp.Expr) -> sp.Expr:
+    x = sp.expand(x)
+    return sp.cancel(x) if x.free_symbols else x
+
+
+def reduce_basis(expr: sp.Expr, syms: tuple, cov: Matrix) -> tuple[sp.Expr, tuple, Matrix]:
+    """Drop unused symbols and express a.s.-dependent ones through a basis with Σ_B ≻ 0.
+
+    Pivoted elimination on Schur complements finds a basis B; the others are
+    z_D = Σ_DB Σ_B^{−1} z_B exactly (so x ≡ y, or Var(x) = 0, become substitutions).
+    """
+    used = [k for k, s in enumerate(syms) if expr.has(s)]
+    syms, cov = tuple(syms[k] for k in used), Matrix(cov.extract(used, used))
+    n = len(syms)
+    R, basis, left, scale = sp.Matrix(cov), [], list(range(n)), _scale(cov)
+    while left:
+        vals = [(R[i, i], i) for i in left if not is_zero(R[i, i], scale)]
+        if not vals:
+            break
+        p = max(vals, key=lambda t: abs(float(t[0])) if t[0].is_number else 0.0)[1]
+        basis.append(p)
+        left.remove(p)
+        piv = R[p, p]
+        for i in left:
+            for j in left:
+                R[i, j] = tidy(R[i, j] - R[i, p] * R[p, j] / piv)
+    if not left:
+        return expr, syms, cov
+    basis.sort()
+    SB = cov.extract(basis, basis)
+    M = cov.extract(left, basis) * SB.inv()
+    sub = {syms[d]: sp.expand(sum(tidy(M[a, b]) * syms[basis[b]] for b in range(len(basis))))
+           for a, d in enumerate(left)}
+    return expr.xreplace(sub), tuple(syms[k] for k in basis), Matrix(SB)
