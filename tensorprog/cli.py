@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Sequence
 
@@ -93,6 +94,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("tpc: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:                      # e.g. piped into head
+        sys.stderr.close()
+        return 0
+    except Exception as err:                     # a bug in tensorprog, not in the program
+        if os.environ.get("TPC_DEBUG"):
+            raise
+        print(f"tpc: internal error ({type(err).__name__}: {err}); this is a bug in tensorprog — "
+              "please report it with the program (TPC_DEBUG=1 shows the traceback)", file=sys.stderr)
+        return 3
     return 0
 
 

@@ -33,8 +33,10 @@ class Compiled:
     """The Z-recurrence of a program with every scalar's limit (``limit()`` packages the outputs)."""
 
     def __init__(self, program: ir.Program, symbolic: bool = False, tol: float = 1e-10,
-                 max_qmc_points: int = 2**20, seed: int = 0) -> None:
-        self.program, self.symbolic = program, symbolic
+                 max_qmc_points: int = 2**20, seed: int = 0, zdot: bool = True) -> None:
+        """``zdot=False`` drops every Ż term: the "gradient independence assumption" of the
+        NTK literature, exact only when no vector depends on both W and Wᵀ products."""
+        self.program, self.symbolic, self.use_zdot = program, symbolic, zdot
         self.options = dict(tol=tol, max_qmc_points=max_qmc_points, seed=seed)
         self.Z: dict[int, sp.Expr] = {}                   # vector var -> Z
         self.c: dict[int, sp.Expr] = {}                    # scalar var -> c̊
@@ -140,12 +142,14 @@ class Compiled:
             covs[other] = fam.sigma2 * self.E(zx * self.Z[y], e, deps)
         self.add_gaussian(hat, covs)
         fam.members.append((hat, e.arg))
-        dot = self.zdot(e, zx, deps)
+        dot = self.zdot(e, zx, deps) if self.use_zdot else sp.Integer(0)
         self.Z[e.var] = hat + dot
         self.deps[e.var] = deps
         self.hyp.matmul(e)
         self.lines.append(f"Z[%{e.var}] = {hat}" + (f" + {dot}" if dot != 0 else "")
-                          + f"    # {name} @ %{e.arg}")
+                          + f"    # {name} @ %{e.arg};  Var {hat} = {_short(covs[hat])}"
+                          + "".join(f", Cov(., {o}) = {_short(v)}" for o, v in covs.items()
+                                    if o is not hat and v != 0))
 
     def zdot(self, e: ir.MatMul, zx: sp.Expr, deps: set[int]) -> sp.Expr:
         """Ż^{Wx} = σ² f Σ_y Z^y E[∂Z^x/∂Ẑ^{Wᵀy}] over the products by the other direction."""
@@ -193,6 +197,10 @@ class Compiled:
 
     def __str__(self) -> str:
         return "\n".join(self.lines)
+
+
+def _short(value: sp.Expr) -> str:
+    return f"{float(value):.6g}" if value.is_Float else str(value)
 
 
 def compile_program(program: ir.Program, symbolic: bool = False, **options) -> Compiled:

@@ -13,7 +13,11 @@
 5. whatever is left becomes a numeric *job* (``expect_numeric``): Gauss quadrature in
    low dimension, randomized QMC beyond; jobs over the same law share one grid.
 The result is Σ (exact coefficients) × Π (jobs); its error is the first-order
-propagation Σ_k |∂F/∂J_k|·err_k of the jobs' reported errors.
+propagation Σ_k |∂F/∂J_k|·err_k of the jobs' reported errors.  A closed form in free
+parameters of ``cov`` is returned simplified, with ``value`` NaN.
+
+``expect_many`` shares the numeric grids of several expressions; ``expect_batch``
+(``expect_batch.py``) evaluates one expression for a stack of covariance matrices.
 """
 from __future__ import annotations
 
@@ -46,11 +50,14 @@ def _setup(exprs: Sequence, gaussians: Sequence, cov: object, laws: Mapping) -> 
     gaussians = tuple(gaussians)
     if len(set(gaussians)) != len(gaussians) or not all(isinstance(g, sp.Symbol) for g in gaussians):
         raise ValueError("gaussians must be distinct sympy Symbols")
-    if isinstance(cov, np.ndarray):
-        cov = [[as_number(x) for x in row] for row in cov.tolist()]
-    S = sp.Matrix(cov) if not isinstance(cov, sp.MatrixBase) else cov
-    if any(isinstance(x, str) for x in (cov if isinstance(cov, list) else [])):
-        raise TypeError("cov entries must be numbers or sympy expressions")
+    if isinstance(cov, sp.MatrixBase):
+        S = cov
+    else:                                   # numbers only: never parse strings
+        arr = np.asarray(cov, dtype=object)
+        arr = arr.reshape(0, 0) if arr.size == 0 else arr
+        if arr.ndim != 2:
+            raise ValueError(f"cov must be a square matrix, got shape {arr.shape}")
+        S = sp.Matrix(arr.shape[0], arr.shape[1], [as_number(v) for v in arr.ravel()])
     if S.shape != (len(gaussians), len(gaussians)):
         raise ValueError(f"cov has shape {S.shape}, expected {(len(gaussians),) * 2}")
     if any(not (S[i, j] - S[j, i]).equals(0) for i in range(S.rows) for j in range(i)):
@@ -61,9 +68,11 @@ def _setup(exprs: Sequence, gaussians: Sequence, cov: object, laws: Mapping) -> 
     normal = [u for u, law in laws.items() if law.family == "normal"]
     if normal:
         n0 = len(gaussians)
-        S = sp.diag(S, *[as_number(laws[u].var) for u in normal]) if n0 else sp.diag(*[as_number(laws[u].var) for u in normal])
+        extra = [as_number(laws[u].var) for u in normal]
+        S = sp.diag(S, *extra) if n0 else sp.diag(*extra)
         gaussians = gaussians + tuple(normal)
-    others = tuple(sorted(((u, law) for u, law in laws.items() if law.family != "normal"), key=lambda t: str(t[0])))
+    others = tuple(sorted(((u, law) for u, law in laws.items() if law.family != "normal"),
+                          key=lambda t: str(t[0])))
     known = set(gaussians) | set(laws)
     out = []
     for e in exprs:
@@ -135,8 +144,8 @@ def _combine(F: sp.Expr, values: dict) -> Estimate:
     F = _constant_heads(F)
     jobs = [J for J in F.free_symbols if J in values]
     if not jobs:
-        if F.free_symbols:
-            return Estimate(float("nan"), 0.0, "exact", F)
+        if F.free_symbols:                  # a formula in the parameters: tidy it up
+            return Estimate(float("nan"), 0.0, "exact", sp.simplify(F) if sp.count_ops(F) < 400 else F)
         if F.has(sp.nan):
             return Estimate(float("nan"), float("nan"), "exact", sp.nan)
         v = complex(F.evalf(30))

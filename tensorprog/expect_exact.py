@@ -15,7 +15,8 @@ free parameters):
 * **Gaussian tilt**: E[e^{−zᵀAz/2 + bᵀz + c} g(z)] = e^{c + bᵀΣ'b/2} det(I+ΣA)^{−1/2}
   E[g(z' + Σ'b)], z' ~ N(0, Σ'), Σ' = (I+ΣA)^{−1}Σ (the moment generating function for A = 0);
 * **base cases** for products of sign/erf of linear forms, writing κ = 2s for sign and
-  κ = 1 + 2s for erf: E[F(ℓ + h)] = erf(h/√κ), and E[F₁(ℓ₁)F₂(ℓ₂)] = (2/π) asin(2c₁₂/√(κ₁κ₂))
+  κ = 1 + 2s for erf: E[F(ℓ + h)] = erf(h/√κ), and
+  E[F₁(ℓ₁)F₂(ℓ₂)] = (2/π) asin(2c₁₂/√(κ₁κ₂))
   (Williams' arcsine kernel; sign·sign gives the orthant law (2/π) asin ρ); parallel
   signs merge: sign(ℓ+a) sign(ℓ+b) = 1 + sign(ℓ+a) − sign(ℓ+b) for a < b.
 These give the arc-cosine kernels of every degree (Cho & Saul), the erf kernel, the
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+import numpy as np
 import sympy as sp
 
 from .expect_linalg import Matrix, NoClosedForm, affine, condition, reduce_basis, tidy
@@ -104,7 +106,7 @@ def canon(e: sp.Expr, syms: tuple[sp.Symbol, ...], memo: dict | None = None) -> 
     a = args[0] if args else None
     if isinstance(e, Relu):
         out = a * (1 + _sign(a, syms)) / 2
-    elif isinstance(e, Step):
+    elif isinstance(e, (Step, sp.Heaviside)):          # Heaviside(0) = 1/2 = sign's convention
         out = (1 + _sign(a, syms)) / 2
     elif isinstance(e, (AbsF, sp.Abs)):
         out = a * _sign(a, syms)
@@ -237,8 +239,12 @@ class _Solver:
                 A[i, j] = -P.coeff_monomial(syms[i] * syms[j]) * (2 if i == j else 1)
         M = sp.eye(n) + self.cov * A
         det = tidy(M.det())
-        cov2 = self.cov if A.is_zero_matrix else Matrix(n, n, lambda i, j: tidy(((M.inv() * self.cov)[i, j] + (M.inv() * self.cov)[j, i]) / 2))
-        if det.is_number and (float(det) <= 0 or min(float(x) for x in sp.Matrix(cov2).evalf().eigenvals()) <= 0):
+        cov2 = self.cov
+        if not A.is_zero_matrix:
+            C = M.inv() * self.cov
+            cov2 = Matrix(n, n, lambda i, j: tidy((C[i, j] + C[j, i]) / 2))
+        if det.is_number and not cov2.free_symbols and (
+                float(det) <= 0 or np.linalg.eigvalsh(np.array(cov2.evalf(), dtype=float)).min() <= 0):
             raise ValueError(f"E[exp({q})·…] diverges (the tilted Gaussian is not integrable)")
         m = cov2 * b
         factor = sp.exp(P.coeff_monomial(1) + tidy((b.T * m)[0, 0]) / 2) / sp.sqrt(det)

@@ -5,7 +5,8 @@ Every law is centred and symmetric, parametrised by its variance ``var``:
 * ``uniform``    on [−A, A], A = √(3 var):        E u^{2k} = var^k 3^k/(2k+1),  E|u|^n = A^n/(n+1);
 * ``rademacher`` ±√var with probability 1/2:      E u^{2k} = var^k;
 * ``laplace``    density e^{−|u|/b}/(2b), b = √(var/2): E u^{2k} = (2k)! b^{2k}, E|u|^n = n! b^n;
-* ``student_t``  σ·T_ν, σ² = var(ν−2)/ν (ν = df > 2): E|u|^n = σ^n ν^{n/2} Γ((n+1)/2) Γ((ν−n)/2)/(√π Γ(ν/2))
+* ``student_t``  σ·T_ν, σ² = var(ν−2)/ν (ν = df > 2):
+                 E|u|^n = σ^n ν^{n/2} Γ((n+1)/2) Γ((ν−n)/2)/(√π Γ(ν/2))
   for n < ν, and E|u|^n = ∞ for n ≥ ν;
 * ``normal``     N(0, var) (the engine turns it into one more independent Gaussian).
 
@@ -142,14 +143,16 @@ class Coord:
         """Points where the density is not smooth (inside the support)."""
         return np.array([0.0]) if self.family == "laplace" else np.array([])
 
-    def anchors(self, growth: float | None = None) -> np.ndarray:
+    def anchors(self, growth: float | None = None, alt: bool = False) -> np.ndarray:
         """Sorted split points, the first and last ones ending the (truncated) support.
 
         Gaussian tails are cut at ±13 (mass < 1e-38; ±35 for exponential growth),
         Laplace at ±80b, Student-t at
         ±σ·4^k with T^{growth−ν} ≲ 1e-16 (``growth``: the polynomial growth of the
         integrand); in between, splits where the density changes scale, so that
-        Gauss–Legendre converges fast on each piece.
+        Gauss–Legendre converges fast on each piece.  ``alt``: a second, interleaved set
+        of splits with the same ends (an independent rule, to expose features the
+        first set happens to resolve badly).
         """
         s, growth = self.scale, self.growth if growth is None else growth
         if self.family == "normal":
@@ -162,7 +165,10 @@ class Coord:
         else:
             kmax = int(np.ceil(16 / max(self.df - growth, 0.5) * np.log(10) / np.log(4)))
             pos = s * 4.0 ** np.arange(-1, min(max(kmax, 6), 40))
-        return np.concatenate([-pos[::-1], [0.0], pos])
+        mid = [0.0] if not alt or self.family == "laplace" else []
+        if alt:
+            pos = np.concatenate([pos[:1] / 2, np.sqrt(pos[:-2] * pos[1:-1]), pos[-1:]])
+        return np.concatenate([-pos[::-1], mid, pos])
 
     def pdf(self, t: np.ndarray) -> np.ndarray:
         s = self.scale
@@ -190,20 +196,20 @@ class Coord:
             return -s * np.sign(d) * np.log1p(-2 * np.abs(d))
         return s * sps.stdtrit(self.df, u)
 
-    def rule(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+    def rule(self, n: int, alt: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """A rule (nodes, weights summing to 1) for smooth integrands: n Gauss–Legendre
         nodes on each piece between anchors (on a Gaussian this beats Gauss–Hermite by
         far for tanh-like integrands, whose poles lie near the real axis)."""
         if self.family == "rademacher":
             return np.array([-self.scale, self.scale]), np.array([0.5, 0.5])
-        return _cached_rule(self.family, self.scale, self.df, self.growth, n)
+        return _cached_rule(self.family, self.scale, self.df, self.growth, n, alt)
 
 
 @lru_cache(maxsize=256)
-def _cached_rule(family: str, scale: float, df: float | None, growth: float, n: int):
+def _cached_rule(family: str, scale: float, df: float | None, growth: float, n: int, alt: bool):
     c = Coord.__new__(Coord)
     c.family, c.scale, c.df, c.growth = family, scale, df, growth
-    return piecewise_rule(c.anchors(), n, c.pdf)
+    return piecewise_rule(c.anchors(alt=alt), n, c.pdf)
 
 
 def piecewise_rule(points: np.ndarray, n: int, pdf) -> tuple[np.ndarray, np.ndarray]:

@@ -68,7 +68,8 @@ def condition(w: list[sp.Expr], h: sp.Expr, syms: tuple, cov: Matrix):
     zk = (-h - sum(w[j] * shifted[syms[j]] for j in rest)) / w[k]
     sub = dict(shifted)
     sub[syms[k]] = sp.expand(zk)
-    new_cov = Matrix(len(rest), len(rest), lambda a, b: tidy(cov[rest[a], rest[b]] - c[rest[a]] * c[rest[b]] / s))
+    m = len(rest)
+    new_cov = Matrix(m, m, lambda a, b: tidy(cov[rest[a], rest[b]] - c[rest[a]] * c[rest[b]] / s))
     density = sp.exp(-h ** 2 / (2 * s)) / sp.sqrt(2 * sp.pi * s)
     return density, sub, tuple(syms[j] for j in rest), new_cov
 

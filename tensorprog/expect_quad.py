@@ -42,10 +42,12 @@ def _estimate(d: np.ndarray, d_prev: np.ndarray | None) -> np.ndarray:
     return np.where(d <= 0.1 * d_prev, d, np.maximum(3 * d, d_prev))
 
 
-def _refine(run: Callable[[int], tuple[np.ndarray, np.ndarray] | None], target: Callable,
+def _refine(run: Callable[..., tuple[np.ndarray, np.ndarray] | None], target: Callable,
             budget: int, orders: Sequence[int] = ORDERS):
-    """Run a rule at increasing orders until the error estimate (``_estimate``) meets
-    the target or the budget ends.  Returns (values, errors, converged)."""
+    """Run a rule at increasing orders n until the error estimate meets the target or
+    the budget ends; the estimate is ``_estimate`` and, at the last order, also
+    |Q_n − Q_n^alt| for the rule on the interleaved splits (``Coord.anchors(alt=True)``).
+    Returns (values, errors, converged), or None if not even two orders fit."""
     prev, d_prev, best = None, None, None
     for n in orders:
         out = run(n)
@@ -55,14 +57,22 @@ def _refine(run: Callable[[int], tuple[np.ndarray, np.ndarray] | None], target: 
         if prev is not None:
             d = np.abs(q - prev)
             err = _estimate(d, d_prev) + floor
-            best = (q, err)
             if np.all(err <= target(q)):
-                return q, err, True
+                err = _cross_check(run, n, q, err)
+                if np.all(err <= target(q)):
+                    return q, err, True
+            best = (n, q, err)
             d_prev = d
         prev = q
-    if best is None:
-        raise RuntimeError("quadrature budget too small for two orders")
-    return best[0], best[1], False
+    if best is None:                                   # not even two orders fit
+        return None
+    n, q, err = best
+    return q, _cross_check(run, n, q, err), False
+
+
+def _cross_check(run: Callable, n: int, q: np.ndarray, err: np.ndarray) -> np.ndarray:
+    alt = run(n, alt=True)
+    return err if alt is None else np.maximum(err, np.abs(q - alt[0]) + alt[1])
 
 
 def find_roots(kink: Fn | None, grid: np.ndarray, iters: int = 60) -> np.ndarray:
@@ -85,7 +95,7 @@ def find_roots(kink: Fn | None, grid: np.ndarray, iters: int = 60) -> np.ndarray
 
 def _merge(points: np.ndarray, lo: float, hi: float) -> np.ndarray:
     pts = np.unique(np.clip(points[np.isfinite(points)], lo, hi))
-    keep = np.concatenate([[True], np.diff(pts) > 1e-13 * max(1.0, hi - lo)])
+    keep = np.concatenate([[True], np.diff(pts) > 1e-13 * np.maximum(1.0, np.abs(pts[1:]))])
     return pts[keep]
 
 
@@ -94,12 +104,14 @@ def piecewise_1d(f: Fn, coord: Coord, kink: Fn | None, target: Callable, budget:
     anchors = coord.anchors()
     grid = np.concatenate([np.linspace(a, b, 48, endpoint=False) for a, b in zip(anchors[:-1], anchors[1:])]
                           + [anchors[-1:]])
-    pts = _merge(np.concatenate([anchors, coord.kinks(), find_roots(kink, grid)]), anchors[0], anchors[-1])
+    roots = np.concatenate([coord.kinks(), find_roots(kink, grid)])
+    pts = {alt: _merge(np.concatenate([coord.anchors(alt=alt), roots]), anchors[0], anchors[-1])
+           for alt in (False, True)}
 
-    def run(n: int):
-        if (len(pts) - 1) * n > budget:
+    def run(n: int, alt: bool = False):
+        if (len(pts[alt]) - 1) * n > budget:
             return None
-        t, w = piecewise_rule(pts, n, coord.pdf)
+        t, w = piecewise_rule(pts[alt], n, coord.pdf)
         vals = f(t)
         return vals @ w, 8 * EPS * (np.abs(vals) @ np.abs(w))
     return _refine(run, target, budget)
@@ -107,8 +119,7 @@ def piecewise_1d(f: Fn, coord: Coord, kink: Fn | None, target: Callable, budget:
 
 def iterated_2d(f: Fn, c1: Coord, c2: Coord, lines: np.ndarray, target: Callable, budget: int):
     """E g(t₁, t₂) over independent coordinates with kinks on lines (rows a₁, a₂, c)."""
-    A1, A2 = c1.anchors(), c2.anchors()
-    lo2, hi2 = A2[0], A2[-1]
+    A1, lo2, hi2 = c1.anchors(), c2.anchors()[0], c2.anchors()[-1]
     extra = [(0.0, 1.0, -k) for k in c2.kinks()] + [(1.0, 0.0, -k) for k in c1.kinks()]
     if c2.family == "uniform":
         extra += [(0.0, 1.0, -c2.scale), (0.0, 1.0, c2.scale)]
@@ -121,9 +132,11 @@ def iterated_2d(f: Fn, c1: Coord, c2: Coord, lines: np.ndarray, target: Callable
         det = nv[i, 0] * nv[j, 1] - nv[j, 0] * nv[i, 1]
         ok = np.abs(det) > 1e-14 * (np.abs(nv[i, :2]).sum(1) * np.abs(nv[j, :2]).sum(1))
         outer.append((-nv[i, 2] * nv[j, 1] + nv[j, 2] * nv[i, 1])[ok] / det[ok])
-    pts1 = _merge(np.concatenate(outer), A1[0], A1[-1])
+    extra_outer = np.concatenate(outer[1:])
 
-    def run(n: int):
+    def run(n: int, alt: bool = False):
+        A2 = c2.anchors(alt=alt)
+        pts1 = _merge(np.concatenate([c1.anchors(alt=alt), extra_outer]), A1[0], A1[-1])
         n1, n2 = (len(pts1) - 1) * n, (len(A2) - 1 + len(nv)) * n
         if n1 * n2 > budget:
             return None
@@ -142,8 +155,8 @@ def iterated_2d(f: Fn, c1: Coord, c2: Coord, lines: np.ndarray, target: Callable
 
 def tensor(f: Fn, coords: Sequence[Coord], target: Callable, budget: int):
     """E g(t) by a tensor product of Gauss rules (smooth integrands)."""
-    def run(n: int):
-        rules = [c.rule(n) for c in coords]
+    def run(n: int, alt: bool = False):
+        rules = [c.rule(n, alt) for c in coords]
         if np.prod([len(r[0]) for r in rules]) > budget:
             return None
         grids = np.meshgrid(*[r[0] for r in rules], indexing="ij")

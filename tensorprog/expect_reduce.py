@@ -25,10 +25,10 @@ import sympy as sp
 from .expect_exact import canon, gauss_closed_form, wick
 from .expect_laws import Law, as_number
 from .expect_linalg import Matrix, NoClosedForm, affine, condition
-from .expect_numeric import growth, parity
+from .expect_analysis import growth, parity
 from .nonlin import Delta, Sign, Step
 
-MAX_ENUMERATION = 12          # at most 2^12 Rademacher value combinations summed exactly
+MAX_ENUMERATION = 8           # at most 2^8 Rademacher value combinations summed exactly
 
 
 @dataclass(frozen=True)
@@ -100,14 +100,14 @@ class Engine:
         if expr.has(Delta):
             return self.dirac(expr, ctx)
         gids = {groups[s] for s in syms}
-        for members in [{s for s in syms if groups[s] == g} for g in gids] + ([syms] if len(gids) > 1 else []):
+        flips = [{s for s in syms if groups[s] == g} for g in gids] + ([syms] if len(gids) > 1 else [])
+        for members in flips:
             heavy = [s for s in members if s in laws and laws[s].family == "student_t"]
             if parity(expr, members) == -1 and all(growth(expr, s) < float(laws[s].df) for s in heavy):
                 return sp.Integer(0)
-        if len({groups[s] for s in syms}) > 1 and any(f.is_Add or (f.is_Pow and f.base.is_Add)
-                                                      for f in sp.Mul.make_args(expr)):
-            expanded = sp.expand(expr, deep=False, power_exp=False, log=False, power_base=False)
-            if expanded.is_Add:
+        if len(gids) > 1:             # e.g. (x + u)² or e^{x+u}: expand, it may split
+            expanded = sp.expand(expr, deep=False, log=False, power_base=False)
+            if expanded != expr:
                 return self.E(expanded, ctx)
         if self.exact:
             out = self.closed_form(expr, syms, ctx, laws)
@@ -124,7 +124,8 @@ class Engine:
             return sp.Add(*[self.E(expr.xreplace(dict(zip(discrete, combo))), ctx)
                             for combo in itertools.product(*vals)]) / 2 ** len(discrete)
         gs = tuple(g for g in ctx.gaussians if g in syms)
-        cov = Matrix(ctx.cov.extract([ctx.gaussians.index(g) for g in gs], [ctx.gaussians.index(g) for g in gs]))
+        idx = [ctx.gaussians.index(g) for g in gs]
+        cov = Matrix(ctx.cov.extract(idx, idx))
         if poly:
             return poly_expect(expr, gs, cov, tuple(s for s in syms if s not in gs), laws)
         try:

@@ -46,9 +46,9 @@ def constant(value: float, exact: bool) -> sp.Expr:
     if float(value).is_integer() and abs(value) < 2**53:
         return sp.Integer(int(value))
     if exact:
-        rational = sp.nsimplify(sp.Float(repr(float(value))), rational=True)
-        if abs(float(rational) - value) <= 1e-15 * abs(value):
-            return rational
+        guess = sp.nsimplify(float(value), [sp.pi], tolerance=1e-15)
+        if abs(float(guess) - value) <= 2.5e-16 * max(1.0, abs(value)) and sp.count_ops(guess) <= 12:
+            return guess          # 0.3 -> 3/10, 0.7071... -> sqrt(2)/2, 0.6366... -> 2/pi
     return sp.Float(value)
 
 

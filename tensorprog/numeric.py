@@ -22,6 +22,7 @@ from .nonlin import Delta, SYMPY_TO_NUMPY
 _EXTRA: dict[object, Callable] = {
     sp.asin: np.arcsin, sp.acos: np.arccos, sp.atan: np.arctan, sp.sinh: np.sinh,
     sp.cosh: np.cosh, sp.erfc: sps.erfc, sp.atan2: np.arctan2, sp.tan: np.tan,
+    sp.Heaviside: np.heaviside,        # Heaviside(x, H0): d max(x, y)/dx = Heaviside(x − y, 1/2)
 }
 
 
