@@ -35,7 +35,7 @@ class Step(sp.Function):
 
     @classmethod
     def eval(cls, x):
-        if x.is_Number:
+        if x.is_number and x.is_comparable:
             return sp.Integer(1) if x > 0 else sp.Integer(0)
 
 
@@ -48,7 +48,7 @@ class Relu(sp.Function):
 
     @classmethod
     def eval(cls, x):
-        if x.is_Number:
+        if x.is_number and x.is_comparable:
             return x if x > 0 else sp.Integer(0)
 
 
@@ -61,7 +61,7 @@ class Sign(sp.Function):
 
     @classmethod
     def eval(cls, x):
-        if x.is_Number:
+        if x.is_number and x.is_comparable:
             return sp.sign(x)
 
 
@@ -74,7 +74,7 @@ class AbsF(sp.Function):
 
     @classmethod
     def eval(cls, x):
-        if x.is_Number:
+        if x.is_number and x.is_comparable:
             return abs(x)
 
 
@@ -90,7 +90,7 @@ class LeakyRelu(sp.Function):
 
     @classmethod
     def eval(cls, x, a):
-        if x.is_Number and a.is_Number:
+        if x.is_number and x.is_comparable and a.is_number and a.is_comparable:
             return x if x > 0 else a * x
 
 
@@ -104,7 +104,7 @@ class Sigmoid(sp.Function):
 
     @classmethod
     def eval(cls, x):
-        if x.is_Number:
+        if x.is_number and x.is_comparable:
             return 1 / (1 + sp.exp(-x))
 
 
@@ -117,7 +117,7 @@ class Softplus(sp.Function):
 
     @classmethod
     def eval(cls, x):
-        if x.is_Number:
+        if x.is_number and x.is_comparable:
             return sp.log(1 + sp.exp(x))
 
 
@@ -131,7 +131,7 @@ class Gelu(sp.Function):
 
     @classmethod
     def eval(cls, x):
-        if x.is_Number:
+        if x.is_number and x.is_comparable:
             return x * (1 + sp.erf(x / sp.sqrt(2))) / 2
 
 
@@ -200,4 +200,5 @@ def _np_delta(x):
 
 #: sympy head -> numpy function, for evaluating Z-expressions numerically.
 SYMPY_TO_NUMPY: dict[object, Callable] = {b.sympy: b.numpy for b in BUILTINS.values()}
-SYMPY_TO_NUMPY.update({sp.Abs: np.abs, sp.sign: np.sign, Delta: _np_delta})
+SYMPY_TO_NUMPY.update({sp.Abs: np.abs, sp.sign: np.sign, Delta: _np_delta,
+                       sp.Heaviside: lambda x, *h0: _np_step(np.asarray(x, float))})
