@@ -43,7 +43,27 @@ def _parser() -> argparse.ArgumentParser:
     co = command("compile", "the Master Theorem recurrence and the limit of every out")
     co.add_argument("--symbolic", action="store_true", help="exact closed forms where they exist")
     co.add_argument("--emit", choices=["text", "json", "latex"], default="text")
+    cv = command("converge", "finite width against the limit at several widths, with the fitted rate")
+    cv.add_argument("--widths", type=_widths, required=True, metavar="N1,N2,...",
+                    help="comma-separated widths, e.g. 256,512,1024")
+    cv.add_argument("--trials", type=int, default=8, help="trials per width (default 8)")
+    cv.add_argument("--seed", type=int, default=0)
+    cv.add_argument("--matrix-dist", default=None, help="swap the family of every matrix")
+    cv.add_argument("--dtype", choices=["float64", "float32"], default="float64")
+    cv.add_argument("--plot", metavar="OUT.png", default=None,
+                    help="write a log-log plot of the deviation against the width (needs matplotlib)")
+    cv.add_argument("--progress", action="store_true",
+                    help="one line per width on stderr (default: only when stderr is a terminal)")
+    cv.add_argument("--json", action="store_true")
     return top
+
+
+def _widths(text: str) -> list[int]:
+    from .converge import parse_widths
+    try:
+        return parse_widths(text)
+    except TPUsageError as err:
+        raise argparse.ArgumentTypeError(err.message.removeprefix("--widths: ")) from None
 
 
 def _load(args):
@@ -81,7 +101,25 @@ def cmd_compile(args) -> str:
     return render_compiled(compiled, compiled.limit(), args.emit)
 
 
-COMMANDS = {"check": cmd_check, "execute": cmd_execute, "compile": cmd_compile}
+def cmd_converge(args) -> str:
+    from .converge import converge, render_text
+    if args.plot:
+        from .plot import require_matplotlib
+        require_matplotlib()                     # fail before the long run, not after
+    program = _load(args)
+    progress = sys.stderr if args.progress or sys.stderr.isatty() else None
+    result = converge(program, args.widths, trials=args.trials, seed=args.seed,
+                      matrix_dist=args.matrix_dist, dtype=args.dtype, progress=progress)
+    if args.plot:
+        from .plot import plot_convergence
+        plot_convergence(result, args.plot)
+    if args.json:
+        return json.dumps(result.to_dict(), indent=2)
+    return render_text(result) + (f"\nplot: {args.plot}" if args.plot else "")
+
+
+COMMANDS = {"check": cmd_check, "execute": cmd_execute, "compile": cmd_compile,
+            "converge": cmd_converge}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -13,10 +13,13 @@ Expectations go to the expectation engine (``expect``); each carries its method 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Mapping
 
+import numpy as np
 import sympy as sp
 
 from . import fnsym, ir
+from .batch import Batch
 from .expect import Estimate, Law, expect
 from .hypotheses import Hypotheses
 from .limit import Limit, LimitValue, summarize
@@ -33,10 +36,17 @@ class Compiled:
     """The Z-recurrence of a program with every scalar's limit (``limit()`` packages the outputs)."""
 
     def __init__(self, program: ir.Program, symbolic: bool = False, tol: float = 1e-10,
-                 max_qmc_points: int = 2**20, seed: int = 0, zdot: bool = True) -> None:
+                 max_qmc_points: int = 2**20, seed: int = 0, zdot: bool = True,
+                 batch_covs: Mapping[int, np.ndarray] | None = None) -> None:
         """``zdot=False`` drops every Ż term: the "gradient independence assumption" of the
-        NTK literature, exact only when no vector depends on both W and Wᵀ products."""
+        NTK literature, exact only when no vector depends on both W and Wᵀ products.
+
+        ``batch_covs`` {group: array (P, k, k)} evaluates the recurrence for P covariances of
+        those initial groups at once (e.g. every pair of a dataset): scalars that vary over
+        the batch are symbols whose values are arrays (``self.values``)."""
         self.program, self.symbolic, self.use_zdot = program, symbolic, zdot
+        self.batch = Batch(batch_covs) if batch_covs else None
+        self.base_of: dict[int, sp.Symbol] = {}
         self.options = dict(tol=tol, max_qmc_points=max_qmc_points, seed=seed)
         self.Z: dict[int, sp.Expr] = {}                   # vector var -> Z
         self.c: dict[int, sp.Expr] = {}                    # scalar var -> c̊
@@ -64,11 +74,27 @@ class Compiled:
         returns its value as sympy (the closed form in symbolic mode)."""
         key = expr
         if key not in self._cache:
-            self._cache[key] = self._expect(expr, where)
+            self._cache[key] = self._expect_batch(expr, where) if self.batch else self._expect(expr, where)
         index = self._cache[key]
         deps.add(index)
         est = self.estimates[index]
+        if self.batch:
+            return self.batch.number(est.value)
         return est.exact if est.exact is not None and self.symbolic else sp.Float(est.value)
+
+    def _expect_batch(self, expr: sp.Expr, where: ir.Eqn) -> int:
+        gauss = [s for s in sorted(expr.free_symbols, key=sp.default_sort_key)
+                 if s not in self.laws and s not in self.batch.values]
+        cov = [[self.cov.get((a, b), 0) for b in gauss] for a in gauss]
+        try:
+            est = self.batch.expect(expr, gauss, cov, self.laws, self.options)
+        except ValueError as err:
+            from .errors import TPValueError
+            raise TPValueError(f"cannot evaluate E[{expr}]: {err}", where.pos.line, where.pos.col,
+                               self.program.file, self.program.source) from None
+        self.hyp.estimate(where, est)
+        self.estimates.append(est)
+        return len(self.estimates) - 1
 
     def _expect(self, expr: sp.Expr, where: ir.Eqn) -> int:
         syms = sorted(expr.free_symbols, key=sp.default_sort_key)
@@ -103,19 +129,25 @@ class Compiled:
         sym = sp.Symbol(f"Z_{e.name}".replace("[", "").replace("]", ""), real=True)
         mean = self.num(spec.mean[e.member]) if spec.mean else sp.Integer(0)
         if spec.family == "normal":
-            covs = {sym: self.num(spec.cov[e.member][e.member] if spec.cov else spec.var)}
+            entry = self.cov_entry(e.group, spec)
+            covs = {sym: entry(e.member, e.member)}
             for m, other in enumerate(group.members[:e.member]):
                 if spec.cov:
-                    covs[self.base_of[other]] = self.num(spec.cov[e.member][m])
+                    covs[self.base_of[other]] = entry(e.member, m)
             self.add_gaussian(sym, covs)
         else:
             self.laws[sym] = Law(spec.family, self.num(spec.var), spec.df)
-        self.base_of = getattr(self, "base_of", {})
         self.base_of[e.var] = sym
         self.Z[e.var] = mean + sym
         self.deps[e.var] = set()
         law = f"{spec.family}" + (f"(cov row {list(spec.cov[e.member])})" if spec.cov else f"(var={spec.var:g})")
         self.lines.append(f"Z[{e.name}] = {self.Z[e.var]}    ~ {law}")
+
+    def cov_entry(self, group: int, spec):
+        """Entry (i, j) of an initial group's covariance: a number, or a batch symbol."""
+        if self.batch and group in self.batch.covs:
+            return lambda i, j: self.batch.number(self.batch.covs[group][:, i, j])
+        return lambda i, j: self.num(spec.cov[i][j] if spec.cov else spec.var)
 
     def do_Matrix(self, e: ir.Matrix) -> None:
         ratio = self.num(self.program.dims[e.rows] / self.program.dims[e.cols])
@@ -189,7 +221,10 @@ class Compiled:
     # ---- results
     def result(self, var: int) -> LimitValue:
         """A scalar's limit with the method and error summed over every estimate it rests on."""
-        return summarize(self.c[var], [self.estimates[i] for i in sorted(self.deps[var])], self.symbolic)
+        estimates = [self.estimates[i] for i in sorted(self.deps[var])]
+        if self.batch:
+            return self.batch.summarize(self.c[var], estimates)
+        return summarize(self.c[var], estimates, self.symbolic)
 
     def limit(self) -> Limit:
         return Limit({o.name: self.result(o.var) for o in self.program.outputs},

@@ -30,10 +30,11 @@ class TPError(Exception):
         head = f"{self.file}:{self.line}:{self.col}: {self.message}"
         if not self.source:
             return head
-        lines = self.source.splitlines()
+        lines = self.source.split("\n")         # as the parser counts lines: only \n ends one
         if self.line > len(lines):
             return head
-        text = lines[self.line - 1].replace("\t", " ")
+        text = "".join(" " if c.isspace() else c if c.isprintable() else "?"
+                       for c in lines[self.line - 1].rstrip("\r"))
         caret = " " * max(self.col - 1, 0) + "^"
         return f"{head}\n    {text}\n    {caret}"
 

@@ -84,12 +84,15 @@ class Executor:
                  memory_limit: int | None = None) -> None:
         if n < 1:
             raise TPUsageError("the width n must be at least 1", file=program.file)
+        if seed < 0:
+            raise TPUsageError(f"the seed must be a non-negative integer, not {seed}", file=program.file)
         self.program, self.seed, self.dtype = program, seed, np.dtype(dtype)
         if self.dtype not in (np.float64, np.float32):
             raise TPUsageError(f"dtype must be float64 or float32, not {self.dtype}", file=program.file)
         self.sizes = {w: max(1, int(round(r * n))) for w, r in program.dims.items()}
         self.specs = self._matrix_specs(matrix_dist)
         self.plan: Plan = make_plan(program)
+        self.columns = False
         self._check_memory(memory_limit)
 
     def _matrix_specs(self, family: str | None) -> dict[int, D.DistSpec]:
@@ -116,14 +119,20 @@ class Executor:
     def rng(self, trial: int, var: int) -> np.random.Generator:
         return np.random.default_rng(np.random.SeedSequence(self.seed, spawn_key=(trial, var)))
 
-    def run_trial(self, trial: int) -> dict[str, float]:
+    def run_trial(self, trial: int, columns: dict[int, np.ndarray] | None = None) -> dict[str, object]:
+        """One trial's outputs.  With ``columns`` {initial vector: array (n, P)} the program runs
+        on P inputs at once (every vector is an (n, P) array, every scalar a (P,) array): the
+        same matrices for all P, as for the pairs of a dataset kernel."""
         env: dict[int, object] = {}
         eqns = self.program.eqns
+        self.columns = columns is not None
         for g in self.program.groups:
             if any(v in self.plan.needed for v in g.members):
                 draws = D.sample_vectors(self.rng(trial, g.members[0]), g.dist, len(g.members),
                                          self.sizes[g.width], self.dtype)
-                env.update(zip(g.members, draws))
+                env.update(zip(g.members, draws[:, :, None] if self.columns else draws))
+        if columns:
+            env.update({v: np.asarray(a, self.dtype) for v, a in columns.items()})
 
         def read(var: int):
             if var not in env:           # a matrix, sampled when first needed
@@ -142,6 +151,8 @@ class Executor:
                     for v in inputs(e):
                         if self.plan.last_use.get(v, -1) <= i:
                             env.pop(v, None)
+        if self.columns:
+            return {o.name: np.ravel(read(o.var)) for o in self.program.outputs}
         return {o.name: float(read(o.var)) for o in self.program.outputs}
 
     def _gemm(self, step, read) -> list:
@@ -150,6 +161,10 @@ class Executor:
         w = w.T if first.transposed else w
         if len(step.eqns) == 1:
             return [w @ read(first.arg)]
+        if self.columns:                      # (n, P_k) blocks side by side: still one GEMM
+            args = [read(e.arg) for e in step.eqns]
+            block = w @ np.concatenate(args, axis=1)
+            return np.split(block, np.cumsum([a.shape[1] for a in args])[:-1], axis=1)
         block = w @ np.stack([read(e.arg) for e in step.eqns], axis=1)
         return list(block.T)
 
@@ -157,11 +172,13 @@ class Executor:
         value = eval_fn(e.fn, read)
         if isinstance(e, ir.Nonlin):
             size = self.sizes[e.width]
+            if self.columns and np.ndim(value) < 2:          # a function of scalars only
+                return np.broadcast_to(np.asarray(value, self.dtype), (size, np.size(value))).copy()
             return np.broadcast_to(np.asarray(value, self.dtype), (size,)).copy() \
                 if np.ndim(value) == 0 else np.asarray(value, self.dtype)
         if isinstance(e, ir.Moment):
-            return float(np.mean(value))
-        return float(value)
+            return np.mean(value, axis=0) if self.columns else float(np.mean(value))
+        return value if self.columns else float(value)
 
     def _check_finite(self, e: ir.Eqn, value, trial: int) -> None:
         if np.all(np.isfinite(value)):

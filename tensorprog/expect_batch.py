@@ -38,15 +38,19 @@ def _symbolic_cov(covs: np.ndarray) -> tuple[sp.Matrix, dict]:
             col = covs[:, i, j]
             if np.all(col == col[0]):
                 S[i, j] = S[j, i] = as_number(float(col[0]))
-            else:
-                c = sp.Symbol(f"c_{i}_{j}", positive=(i == j), real=True)
-                S[i, j] = S[j, i] = c
-                values[c] = col
+                continue
+            # entries equal over the whole batch share a symbol, so exact relations such as
+            # x ≡ y (Cov = Var) stay visible to the closed form
+            tied = next((c for c, v in values.items() if np.allclose(v, col, rtol=1e-12, atol=0)), None)
+            c = tied or sp.Symbol(f"c_{i}_{j}", positive=(i == j), real=True)
+            S[i, j] = S[j, i] = c
+            values[c] = col
     return S, values
 
 
 def expect_batch(expr: sp.Expr, gaussians: Sequence[sp.Symbol], covs: np.ndarray, *,
-                 exact: bool = True, tol: float = 1e-10) -> tuple[np.ndarray, np.ndarray, list[str]]:
+                 exact: bool = True, tol: float = 1e-10,
+                 _retry: bool = True) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """(values, errors, methods) of E[expr] for z ~ N(0, covs[p]), p = 0..P−1 (module doc)."""
     covs = np.asarray(covs, dtype=float)
     gaussians = tuple(gaussians)
@@ -63,7 +67,14 @@ def expect_batch(expr: sp.Expr, gaussians: Sequence[sp.Symbol], covs: np.ndarray
         if F is not None and not engine.jobs:
             out = np.broadcast_to(evaluate(F, values) if values else float(F.evalf(20)), (P,)).copy()
             errs, methods = np.zeros(P), ["exact"] * P
-            for p in np.nonzero(~np.isfinite(out))[0]:
+            bad = np.nonzero(~np.isfinite(out))[0]
+            if _retry and len(bad) > 1:      # the singular points as a batch of their own
+                v, e, m = expect_batch(expr, gaussians, covs[bad], exact=exact, tol=tol, _retry=False)
+                out[bad], errs[bad] = v, e
+                for k, p in enumerate(bad):
+                    methods[p] = m[k]
+                return out, errs, methods
+            for p in bad:
                 e = expect(expr, gaussians, sp.Matrix(covs[p].tolist()), tol=tol)
                 out[p], errs[p], methods[p] = e.value, e.error, e.method
             return out, errs, methods

@@ -56,14 +56,14 @@ class Hypotheses:
                 self.warn(e, "pseudo-Lipschitz", f"the denominator {power.base} can vanish")
 
     def scalar(self, e: ir.Scalar, value: sp.Expr) -> None:
-        if value.is_number and not sp.N(value).is_finite:
+        if value.is_number and not sp.N(value).is_finite and value.is_comparable:
             from .errors import TPNumericalError
             raise TPNumericalError(f"the limit of this scalar is not finite ({value})", e.pos.line,
                                    e.pos.col, self.program.file, self.program.source)
 
     def estimate(self, e, est) -> None:
-        import math
-        if not math.isfinite(est.value):
+        import numpy as np
+        if not np.all(np.isfinite(est.value)):
             from .errors import TPNumericalError
             raise TPNumericalError(f"an expectation in the limit is not finite ({est.value})", e.pos.line,
                                    e.pos.col, self.program.file, self.program.source)

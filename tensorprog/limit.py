@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
+import numpy as np
 import sympy as sp
 
 _RANK = {"exact": 0, "quadrature": 1, "qmc": 2}
@@ -24,6 +25,9 @@ class LimitValue:
     exact: sp.Expr | None = None
 
     def describe(self) -> str:
+        if np.ndim(self.value):
+            v, err = np.asarray(self.value), np.asarray(self.error)
+            return f"[{v.size} values in {v.min():.6g}..{v.max():.6g}] ± {err.max():.2g} ({self.method})"
         if self.method == "exact":
             return f"{self.value:.12g} (exact{': ' + str(self.exact) if self.exact is not None else ''})"
         return f"{self.value:.12g} ± {self.error:.2g} ({self.method})"

@@ -189,7 +189,7 @@ def _describe(err: UnexpectedInput) -> str:
 
 def _end_position(text: str) -> tuple[int, int]:
     """Just after the last token (comments and blank lines skipped)."""
-    lines = text.splitlines()
+    lines = text.split("\n")                 # lines as the lexer counts them
     for number in range(len(lines), 0, -1):
         code = lines[number - 1].split("#", 1)[0].rstrip()
         if code:
@@ -215,6 +215,8 @@ def _readable(terminal: str) -> str:
 def parse_text(text: str, file: str = "<string>") -> S.Module:
     """Parse ``.tp`` text into a ``syntax.Module``; raise ``TPSyntaxError`` located in ``file``."""
     source = text if text.endswith("\n") else text + "\n"
+    if source.startswith("\ufeff"):             # a byte-order mark: blank (keeps the columns)
+        source = " " + source[1:]
     try:
         tree = _lark().parse(source)
         return _ToAst().transform(tree)

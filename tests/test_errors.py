@@ -299,7 +299,7 @@ def test_huge_unrolling_is_refused_quickly(src, line, col):
     start = time.perf_counter()
     with pytest.raises(tp.TPLimitError) as err:
         tp.parse(src)
-    assert time.perf_counter() - start < 1.0
+    assert time.perf_counter() - start < 2.0   # refused, not unrolled (generous for a loaded CI box)
     assert (err.value.line, err.value.col) == (line, col)
     check_rendering(err.value, src)
 
@@ -338,7 +338,7 @@ def slow_loops() -> dict[str, str]:
                                       cwd=ROOT, env=env)
         procs[key].stdin.write(src)
         procs[key].stdin.close()
-    deadline = time.monotonic() + 3.0
+    deadline = time.monotonic() + 12.0      # interpreter start-up on a loaded 2-core box; a hang is ~50 s
     results = {}
     for key, proc in procs.items():
         try:
@@ -356,11 +356,11 @@ def slow_loops() -> dict[str, str]:
 
 
 def test_huge_loop_with_empty_body_is_quick(slow_loops):
-    assert slow_loops["empty-body"] in ("ok", "limit")
+    assert slow_loops["empty-body"] == "limit"
 
 
 def test_huge_loop_with_constant_body_is_quick(slow_loops):
-    assert slow_loops["constant-body"] in ("ok", "limit")
+    assert slow_loops["constant-body"] == "limit"
 
 
 def test_recursive_def_is_located():

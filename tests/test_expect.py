@@ -257,15 +257,12 @@ def test_symmetry_zeros():
 
 
 # ---------------------------------------------------------------- numerics
-def test_tanh_quadrature_accuracy_and_speed():
+def test_tanh_quadrature_accuracy():
+    # (speed is measured in bench/compile_bench.py, not here)
     su, sv, c = 1.0, 2.0, 0.6
     rho = c / math.sqrt(su * sv)
     ref = quad2(lambda a, b: math.tanh(a) * math.tanh(b), su, sv, rho)
-    expect(sp.tanh(x) * sp.tanh(y), [x, y], cov2(su, sv, c))
-    t0 = time.perf_counter()
-    est = expect(sp.tanh(x) * sp.tanh(y), [x, y], cov2(su, sv, c + 1e-3))
     est = expect(sp.tanh(x) * sp.tanh(y), [x, y], cov2(su, sv, c))
-    assert (time.perf_counter() - t0) / 2 < 0.05
     assert est.method == "quadrature" and abs(est.value - ref) <= est.error < 1e-9
 
 
