@@ -8,8 +8,9 @@
 from .errors import (TPError, TPIndexError, TPLimitError, TPLoadError, TPNameError,
                      TPNumericalError, TPSyntaxError, TPTypeError, TPUsageError, TPValueError)
 from .program import Program, load, parse
+from .kernel import kernel  # noqa: E402  (tp.kernel is the function; the module is tensorprog.kernel)
 
-__all__ = ["Program", "load", "parse", "TPError", "TPSyntaxError", "TPNameError", "TPTypeError",
+__all__ = ["Program", "load", "parse", "kernel", "TPError", "TPSyntaxError", "TPNameError", "TPTypeError",
            "TPValueError", "TPIndexError", "TPLoadError", "TPLimitError", "TPNumericalError",
            "TPUsageError"]
 __version__ = "0.1.0"

@@ -59,15 +59,15 @@ class Batch:
         d = len(gauss)
         covs = np.empty((self.P, d, d))
         for i in range(d):
-            for j in range(d):
-                covs[:, i, j] = self.eval(cov[i][j])
+            for j in range(i, d):
+                covs[:, i, j] = covs[:, j, i] = self.eval(cov[i][j])
         coeffs = [s for s in expr.free_symbols if s in self.values]
         used_laws = {s: laws[s] for s in expr.free_symbols if s in laws}
         if coeffs or used_laws:
             return self._one_by_one(expr, gauss, covs, coeffs, used_laws, options)
         values, errors, methods = expect_batch(expr, gauss, covs, tol=options["tol"])
         return BatchEstimate(np.asarray(values, float), np.asarray(errors, float),
-                             max(methods, key=_RANK.__getitem__))
+                             max(set(methods), key=_RANK.__getitem__))
 
     def _one_by_one(self, expr, gauss, covs, coeffs, laws, options) -> BatchEstimate:
         values, errors, methods = np.empty(self.P), np.empty(self.P), set()

@@ -55,6 +55,17 @@ def _parser() -> argparse.ArgumentParser:
     cv.add_argument("--progress", action="store_true",
                     help="one line per width on stderr (default: only when stderr is a terminal)")
     cv.add_argument("--json", action="store_true")
+    ke = command("kernel", "N×N kernels of a template over a dataset (limit, or finite width with -n)")
+    ke.add_argument("--inputs", required=True, metavar="X.npy", help="an (N, d) array of inputs")
+    ke.add_argument("--out", metavar="K.npz|K.npy", default=None,
+                    help="save the kernels (.npz: every output; .npy: the one named by --output)")
+    ke.add_argument("--output", default=None, help="the output saved to a .npy (default: the first)")
+    ke.add_argument("-n", "--width", type=int, default=None, help="finite width (default: the limit)")
+    ke.add_argument("--trials", type=int, default=1)
+    ke.add_argument("--seed", type=int, default=0)
+    ke.add_argument("--matrix-dist", default=None)
+    ke.add_argument("--dtype", choices=["float64", "float32"], default="float64")
+    ke.add_argument("--json", action="store_true")
     return top
 
 
@@ -118,8 +129,25 @@ def cmd_converge(args) -> str:
     return render_text(result) + (f"\nplot: {args.plot}" if args.plot else "")
 
 
+def cmd_kernel(args) -> str:
+    from .kernel import kernel, load_inputs
+    X = load_inputs(args.inputs)
+    result = kernel(args.file, X, n=args.width, trials=args.trials, seed=args.seed,
+                    matrix_dist=args.matrix_dist, dtype=args.dtype, **dict(args.defines))
+    if args.out:
+        result.save(args.out, args.output)
+    if args.json:
+        return json.dumps(result.summary(), indent=2)
+    what = "limit" if result.width is None else f"width {result.width}, {result.trials} trial(s)"
+    rows = [f"{X.shape[0]} inputs of dimension {X.shape[1]}: {what}" + (f"; saved to {args.out}" if args.out else "")]
+    for name, row in result.summary()["outputs"].items():
+        rows.append(f"  {name:<10} diag mean {row['diag_mean']:.6g}, off-diag mean {row['offdiag_mean']:.6g}, "
+                    f"{row['method']}, max error {row['max_error']:.2g}")
+    return "\n".join(rows + result.warnings)
+
+
 COMMANDS = {"check": cmd_check, "execute": cmd_execute, "compile": cmd_compile,
-            "converge": cmd_converge}
+            "converge": cmd_converge, "kernel": cmd_kernel}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

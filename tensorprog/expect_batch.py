@@ -29,6 +29,14 @@ from .numeric import compile_exprs, evaluate
 QUAD_BUDGET = 2_000_000          # points × matrices per tensor evaluation
 
 
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    """Equal to rounding over the whole batch (a cheap probe of a few entries first)."""
+    probe = slice(None, None, max(1, len(a) // 16))
+    if not np.allclose(a[probe], b[probe], rtol=1e-12, atol=0):
+        return False
+    return np.allclose(a, b, rtol=1e-12, atol=0)
+
+
 def _symbolic_cov(covs: np.ndarray) -> tuple[sp.Matrix, dict]:
     """A covariance with a symbol for each entry that varies over the batch."""
     P, d, _ = covs.shape
@@ -41,10 +49,11 @@ def _symbolic_cov(covs: np.ndarray) -> tuple[sp.Matrix, dict]:
                 continue
             # entries equal over the whole batch share a symbol, so exact relations such as
             # x ≡ y (Cov = Var) stay visible to the closed form
-            tied = next((c for c, v in values.items() if np.allclose(v, col, rtol=1e-12, atol=0)), None)
-            c = tied or sp.Symbol(f"c_{i}_{j}", positive=(i == j), real=True)
-            S[i, j] = S[j, i] = c
-            values[c] = col
+            tied = next((s * c for c, v in values.items() for s in (1, -1) if _same(v, s * col)), None)
+            if tied is None:
+                tied = sp.Symbol(f"c_{i}_{j}", positive=(i == j), real=True)
+                values[tied] = col
+            S[i, j] = S[j, i] = tied
     return S, values
 
 

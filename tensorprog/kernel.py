@@ -45,6 +45,43 @@ class KernelResult:
     trials: int = 0
     warnings: list[str] = field(default_factory=list)
 
+    def summary(self) -> dict:
+        """Per output: diagonal and off-diagonal means, method, and the largest error
+        (the limit's bound, or the largest standard error over trials at finite width)."""
+        rows = {}
+        for name, k in self.outputs.items():
+            N = k.mean.shape[0]
+            off = k.mean[~np.eye(N, dtype=bool)]
+            spread = k.error if k.error is not None else (k.std / np.sqrt(max(self.trials, 1)))
+            rows[name] = {"diag_mean": float(np.mean(np.diag(k.mean))),
+                          "offdiag_mean": float(off.mean()) if off.size else float("nan"),
+                          "method": k.method, "max_error": float(np.max(spread))}
+        return {"width": self.width, "trials": self.trials, "outputs": rows, "warnings": self.warnings}
+
+    def save(self, path: str, output: str | None = None) -> None:
+        """``.npz``: every output (and ``NAME_error`` / ``NAME_std``); ``.npy``: one output."""
+        if str(path).endswith(".npz"):
+            arrays = {name: k.mean for name, k in self.outputs.items()}
+            arrays.update({f"{name}_{'error' if k.error is not None else 'std'}":
+                           (k.error if k.error is not None else k.std) for name, k in self.outputs.items()})
+            np.savez(path, **arrays)
+            return
+        name = output or next(iter(self.outputs))
+        if name not in self.outputs:
+            raise TPUsageError(f"--output: no output '{name}' (outputs: {', '.join(self.outputs)})")
+        np.save(path, self.outputs[name].mean)
+
+
+def load_inputs(path: str) -> np.ndarray:
+    """An (N, d) numeric array from a .npy file (no pickles)."""
+    try:
+        X = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as err:
+        raise TPUsageError(f"--inputs: cannot read {path}: {err}") from None
+    if not isinstance(X, np.ndarray) or X.ndim != 2 or X.dtype.kind not in "biuf":
+        raise TPUsageError(f"--inputs: {path} must hold a numeric (N, d) array")
+    return X.astype(float)
+
 
 def _lower(program: ir.Program, params: dict) -> ir.Program:
     module = parse_text(program.source, program.file)
@@ -94,14 +131,34 @@ def limit_kernel(program: ir.Program, X: np.ndarray, tol: float = 1e-10, params:
     """The infinite-width kernels, vectorized over all pairs."""
     tmpl, g, s = template(program, params)
     q, i, j = _pairs(X)
-    covs = s * np.stack([np.stack([q[i, i], q[i, j]], -1), np.stack([q[i, j], q[j, j]], -1)], -2)
-    compiled = Compiled(tmpl, tol=tol, batch_covs={g: covs})
-    lim = compiled.limit()
     N = q.shape[0]
-    outputs = {name: KernelMatrix(_symmetric(np.broadcast_to(v.value, i.shape), i, j, N),
-                                  error=_symmetric(np.broadcast_to(v.error, i.shape), i, j, N),
-                                  method=v.method) for name, v in lim.outputs.items()}
-    return KernelResult(outputs, None, warnings=lim.warnings)
+    values = {o.name: np.empty(len(i)) for o in tmpl.outputs}
+    errors = {o.name: np.empty(len(i)) for o in tmpl.outputs}
+    methods: dict[str, set[str]] = {o.name: set() for o in tmpl.outputs}
+    warnings: list[str] = []
+    for part in _singularity_classes(q, i, j):
+        a, b = i[part], j[part]
+        covs = s * np.stack([np.stack([q[a, a], q[a, b]], -1), np.stack([q[a, b], q[b, b]], -1)], -2)
+        lim = Compiled(tmpl, tol=tol, batch_covs={g: covs}).limit()
+        for name, v in lim.outputs.items():
+            values[name][part] = v.value
+            errors[name][part] = v.error
+            methods[name].add(v.method)
+        warnings += [w for w in lim.warnings if w not in warnings]
+    rank = {"exact": 0, "quadrature": 1, "qmc": 2}
+    outputs = {name: KernelMatrix(_symmetric(values[name], i, j, N), error=_symmetric(errors[name], i, j, N),
+                                  method=max(methods[name], key=rank.__getitem__)) for name in values}
+    return KernelResult(outputs, None, warnings=warnings)
+
+
+def _singularity_classes(q: np.ndarray, i: np.ndarray, j: np.ndarray) -> list[np.ndarray]:
+    """Pairs split into x ≡ y, x ≡ −y and the rest: each class is compiled as its own batch,
+    so the exact singular structure (a correlation of exactly ±1) reaches the closed forms."""
+    norm = np.sqrt(q[i, i] * q[j, j])
+    r = np.divide(q[i, j], norm, out=np.zeros_like(norm), where=norm > 0)
+    same, opposite = (r >= 1 - 1e-12) | (i == j), r <= -1 + 1e-12
+    rest = ~(same | opposite)
+    return [np.nonzero(m)[0] for m in (same, opposite, rest) if m.any()]
 
 
 def finite_kernel(program: ir.Program, X: np.ndarray, n: int, trials: int = 1, seed: int = 0,

@@ -1,0 +1,123 @@
+"""Dataset kernels: against the pairwise compiled limit, an independent ReLU closed form,
+and finite-width networks."""
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import tensorprog as tp
+
+TEMPLATE = "programs/kernels/relu_mlp.tp"
+
+
+def relu_nngp_ntk(q: np.ndarray, L: int, var: float, var1: float) -> tuple[np.ndarray, np.ndarray]:
+    """Arc-cosine NNGP/NTK recursion (Cho & Saul; Jacot et al.; Arora et al.), written here
+    independently of tensorprog: Σ¹ = var1·q; Σˡ = var·κ1(Σˡ⁻¹), Σ̇ˡ = var·κ0(Σˡ⁻¹);
+    Θ¹ = Σ¹, Θˡ = Σˡ + Θˡ⁻¹ Σ̇ˡ; output NNGP κ1(Σᴸ), NTK κ1(Σᴸ) + Θᴸ κ0(Σᴸ)."""
+    def kappas(S: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        d = np.sqrt(np.outer(np.diag(S), np.diag(S)))
+        theta = np.arccos(np.clip(S / d, -1, 1))
+        k1 = d * (np.sin(theta) + (np.pi - theta) * np.cos(theta)) / (2 * np.pi)
+        k0 = (np.pi - theta) / (2 * np.pi)
+        return k1, k0
+    S = var1 * q
+    T = S.copy()
+    for _ in range(2, L + 1):
+        k1, k0 = kappas(S)
+        S, T = var * k1, var * k1 + T * var * k0
+    k1, k0 = kappas(S)
+    return k1, k1 + T * k0
+
+
+@pytest.fixture(scope="module")
+def data() -> np.ndarray:
+    X = np.random.default_rng(4).standard_normal((12, 7))
+    X[3] = X[1]                      # a repeated input: singular pair covariance
+    X[5] = -X[2]                     # an opposite one
+    return X
+
+
+@pytest.mark.parametrize("L,var,var1", [(3, 2.0, 1.0), (5, 1.5, 2.0)])
+def test_limit_kernel_matches_independent_arccosine_recursion(data, L, var, var1):
+    K = tp.kernel(TEMPLATE, data, L=L, var=var, var1=var1)
+    nngp, ntk = relu_nngp_ntk(data @ data.T / data.shape[1], L, var, var1)
+    assert np.max(np.abs(K.outputs["nngp"].mean - nngp)) < 1e-12
+    assert np.max(np.abs(K.outputs["ntk"].mean - ntk)) < 1e-11
+    assert K.outputs["ntk"].method == "exact"
+
+
+def test_limit_kernel_matches_pairwise_compile(data):
+    K = tp.kernel(TEMPLATE, data, L=3)
+    q = data @ data.T / data.shape[1]
+    for i, j in [(0, 1), (1, 3), (2, 5), (4, 4)]:
+        lim = tp.load(TEMPLATE, L=3, q11=q[i, i], q12=q[i, j], q22=q[j, j]).compile().limit()
+        for name in ("nngp", "ntk"):
+            assert K.outputs[name].mean[i, j] == pytest.approx(lim.outputs[name].value, abs=1e-12)
+            assert K.outputs[name].mean[j, i] == K.outputs[name].mean[i, j]
+
+
+def test_numeric_template_matches_pairwise_compile(data, tmp_path):
+    """A template without closed forms (tanh) goes through batched quadrature."""
+    text = open(TEMPLATE).read().replace("relu(", "tanh(").replace("step(", "dtanh(")
+    text = "def dtanh(z) = 1 - tanh(z) ** 2\n" + text
+    path = tmp_path / "tanh_mlp.tp"
+    path.write_text(text)
+    X = data[:5]
+    K = tp.kernel(path, X, L=2, var=1.5)
+    q = X @ X.T / X.shape[1]
+    for i, j in [(0, 1), (2, 4), (3, 3)]:
+        lim = tp.load(path, L=2, var=1.5, q11=q[i, i], q12=q[i, j], q22=q[j, j]).compile().limit()
+        for name in ("nngp", "ntk"):
+            v = lim.outputs[name]
+            assert abs(K.outputs[name].mean[i, j] - v.value) <= K.outputs[name].error[i, j] + v.error + 1e-13
+    assert K.outputs["nngp"].method in ("quadrature", "exact")
+
+
+def test_finite_width_kernel_converges(data):
+    X = data[:6]
+    lim = tp.kernel(TEMPLATE, X, L=3)
+    trials = 10
+    dist = []
+    for n in (256, 2048):
+        F = tp.kernel(TEMPLATE, X, L=3, n=n, trials=trials, seed=2)
+        for name in ("nngp", "ntk"):
+            # entries of one trial share the network, so test one summary per trial:
+            # the mean deviation over the matrix, within 5 standard errors over trials
+            dev = np.array([np.mean(v - lim.outputs[name].mean) for v in F.outputs[name].values])
+            assert abs(dev.mean()) <= 5 * dev.std(ddof=1) / math.sqrt(trials) + 8 / n, (name, n, dev)
+        dist.append(np.mean([np.linalg.norm(v - lim.outputs["ntk"].mean) / np.linalg.norm(lim.outputs["ntk"].mean)
+                             for v in F.outputs["ntk"].values]))
+    assert dist[1] < 0.6 * dist[0]          # relative Frobenius distance ~ n^{-1/2}: 0.35 expected
+
+
+def test_template_must_use_q_only_in_the_covariance(tmp_path):
+    bad = tmp_path / "bad.tp"
+    bad.write_text("param q11 = 1\nparam q12 = 0\nparam q22 = 1\nvector x, y ~ normal(cov=[[q11, q12], [q12, q22]])\n"
+                   "out k = mean(x * y) * q12\n")
+    with pytest.raises(tp.TPUsageError, match="only as the covariance"):
+        tp.kernel(bad, np.eye(3))
+    missing = tmp_path / "missing.tp"
+    missing.write_text("vector x ~ normal()\nout k = mean(x * x)\n")
+    with pytest.raises(tp.TPUsageError, match="q11"):
+        tp.kernel(missing, np.eye(3))
+
+
+def test_kernel_cli(tmp_path, data):
+    np.save(tmp_path / "X.npy", data)
+    proc = subprocess.run([sys.executable, "-m", "tensorprog", "kernel", TEMPLATE, "--inputs",
+                           str(tmp_path / "X.npy"), "--out", str(tmp_path / "K.npz"), "--json", "-D", "L=2"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert set(summary["outputs"]) == {"nngp", "ntk"} and summary["width"] is None
+    saved = np.load(tmp_path / "K.npz")
+    nngp, _ = relu_nngp_ntk(data @ data.T / data.shape[1], 2, 2.0, 1.0)
+    assert np.max(np.abs(saved["nngp"] - nngp)) < 1e-12
+    bad = subprocess.run([sys.executable, "-m", "tensorprog", "kernel", TEMPLATE, "--inputs",
+                          str(tmp_path / "missing.npy")], capture_output=True, text=True)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
