@@ -25,6 +25,10 @@ from .hypotheses import Hypotheses
 from .limit import Limit, LimitValue, summarize
 
 
+#: closed forms in param symbols larger than this (sympy operation count) become numbers
+MAX_SYMBOLIC_OPS = 80
+
+
 @dataclass
 class Family:
     """The Ẑ's of one matrix in one direction (W or Wᵀ)."""
@@ -37,7 +41,9 @@ class Compiled:
 
     def __init__(self, program: ir.Program, symbolic: bool = False, tol: float = 1e-10,
                  max_qmc_points: int = 2**20, seed: int = 0, zdot: bool = True,
-                 batch_covs: Mapping[int, np.ndarray] | None = None) -> None:
+                 batch_covs: Mapping[int, np.ndarray] | None = None,
+                 symbolic_covs: Mapping[int, sp.Matrix] | None = None,
+                 param_values: Mapping[sp.Symbol, float] | None = None) -> None:
         """``zdot=False`` drops every Ż term: the "gradient independence assumption" of the
         NTK literature, exact only when no vector depends on both W and Wᵀ products.
 
@@ -46,6 +52,8 @@ class Compiled:
         the batch are symbols whose values are arrays (``self.values``)."""
         self.program, self.symbolic, self.use_zdot = program, symbolic, zdot
         self.batch = Batch(batch_covs) if batch_covs else None
+        self.symbolic_covs = dict(symbolic_covs or {})       # group -> covariance in param symbols
+        self.param_values = dict(param_values or {})
         self.base_of: dict[int, sp.Symbol] = {}
         self.options = dict(tol=tol, max_qmc_points=max_qmc_points, seed=seed)
         self.Z: dict[int, sp.Expr] = {}                   # vector var -> Z
@@ -98,11 +106,12 @@ class Compiled:
 
     def _expect(self, expr: sp.Expr, where: ir.Eqn) -> int:
         syms = sorted(expr.free_symbols, key=sp.default_sort_key)
-        gauss = [s for s in syms if s not in self.laws]
+        gauss = [s for s in syms if s not in self.laws and s not in self.param_values]
         cov = sp.Matrix(len(gauss), len(gauss), lambda i, j: self.cov.get((gauss[i], gauss[j]), 0))
         laws = {s: self.laws[s] for s in syms if s in self.laws}
         try:
-            est = expect(expr, gauss, cov, laws, exact=True, **self.options)
+            est = self._expect_params(expr, gauss, cov, laws) if self.param_values else \
+                expect(expr, gauss, cov, laws, exact=True, **self.options)
         except ValueError as err:
             from .errors import TPValueError
             raise TPValueError(f"cannot evaluate E[{expr}]: {err}", where.pos.line, where.pos.col,
@@ -110,6 +119,24 @@ class Compiled:
         self.hyp.estimate(where, est)
         self.estimates.append(est)
         return len(self.estimates) - 1
+
+    def _expect_params(self, expr, gauss, cov, laws) -> Estimate:
+        """A closed form in the param symbols if there is one, else numbers at their values."""
+        symbolic = (expr.free_symbols | cov.free_symbols) & self.param_values.keys()
+        small = max([sp.count_ops(expr)] + [sp.count_ops(c) for c in cov]) < MAX_SYMBOLIC_OPS
+        if symbolic and small:
+            try:
+                est = expect(expr, gauss, cov, laws, exact=True, **self.options)
+                if est.exact is not None and est.method == "exact" and \
+                        sp.count_ops(est.exact) < 4 * MAX_SYMBOLIC_OPS:
+                    value = complex(sp.N(est.exact.subs(self.param_values), 17))
+                    return Estimate(value.real, 0.0, "exact", est.exact)
+            except ValueError:
+                pass
+        if symbolic:                       # numbers, but exact ones: rho = 0.3 -> 3/10
+            exact = {s: fnsym.constant(v, True) for s, v in self.param_values.items()}
+            expr, cov = expr.subs(exact), cov.subs(exact)
+        return expect(expr, gauss, cov, laws, exact=True, **self.options)
 
     def leaf(self, var: int) -> sp.Expr:
         return self.Z[var] if var in self.Z else self.c[var]
@@ -147,6 +174,8 @@ class Compiled:
         """Entry (i, j) of an initial group's covariance: a number, or a batch symbol."""
         if self.batch and group in self.batch.covs:
             return lambda i, j: self.batch.number(self.batch.covs[group][:, i, j])
+        if group in self.symbolic_covs:
+            return lambda i, j: self.symbolic_covs[group][i, j]
         return lambda i, j: self.num(spec.cov[i][j] if spec.cov else spec.var)
 
     def do_Matrix(self, e: ir.Matrix) -> None:
@@ -224,7 +253,7 @@ class Compiled:
         estimates = [self.estimates[i] for i in sorted(self.deps[var])]
         if self.batch:
             return self.batch.summarize(self.c[var], estimates)
-        return summarize(self.c[var], estimates, self.symbolic)
+        return summarize(self.c[var], estimates, self.symbolic, self.param_values)
 
     def limit(self) -> Limit:
         return Limit({o.name: self.result(o.var) for o in self.program.outputs},

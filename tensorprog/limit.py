@@ -33,16 +33,18 @@ class LimitValue:
         return f"{self.value:.12g} ± {self.error:.2g} ({self.method})"
 
 
-def summarize(value: sp.Expr, estimates: Sequence, symbolic: bool) -> LimitValue:
-    """Combine a scalar's value with the estimates it rests on (errors add: unit sensitivity)."""
-    number = complex(sp.N(value, 17))
+def summarize(value: sp.Expr, estimates: Sequence, symbolic: bool, params: dict | None = None) -> LimitValue:
+    """Combine a scalar's value with the estimates it rests on (errors add: unit sensitivity).
+    ``params`` gives the values of param symbols left in a closed form."""
+    number = complex(sp.N(value.subs(params) if params else value, 17))
     if number.imag:
         raise ArithmeticError(f"the limit {value} is complex")
     method = max((e.method for e in estimates), key=_RANK.__getitem__, default="exact")
     error = sum(e.error for e in estimates) + 4e-16 * abs(number.real)
     exact = None
     if method == "exact" and symbolic:
-        exact = sp.nsimplify(value) if value.is_Float else sp.simplify(value)
+        exact = sp.nsimplify(value) if value.is_Float else (
+            sp.simplify(value) if sp.count_ops(value) < 200 else value)
     return LimitValue(number.real, float(error), method, exact)
 
 

@@ -25,14 +25,19 @@ class Program:
         return [o.name for o in self.ir.outputs]
 
     def execute(self, n: int, trials: int = 1, seed: int = 0, matrix_dist: str | None = None,
-                dtype=np.float64, memory_limit: int | None = None) -> ExecResult:
-        """Finite width: run at width ``n`` over ``trials`` independent seeds."""
-        return execute(self.ir, n, trials, seed, matrix_dist, dtype, memory_limit)
+                dtype=np.float64, memory_limit: int | None = None, **options) -> ExecResult:
+        """Finite width: run at width ``n`` over ``trials`` independent seeds.  ``options``:
+        ``jobs``, ``blocked``, ``progress`` (see :func:`tensorprog.execute.execute`)."""
+        return execute(self.ir, n, trials, seed, matrix_dist, dtype, memory_limit, **options)
 
     def compile(self, symbolic: bool = False):
         """Infinite width: the Master Theorem recurrence (``.limit()`` gives the values)."""
         from .compile import compile_program
-        return compile_program(self.ir, symbolic=symbolic)
+        if not symbolic:
+            return compile_program(self.ir)
+        from .symbolic import symbolic_covariances
+        covs, values = symbolic_covariances(self.ir)
+        return compile_program(self.ir, symbolic=True, symbolic_covs=covs, param_values=values)
 
     def limit(self, **options):
         return self.compile().limit(**options)

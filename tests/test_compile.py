@@ -149,3 +149,15 @@ def test_zdot_term_is_needed_after_a_backward_pass():
     se = run.std / math.sqrt(12)
     assert abs(run.mean - full.value) < 5 * se + 4 / 4096
     assert abs(run.mean - wrong.value) > 5 * se + 4 / 4096 + abs(wrong.error)
+
+
+def test_symbolic_keeps_covariance_params_as_symbols():
+    lim = tp.load("programs/relu_nngp.tp", L=2).compile(symbolic=True).limit()
+    formula = lim.outputs["kxy"].exact
+    rho = sp.Symbol("rho", real=True)
+    assert formula.free_symbols == {rho}
+    for r in (-0.7, 0.0, 0.3, 0.9):                    # the formula, not just its value at rho = 0.3
+        assert float(formula.subs(rho, r)) == pytest.approx(relu_corr_map(relu_corr_map(r)) / 2, abs=1e-12)
+    # a param that changes the structure (L) stays a number; the value is the same as numeric mode
+    numeric = tp.load("programs/relu_nngp.tp", L=2).compile().limit().outputs["kxy"].value
+    assert lim.outputs["kxy"].value == pytest.approx(numeric, abs=1e-13)
