@@ -39,10 +39,16 @@ def _parser() -> argparse.ArgumentParser:
     ex.add_argument("--seed", type=int, default=0)
     ex.add_argument("--matrix-dist", default=None, help="swap the family of every matrix")
     ex.add_argument("--dtype", choices=["float64", "float32"], default="float64")
+    _scale_flags(ex)
+    ex.add_argument("--progress", action="store_true", default=None,
+                    help="progress on stderr (default: only when stderr is a terminal)")
     ex.add_argument("--json", action="store_true")
     co = command("compile", "the Master Theorem recurrence and the limit of every out")
     co.add_argument("--symbolic", action="store_true", help="exact closed forms where they exist")
     co.add_argument("--emit", choices=["text", "json", "latex"], default="text")
+    co.add_argument("--tol", type=float, default=1e-10, help="target error of numerical expectations")
+    co.add_argument("--max-qmc-points", type=int, default=2**20,
+                    help="quasi-Monte Carlo points per expectation at most (default 2^20)")
     cv = command("converge", "finite width against the limit at several widths, with the fitted rate")
     cv.add_argument("--widths", type=_widths, required=True, metavar="N1,N2,...",
                     help="comma-separated widths, e.g. 256,512,1024")
@@ -50,6 +56,7 @@ def _parser() -> argparse.ArgumentParser:
     cv.add_argument("--seed", type=int, default=0)
     cv.add_argument("--matrix-dist", default=None, help="swap the family of every matrix")
     cv.add_argument("--dtype", choices=["float64", "float32"], default="float64")
+    _scale_flags(cv)
     cv.add_argument("--plot", metavar="OUT.png", default=None,
                     help="write a log-log plot of the deviation against the width (needs matplotlib)")
     cv.add_argument("--progress", action="store_true",
@@ -65,8 +72,26 @@ def _parser() -> argparse.ArgumentParser:
     ke.add_argument("--seed", type=int, default=0)
     ke.add_argument("--matrix-dist", default=None)
     ke.add_argument("--dtype", choices=["float64", "float32"], default="float64")
+    _scale_flags(ke, jobs=False)
     ke.add_argument("--json", action="store_true")
     return top
+
+
+def _scale_flags(p: argparse.ArgumentParser, jobs: bool = True) -> None:
+    if jobs:
+        p.add_argument("--jobs", "-j", type=int, default=1, metavar="J",
+                       help="run trials in J worker processes (0: one per core); same values as -j 1")
+    p.add_argument("--blocked", action=argparse.BooleanOptionalAction, default=None,
+                   help="regenerate matrices block by block instead of storing them (other random "
+                        "numbers, same laws); default: only when the dense matrices do not fit")
+
+
+def _options(args):
+    from .execute import options
+    opts = {"blocked": args.blocked}
+    if getattr(args, "jobs", None) is not None:
+        opts["jobs"] = args.jobs
+    return options(**opts)
 
 
 def _widths(text: str) -> list[int]:
@@ -93,10 +118,13 @@ def cmd_check(args) -> str:
 
 def cmd_execute(args) -> str:
     result = _load(args).execute(n=args.width, trials=args.trials, seed=args.seed,
-                                 matrix_dist=args.matrix_dist, dtype=args.dtype)
+                                 matrix_dist=args.matrix_dist, dtype=args.dtype, jobs=args.jobs,
+                                 blocked=args.blocked, progress=args.progress)
     if args.json:
         return json.dumps(result.to_dict(), indent=2)
     head = f"width {result.width}, {result.trials} trial(s), seed {result.seed}, {result.dtype}"
+    if result.blocked:
+        head += ", blocked matrices"
     if result.matrix_dist:
         head += f", matrices: {result.matrix_dist}"
     rows = [head, f"{'output':<16} {'mean':>14} {'std':>12}  values"]
@@ -108,7 +136,7 @@ def cmd_execute(args) -> str:
 
 def cmd_compile(args) -> str:
     from .report import render_compiled
-    compiled = _load(args).compile(symbolic=args.symbolic)
+    compiled = _load(args).compile(symbolic=args.symbolic, tol=args.tol, max_qmc_points=args.max_qmc_points)
     return render_compiled(compiled, compiled.limit(), args.emit)
 
 
@@ -119,8 +147,9 @@ def cmd_converge(args) -> str:
         require_matplotlib()                     # fail before the long run, not after
     program = _load(args)
     progress = sys.stderr if args.progress or sys.stderr.isatty() else None
-    result = converge(program, args.widths, trials=args.trials, seed=args.seed,
-                      matrix_dist=args.matrix_dist, dtype=args.dtype, progress=progress)
+    with _options(args):
+        result = converge(program, args.widths, trials=args.trials, seed=args.seed,
+                          matrix_dist=args.matrix_dist, dtype=args.dtype, progress=progress)
     if args.plot:
         from .plot import plot_convergence
         plot_convergence(result, args.plot)
@@ -132,8 +161,9 @@ def cmd_converge(args) -> str:
 def cmd_kernel(args) -> str:
     from .kernel import kernel, load_inputs
     X = load_inputs(args.inputs)
-    result = kernel(args.file, X, n=args.width, trials=args.trials, seed=args.seed,
-                    matrix_dist=args.matrix_dist, dtype=args.dtype, **dict(args.defines))
+    with _options(args):
+        result = kernel(args.file, X, n=args.width, trials=args.trials, seed=args.seed,
+                        matrix_dist=args.matrix_dist, dtype=args.dtype, **dict(args.defines))
     if args.out:
         result.save(args.out, args.output)
     if args.json:

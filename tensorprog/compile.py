@@ -117,6 +117,7 @@ class Compiled:
             raise TPValueError(f"cannot evaluate E[{expr}]: {err}", where.pos.line, where.pos.col,
                                self.program.file, self.program.source) from None
         self.hyp.estimate(where, est)
+        self.hyp.budget(where, est, self.options["tol"], self.options["max_qmc_points"])
         self.estimates.append(est)
         return len(self.estimates) - 1
 

@@ -61,6 +61,14 @@ class Hypotheses:
             raise TPNumericalError(f"the limit of this scalar is not finite ({value})", e.pos.line,
                                    e.pos.col, self.program.file, self.program.source)
 
+    def budget(self, e, est, tol: float, max_qmc_points: int) -> None:
+        """An expectation that stopped at its budget above the target error."""
+        import numpy as np
+        if est.method == "qmc" and np.max(est.error) > max(tol, 1e-300) * 10:
+            self.warn(e, "budget", f"an expectation stopped at max_qmc_points={max_qmc_points} with error "
+                      f"{np.max(est.error):.1e} > tol {tol:.0e}; raise --max-qmc-points (time grows "
+                      "linearly) or accept the stated error")
+
     def estimate(self, e, est) -> None:
         import numpy as np
         if not np.all(np.isfinite(est.value)):

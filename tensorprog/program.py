@@ -30,17 +30,24 @@ class Program:
         ``jobs``, ``blocked``, ``progress`` (see :func:`tensorprog.execute.execute`)."""
         return execute(self.ir, n, trials, seed, matrix_dist, dtype, memory_limit, **options)
 
-    def compile(self, symbolic: bool = False):
-        """Infinite width: the Master Theorem recurrence (``.limit()`` gives the values)."""
+    def compile(self, symbolic: bool = False, tol: float = 1e-10, max_qmc_points: int = 2**20,
+                seed: int = 0):
+        """Infinite width: the Master Theorem recurrence (``.limit()`` gives the values).
+
+        ``tol``: target error of each numerical expectation; ``max_qmc_points``: the
+        budget of quasi-Monte Carlo points per expectation (a warning says when an
+        expectation stops at the budget above ``tol``)."""
         from .compile import compile_program
+        options = dict(tol=tol, max_qmc_points=max_qmc_points, seed=seed)
         if not symbolic:
-            return compile_program(self.ir)
+            return compile_program(self.ir, **options)
         from .symbolic import symbolic_covariances
         covs, values = symbolic_covariances(self.ir)
-        return compile_program(self.ir, symbolic=True, symbolic_covs=covs, param_values=values)
+        return compile_program(self.ir, symbolic=True, symbolic_covs=covs, param_values=values, **options)
 
     def limit(self, **options):
-        return self.compile().limit(**options)
+        """``compile(**options).limit()``."""
+        return self.compile(**options).limit()
 
     def summary(self) -> dict[str, int]:
         """Number of equations of each kind."""

@@ -161,3 +161,13 @@ def test_symbolic_keeps_covariance_params_as_symbols():
     # a param that changes the structure (L) stays a number; the value is the same as numeric mode
     numeric = tp.load("programs/relu_nngp.tp", L=2).compile().limit().outputs["kxy"].value
     assert lim.outputs["kxy"].value == pytest.approx(numeric, abs=1e-13)
+
+
+def test_qmc_budget_is_bounded_and_says_so():
+    p = tp.load("programs/batchnorm_relu.tp", B=4)
+    lim = p.compile(max_qmc_points=4096).limit()
+    k = lim.outputs["k12"]
+    assert k.method == "qmc" and k.error > 1e-5           # a small budget shows in the error ...
+    assert any("[budget]" in w and "--max-qmc-points" in w for w in lim.warnings)   # ... and is named
+    better = p.compile(max_qmc_points=2**18).limit().outputs["k12"]
+    assert better.error < k.error and abs(better.value - k.value) <= better.error + k.error
