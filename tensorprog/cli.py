@@ -62,6 +62,14 @@ def _parser() -> argparse.ArgumentParser:
     cv.add_argument("--progress", action="store_true",
                     help="one line per width on stderr (default: only when stderr is a terminal)")
     cv.add_argument("--json", action="store_true")
+    tb = command("tailbound", "Theorem 4.3.1's tail bound (Golikov's thesis, ch. 4) against the empirical tail")
+    tb.add_argument("--output", required=True, help="an output c = mean(chi(g)**2) of the class")
+    tb.add_argument("--widths", type=_widths, default=[64, 256, 1024], metavar="N1,N2,...")
+    tb.add_argument("--t", dest="ts", type=_floats, default=[0.05, 0.1], metavar="T1,T2,...",
+                    help="deviations t of P(|c - limit| > t)")
+    tb.add_argument("--trials", type=int, default=200)
+    tb.add_argument("--seed", type=int, default=0)
+    tb.add_argument("--lam", type=float, default=None, help="a Lipschitz constant (default: from the rules)")
     ke = command("kernel", "N×N kernels of a template over a dataset (limit, or finite width with -n)")
     ke.add_argument("--inputs", required=True, metavar="X.npy", help="an (N, d) array of inputs")
     ke.add_argument("--out", metavar="K.npz|K.npy", default=None,
@@ -92,6 +100,13 @@ def _options(args):
     if getattr(args, "jobs", None) is not None:
         opts["jobs"] = args.jobs
     return options(**opts)
+
+
+def _floats(text: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}") from None
 
 
 def _widths(text: str) -> list[int]:
@@ -176,8 +191,15 @@ def cmd_kernel(args) -> str:
     return "\n".join(rows + result.warnings)
 
 
+def cmd_tailbound(args) -> str:
+    from .tailbound import analyze, compare, render_rows
+    program = _load(args)
+    chain = analyze(program, args.output, args.lam)
+    return render_rows(chain, compare(program, args.output, args.widths, args.ts, args.trials, args.seed, args.lam))
+
+
 COMMANDS = {"check": cmd_check, "execute": cmd_execute, "compile": cmd_compile,
-            "converge": cmd_converge, "kernel": cmd_kernel}
+            "converge": cmd_converge, "kernel": cmd_kernel, "tailbound": cmd_tailbound}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -19,7 +19,7 @@ _NON_IID = ("orthogonal", "mvt")
 class Hypotheses:
     def __init__(self, program: ir.Program) -> None:
         self.program = program
-        self.warnings: list[str] = []
+        self._seen: dict[tuple[str, str], list[tuple[int, int]]] = {}
         self.matrices = {e.var: e for e in program.eqns if isinstance(e, ir.Matrix)}
         self.non_gaussian = [m for m in self.matrices.values() if m.dist.family != "normal"]
         for m in self.matrices.values():
@@ -28,9 +28,20 @@ class Hypotheses:
             self._heavy_tail(program.eqns[g.members[0]], g.dist)
 
     def warn(self, e, hypothesis: str, message: str) -> None:
-        text = f"{self.program.file}:{e.pos.line}:{e.pos.col}: warning [{hypothesis}]: {message}"
-        if text not in self.warnings:
-            self.warnings.append(text)
+        places = self._seen.setdefault((hypothesis, message), [])
+        if (e.pos.line, e.pos.col) not in places:
+            places.append((e.pos.line, e.pos.col))
+
+    @property
+    def warnings(self) -> list[str]:
+        """One line per hypothesis and message, at its first place (and how many more)."""
+        out = []
+        for (hypothesis, message), places in self._seen.items():
+            (line, col), more = places[0], len(places) - 1
+            also = f" (also at line{'s' if more > 1 else ''} {', '.join(str(p[0]) for p in places[1:6])}" \
+                f"{', ...' if more > 5 else ''})" if more else ""
+            out.append(f"{self.program.file}:{line}:{col}: warning [{hypothesis}]: {message}{also}")
+        return out
 
     def _heavy_tail(self, e, spec) -> None:
         if spec.family in ("student_t", "mvt"):
