@@ -293,9 +293,15 @@ def make_spec(family: str, args: Sequence[object], kwargs: Mapping[str, object],
 def with_family(spec: DistSpec, family: str, df: float | None = None) -> DistSpec:
     """The matrix spec ``spec`` with its family replaced (``--matrix-dist``), keeping ``var``.
 
-    ``student_t`` / ``mvt`` get ``df`` if given, else :data:`DEFAULT_DF` (6);
-    ``df`` for any other family is an error.
+    ``student_t`` / ``mvt`` get ``df`` if given (also as ``"student_t:8"``), else
+    :data:`DEFAULT_DF` (6); ``df`` for any other family is an error.
     """
+    if isinstance(family, str) and ":" in family and df is None:
+        family, _, text = family.partition(":")
+        try:
+            df = float(text)
+        except ValueError:
+            raise DistributionError(f"{family}: df must be a number, not {text!r} (e.g. student_t:8)") from None
     if not isinstance(family, str) or family not in FAMILIES:
         raise DistributionError(_unknown_family(family))
     if spec.mean is not None or spec.cov is not None:

@@ -21,7 +21,7 @@ class Hypotheses:
         self.program = program
         self._seen: dict[tuple[str, str], list[tuple[int, int]]] = {}
         self.matrices = {e.var: e for e in program.eqns if isinstance(e, ir.Matrix)}
-        self.non_gaussian = [m for m in self.matrices.values() if m.dist.family != "normal"]
+        self.non_gaussian = [m for m in self.matrices.values() if m.dist.family not in ("normal",) + _NON_IID]
         for m in self.matrices.values():
             self._heavy_tail(m, m.dist)
         for g in program.groups:
@@ -54,8 +54,9 @@ class Hypotheses:
             self.warn(e, "iid entries", f"{m.name} ({m.dist.family}) is used transposed; the Master "
                       "Theorem with transposes is proven for iid entries only")
         elif m.dist.family == "mvt":
-            self.warn(e, "iid entries", f"{m.name} has mvt rows (not iid); the limit is computed as "
-                      "for iid Gaussian entries of the same variance")
+            self.warn(e, "iid entries", f"{m.name} has mvt rows (not iid): the limit is computed as for "
+                      "iid Gaussian entries of the same variance — exact for second moments of positively "
+                      "homogeneous φ (relu, leaky_relu), not otherwise (a row is S·g with a random scale S)")
 
     def nonlin(self, e, expr: sp.Expr) -> None:
         if self.non_gaussian and expr.has(*NON_SMOOTH_HEADS):
