@@ -48,7 +48,7 @@ class Batch:
         return sym
 
     def eval(self, expr: sp.Expr) -> np.ndarray:
-        expr = sp.sympify(expr)
+        expr = expr if isinstance(expr, sp.Basic) else sp.Float(float(expr))
         used = {s: self.values[s] for s in expr.free_symbols if s in self.values}
         value = evaluate(expr, used) if used else float(expr)
         return np.broadcast_to(np.asarray(value, dtype=float), (self.P,))
