@@ -55,6 +55,7 @@ class Compiled:
         self.symbolic_covs = dict(symbolic_covs or {})       # group -> covariance in param symbols
         self.param_values = dict(param_values or {})
         self.base_of: dict[int, sp.Symbol] = {}
+        self.scalar_error: dict[int, float] = {}
         self.options = dict(tol=tol, max_qmc_points=max_qmc_points, seed=seed)
         self.Z: dict[int, sp.Expr] = {}                   # vector var -> Z
         self.c: dict[int, sp.Expr] = {}                    # scalar var -> c̊
@@ -246,7 +247,20 @@ class Compiled:
         self.hyp.scalar(e, value)
         self.c[e.var] = value
         self.deps[e.var] = self.deps_of(e.args)
+        if not self.batch:
+            self.scalar_error[e.var] = self._propagated_error(e)
         self.lines.append(f"c[%{e.var}] = {value}")
+
+    def _propagated_error(self, e: ir.Scalar) -> float:
+        """Σ_a |∂f/∂c_a| · err(c_a): a scalar function's error from its arguments' errors."""
+        syms = {a: sp.Symbol(f"c{a}", real=True) for a in e.args if a in self.c}
+        f = fnsym.to_sympy(e.fn, lambda v: syms.get(v, self.leaf(v)))
+        at = {s: self.c[a] for a, s in syms.items()}
+        total = 0.0
+        for a, s in syms.items():
+            slope = complex(sp.N(sp.diff(f, s).subs(at)))
+            total += abs(slope) * self.result(a).error if slope == slope else float("inf")
+        return total
 
     # ---- results
     def result(self, var: int) -> LimitValue:
@@ -254,7 +268,11 @@ class Compiled:
         estimates = [self.estimates[i] for i in sorted(self.deps[var])]
         if self.batch:
             return self.batch.summarize(self.c[var], estimates)
-        return summarize(self.c[var], estimates, self.symbolic, self.param_values)
+        out = summarize(self.c[var], estimates, self.symbolic, self.param_values)
+        if var in self.scalar_error:          # a function of scalars: errors weighted by sensitivity
+            return LimitValue(out.value, self.scalar_error[var] + 4e-16 * (abs(out.value) + 1),
+                              out.method, out.exact)
+        return out
 
     def limit(self) -> Limit:
         return Limit({o.name: self.result(o.var) for o in self.program.outputs},

@@ -40,7 +40,8 @@ def summarize(value: sp.Expr, estimates: Sequence, symbolic: bool, params: dict 
     if number.imag:
         raise ArithmeticError(f"the limit {value} is complex")
     method = max((e.method for e in estimates), key=_RANK.__getitem__, default="exact")
-    error = sum(e.error for e in estimates) + 4e-16 * abs(number.real)
+    # rounding: relative to the value, and to O(1) terms that may have cancelled in it
+    error = sum(e.error for e in estimates) + 4e-16 * (abs(number.real) + 1)
     exact = None
     if method == "exact" and symbolic:
         exact = sp.nsimplify(value) if value.is_Float else (

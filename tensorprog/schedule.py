@@ -4,7 +4,10 @@ Levels: an equation runs one level after the last of its inputs (matrices are
 ready at level 0).  Within a level, MatMuls by the same matrix (and the same
 transposition) form one batch: W [x¹ … x^B] is a single GEMM.  ``last_use``
 lets the executor free each array after its final reader, and ``peak_bytes``
-estimates the memory a trial needs before anything is allocated.
+estimates the memory a trial needs before anything is allocated (with dense
+matrices, or with blocked ones that only cost a workspace while they multiply;
+``matrix_uses`` gives the batch of every GEMM on a matrix, ``generated_entries``
+the random numbers a blocked trial draws: each GEMM regenerates its matrix).
 """
 from __future__ import annotations
 
@@ -77,12 +80,28 @@ def make_plan(program: ir.Program) -> Plan:
     return Plan(tuple(steps), last_use, frozenset(needed))
 
 
+def matrix_uses(plan: Plan) -> dict[int, list[int]]:
+    """matrix var -> the number of MatMuls batched in each GEMM step that reads it."""
+    uses: dict[int, list[int]] = defaultdict(list)
+    for step in plan.steps:
+        if step.is_gemm:
+            uses[step.eqns[0].matrix].append(len(step.eqns))
+    return dict(uses)
+
+
+def generated_entries(program: ir.Program, plan: Plan, sizes: dict[str, int]) -> int:
+    """Random entries a trial generates when every matrix is regenerated at each GEMM step."""
+    return sum(len(batches) * sizes[program.eqns[v].rows] * sizes[program.eqns[v].cols]
+               for v, batches in matrix_uses(plan).items())
+
+
 def peak_bytes(program: ir.Program, plan: Plan, sizes: dict[str, int], itemsize: int,
                matrix_bytes) -> tuple[int, ir.Eqn | None]:
-    """Largest memory in use at any step of one trial, and the equation where it is reached."""
+    """Largest memory in use at any step of one trial, and the equation where it is reached.
+    ``matrix_bytes(e, rows, cols)`` is the cost of the Matrix equation ``e`` while it is live."""
     def nbytes(e: ir.Eqn) -> int:
         if isinstance(e, ir.Matrix):
-            return matrix_bytes(sizes[e.rows], sizes[e.cols], e.dist)
+            return matrix_bytes(e, sizes[e.rows], sizes[e.cols])
         if isinstance(e, ir.VECTOR_OPS):
             return sizes[e.width] * itemsize
         return 8

@@ -1,0 +1,154 @@
+"""Running independent trials in worker processes, with BLAS threads limited per worker.
+
+Every trial draws from its own seeded streams, so a trial's result does not depend
+on the process that ran it: ``jobs=J`` returns bit-identical values to ``jobs=1``.
+Workers are forked where the platform can (Linux: no re-import of ``__main__``,
+so a script without an ``if __name__ == "__main__"`` guard still works) and
+spawned elsewhere; each limits its BLAS to ``threads`` threads so that
+jobs × threads does not exceed the cores (``threadpoolctl`` if it is installed,
+else the OpenBLAS ``*_set_num_threads`` entry points found in the loaded
+libraries, plus the usual environment variables for libraries loaded later).
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import multiprocessing
+import os
+import re
+import sys
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from typing import Callable, Iterable, Iterator
+
+_ENV_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+             "BLIS_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
+_SETTERS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
+            "openblas_set_num_threads64_", "openblas_set_num_threads")
+_GETTERS = ("scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads",
+            "openblas_get_num_threads64_", "openblas_get_num_threads")
+
+
+def cpu_count() -> int:
+    """Cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def _openblas_libraries() -> list[ctypes.CDLL]:
+    try:
+        with open("/proc/self/maps") as f:
+            paths = sorted(set(re.findall(r"(/\S*openblas\S*\.so\S*)", f.read())))
+    except OSError:
+        return []
+    libs = []
+    for path in paths:
+        try:
+            libs.append(ctypes.CDLL(path, mode=getattr(os, "RTLD_NOLOAD", 0) | ctypes.RTLD_GLOBAL))
+        except OSError:
+            continue
+    return libs
+
+
+def blas_threads() -> int | None:
+    """The thread count of the (first) loaded OpenBLAS, or None if unknown."""
+    for lib in _openblas_libraries():
+        for name in _GETTERS:
+            fn = getattr(lib, name, None)
+            if fn is not None:
+                fn.restype = ctypes.c_int
+                return int(fn())
+    return None
+
+
+def set_blas_threads(threads: int) -> None:
+    """Limit the BLAS thread pools of this process to ``threads`` (best effort)."""
+    for var in _ENV_VARS:
+        os.environ[var] = str(threads)
+    try:
+        from threadpoolctl import threadpool_limits
+        threadpool_limits(threads)
+        return
+    except Exception:            # not installed, or an unknown library layout
+        pass
+    for lib in _openblas_libraries():
+        for name in _SETTERS:
+            fn = getattr(lib, name, None)
+            if fn is not None:
+                fn.argtypes = [ctypes.c_int]
+                fn(int(threads))
+                break
+
+
+def _restore_env(saved: dict[str, str | None]) -> None:
+    for var, value in saved.items():
+        if value is None:
+            os.environ.pop(var, None)
+        else:
+            os.environ[var] = value
+
+
+@contextlib.contextmanager
+def limited_blas(threads: int) -> Iterator[None]:
+    """Within the block, BLAS uses at most ``threads`` threads (restored afterwards)."""
+    before = blas_threads()
+    env = {v: os.environ.get(v) for v in _ENV_VARS}
+    set_blas_threads(threads)
+    try:
+        yield
+    finally:
+        if before is not None:
+            set_blas_threads(before)
+        _restore_env(env)
+
+
+# ---- the worker side: one object per process, built once by the initializer
+_STATE: dict = {}
+
+
+def _init(factory: Callable[[], object], threads: int) -> None:
+    set_blas_threads(threads)
+    _STATE["runner"] = factory()
+
+
+def _call(item):
+    return _STATE["runner"](item)
+
+
+def _context():
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+
+
+def imap_unordered(factory: Callable[[], Callable], items: Iterable, jobs: int,
+                   threads: int = 1) -> Iterator[tuple[object, object]]:
+    """(item, factory()(item)) for every item, computed in ``jobs`` worker processes, in the
+    order they finish.  ``factory`` (picklable for spawn) builds the per-process callable
+    once; each worker's BLAS is limited to ``threads`` threads."""
+    items = list(items)
+    env = {v: os.environ.get(v) for v in _ENV_VARS}
+    for var in _ENV_VARS:                   # spawned workers read them before importing numpy
+        os.environ[var] = str(threads)
+    pool = None
+    try:
+        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=_context(),
+                                   initializer=_init, initargs=(factory, threads))
+        pending = {pool.submit(_call, item): item for item in items}   # starts the workers
+    finally:
+        _restore_env(env)
+        if pool is not None and sys.exc_info()[0] is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+    try:
+        while pending:
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in done:
+                item = pending.pop(fut)
+                yield item, fut.result()
+    finally:
+        if pending:                          # left early (an error, an interrupt): stop the workers
+            for fut in pending:
+                fut.cancel()
+            for proc in list((getattr(pool, "_processes", None) or {}).values()):
+                proc.terminate()
+        pool.shutdown(wait=True, cancel_futures=True)
