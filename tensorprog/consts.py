@@ -41,8 +41,10 @@ def fold(op: str, a, b):
 
 def as_const(value) -> float | np.ndarray:
     arr = np.asarray(value, dtype=float)
+    if np.any(np.isnan(arr)):
+        raise ConstError("the constant is not finite (NaN: undefined)")
     if not np.all(np.isfinite(arr)):
-        raise ConstError("the constant is not finite")
+        raise ConstError("the constant is not finite (inf: an overflow or a division by zero)")
     return float(arr) if arr.ndim == 0 else arr
 
 

@@ -30,7 +30,7 @@ class TPError(Exception):
         head = f"{self.file}:{self.line}:{self.col}: {self.message}"
         if not self.source:
             return head
-        lines = self.source.split("\n")         # as the parser counts lines: only \n ends one
+        lines = self.source.removeprefix("\ufeff").split("\n")   # as the parser counts lines: at \n only
         if self.line > len(lines):
             return head
         text = "".join(" " if c.isspace() else c if c.isprintable() else "?"

@@ -70,10 +70,10 @@ def from_sympy(expr: sp.Expr, var_of: Callable[[sp.Symbol], int]) -> ir.Fn:
     if isinstance(expr, (sp.Add, sp.Mul)):
         op = "+" if isinstance(expr, sp.Add) else "*"
         parts = [from_sympy(a, var_of) for a in expr.args]
-        out = parts[0]
-        for p in parts[1:]:
-            out = ir.Bin(op, out, p)
-        return out
+        while len(parts) > 1:           # pairwise: log2(len(args)) deep
+            pairs = [ir.Bin(op, a, b) for a, b in zip(parts[::2], parts[1::2])]
+            parts = pairs + parts[len(pairs) * 2:]
+        return parts[0]
     if isinstance(expr, sp.Pow):
         return ir.Bin("**", from_sympy(expr.base, var_of), from_sympy(expr.exp, var_of))
     if isinstance(expr, sp.exp):
@@ -82,3 +82,19 @@ def from_sympy(expr: sp.Expr, var_of: Callable[[sp.Symbol], int]) -> ir.Fn:
     if head is None:
         raise NotABuiltin("a Dirac mass" if expr.func is Delta else f"the function {expr.func}")
     return ir.Call(head, tuple(from_sympy(a, var_of) for a in expr.args))
+
+
+def shape(fn: ir.Fn) -> tuple[int, int]:
+    """(depth, number of operations) of a function tree (leaves: depth 0, size 1), without recursion."""
+    depth, size, stack = 0, 0, [(fn, 0)]
+    while stack:
+        f, d = stack.pop()
+        size += 1
+        depth = max(depth, d)
+        if isinstance(f, ir.Call):
+            stack.extend((a, d + 1) for a in f.args)
+        elif isinstance(f, ir.Bin):
+            stack += [(f.lhs, d + 1), (f.rhs, d + 1)]
+        elif isinstance(f, ir.Neg):
+            stack.append((f.operand, d + 1))
+    return depth, size

@@ -124,7 +124,10 @@ class Lowerer(ExprLowering):
             self.steps += 1
             if self.steps > 2 * self.max_nodes:
                 raise located(TPLimitError, stmt, "the program runs too many statements while unrolling")
-            getattr(self, "do_" + type(stmt).__name__)(stmt)
+            try:
+                getattr(self, "do_" + type(stmt).__name__)(stmt)
+            except RecursionError:      # the innermost statement: constant expressions are not bounded
+                raise located(TPLimitError, stmt, "this statement nests too deeply") from None
 
     def do_Param(self, s: S.Param) -> None:
         value = self.overrides[s.name] if s.name in self.overrides else self.const(s.value, "a param")

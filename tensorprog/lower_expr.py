@@ -18,11 +18,17 @@ from .errors import TPError, TPLimitError, TPNameError, TPTypeError, TPValueErro
 from .nonlin import BUILTINS, CONSTANTS
 
 
+#: deepest function tree one expression may build: both back ends walk these trees recursively
+MAX_DEPTH = 100
+
+
 @dataclass(frozen=True)
 class RExpr:
     fn: ir.Fn
     kind: str            # "vector" | "scalar"
     width: str | None    # the width of a vector
+    depth: int = 0       # of ``fn`` (a leaf is 0)
+    size: int = 1        # operations in ``fn``, defs and sums expanded
 
 
 @dataclass(frozen=True)
@@ -70,7 +76,7 @@ class ExprLowering:
         if consts.is_const(value):
             return consts.as_const(-np.asarray(value))
         r = self.runtime(node, value)
-        return RExpr(ir.Neg(r.fn), r.kind, r.width)
+        return self.combine(node, ir.Neg(r.fn), [r])
 
     def ev_BinOp(self, node: S.BinOp):
         lhs, rhs = self.ev(node.lhs), self.ev(node.rhs)
@@ -108,12 +114,23 @@ class ExprLowering:
                                        transposed=lhs.transposed, width=out))
 
     def combine(self, node, fn: ir.Fn, parts: list[RExpr]) -> RExpr:
+        """``fn`` applied to ``parts``: typed, and bounded in depth and size."""
         widths = {p.width for p in parts if p.kind == "vector"}
         if len(widths) > 1:
             raise located(TPTypeError, node, f"vectors of different widths ({', '.join(sorted(widths))})")
+        depth, size = 1 + max(p.depth for p in parts), 1 + sum(p.size for p in parts)
+        self.check_tree(node, depth, size)
         if widths:
-            return RExpr(fn, "vector", widths.pop())
-        return RExpr(fn, "scalar", None)
+            return RExpr(fn, "vector", widths.pop(), depth, size)
+        return RExpr(fn, "scalar", None, depth, size)
+
+    def check_tree(self, node, depth: int, size: int) -> None:
+        if depth > MAX_DEPTH:
+            raise located(TPLimitError, node, f"this expression nests more than {MAX_DEPTH} operations deep "
+                          "(defs and sums expanded): split it into several statements")
+        if size > self.max_nodes:
+            raise located(TPLimitError, node, f"this expression has more than {self.max_nodes} operations "
+                          "once defs and sums are expanded (raise max_nodes to allow it)")
 
     def runtime(self, node, value) -> RExpr:
         """A value as a function tree (constants become ``Const`` leaves)."""
@@ -203,7 +220,9 @@ class ExprLowering:
         except fnsym.NotABuiltin as err:
             raise located(TPValueError, node, f"diff: the derivative contains {err}, which has no "
                           "value at a point (e.g. the derivative of step or sign)") from None
-        return RExpr(fn, "vector", expr.width)      # a vector even where ∂e/∂x is constant
+        depth, size = fnsym.shape(fn)
+        self.check_tree(node, depth, size)
+        return RExpr(fn, "vector", expr.width, depth, size)      # a vector even where ∂e/∂x is constant
 
     def call_def(self, node: S.Call):
         params, body = self.defs[node.func]
@@ -225,12 +244,14 @@ class ExprLowering:
     # ---- constant contexts
     def ev_SumOver(self, node: S.SumOver):
         lo, hi = self.const_range(node.range)
+        if hi < lo:
+            return 0.0
         self.charge(node, hi - lo + 1)
-        total = 0.0
-        for j in range(lo, hi + 1):
-            term = self.with_loop_var(node.var, float(j), node.body)
-            total = term if j == lo else self.add(node, total, term)
-        return total
+        terms = [self.with_loop_var(node.var, float(j), node.body) for j in range(lo, hi + 1)]
+        while len(terms) > 1:               # pairwise: the tree is log2(terms) deep, not len(terms)
+            pairs = [self.add(node, a, b) for a, b in zip(terms[::2], terms[1::2])]
+            terms = pairs + terms[len(pairs) * 2:]
+        return terms[0]
 
     def add(self, node, a, b):
         if consts.is_const(a) and consts.is_const(b):

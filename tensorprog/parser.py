@@ -11,7 +11,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Iterator
 
-from lark import Lark, Token, Transformer, v_args
+from lark import Lark, Token, Transformer_NonRecursive, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from . import syntax as S
@@ -57,8 +57,9 @@ def _pos(tok) -> tuple[int, int]:
 
 
 @v_args(meta=True)
-class _ToAst(Transformer):
-    """One method per grammar rule; each returns a ``syntax`` node."""
+class _ToAst(Transformer_NonRecursive):
+    """One method per grammar rule; each returns a ``syntax`` node.  Non-recursive, so a deep
+    expression reaches the lowering, which bounds it with a located error."""
 
     # ---- expressions
     def number(self, meta, c):
@@ -215,8 +216,8 @@ def _readable(terminal: str) -> str:
 def parse_text(text: str, file: str = "<string>") -> S.Module:
     """Parse ``.tp`` text into a ``syntax.Module``; raise ``TPSyntaxError`` located in ``file``."""
     source = text if text.endswith("\n") else text + "\n"
-    if source.startswith("\ufeff"):             # a byte-order mark: blank (keeps the columns)
-        source = " " + source[1:]
+    if source.startswith("\ufeff"):             # a byte-order mark: invisible, so not a column
+        source = source[1:]
     try:
         tree = _lark().parse(source)
         return _ToAst().transform(tree)
