@@ -21,8 +21,7 @@ from . import ir
 from .compile import Compiled
 from .errors import TPUsageError
 from .execute import Executor
-from .lower import lower
-from .parser import parse_text
+from .symbolic import relower
 
 Q_NAMES = ("q11", "q12", "q22")
 PROBES = ((1.3, 0.37, 0.9), (0.7, -0.21, 1.6))
@@ -83,11 +82,6 @@ def load_inputs(path: str) -> np.ndarray:
     return X.astype(float)
 
 
-def _lower(program: ir.Program, params: dict) -> ir.Program:
-    module = parse_text(program.source, program.file)
-    return lower(module, params, file=program.file, source=program.source, base_dir=program.base_dir)
-
-
 def template(program: ir.Program, params: dict | None = None) -> tuple[ir.Program, int, float]:
     """(IR, index of the input group, scale s): where q11, q12, q22 enter the program."""
     params = {k: v for k, v in (params or program.params).items() if k not in Q_NAMES}
@@ -95,7 +89,7 @@ def template(program: ir.Program, params: dict | None = None) -> tuple[ir.Progra
     if missing:
         raise TPUsageError(f"a kernel template declares params q11, q12, q22 (missing: {', '.join(missing)})",
                            file=program.file)
-    probes = [_lower(program, {**params, **dict(zip(Q_NAMES, p))}) for p in PROBES]
+    probes = [relower(program, {**params, **dict(zip(Q_NAMES, p))}) for p in PROBES]
     for g, group in enumerate(probes[0].groups):
         cov = group.dist.cov
         if cov is None or len(group.members) != 2:
