@@ -184,7 +184,7 @@ class Gen:
                 body = f"{body} * {self.unary(x)}"
             self.smooth, self.defs = smooth, defs
             return f"diff({body}, {x})"
-        if kind == "cond":
+        if kind == "cond" and not self.in_def:     # (in a def, the untaken branch could drop an argument)
             return f"({self.vexpr(depth - 1)} if {self.pick(['1 > 0', '2 == 3', 'pi < 3'])} else {self.leaf()})"
         if kind == "add":
             return f"{self.vexpr(depth - 1)} {self.pick(['+', '-'])} {self.vexpr(depth - 1)}"

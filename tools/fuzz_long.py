@@ -59,6 +59,7 @@ class Fuzzer:
         self.tried: Counter = Counter()
         self.failures: dict[tuple, list] = {}       # key -> [count, shortest text, message]
         self.timeouts = 0
+        self.slow: dict[tuple, list] = {}           # (family, stage) -> [count, shortest text]
         self.known: Counter = Counter()
 
     def record(self, key: tuple, text: str, message: str) -> None:
@@ -76,6 +77,10 @@ class Fuzzer:
                 return fn()
         except Timeout:
             self.timeouts += 1
+            entry = self.slow.setdefault((family, name), [0, text])
+            entry[0] += 1
+            if len(text) < len(entry[1]):
+                entry[1] = text
             return None
         except tp.TPError as err:
             if not strict:
@@ -173,6 +178,8 @@ def main(argv=None) -> int:
              f"known bugs hit: {dict(fz.known) or 'none'}"]
     for key, (count, text, message) in sorted(fz.failures.items(), key=lambda kv: -kv[1][0]):
         lines.append(f"\n=== {' / '.join(map(str, key))}: {count} programs\n{message}\n--- shortest:\n{text}")
+    for (family, stage), (count, text) in fz.slow.items():
+        lines.append(f"\n=== timeout: {family} / {stage}: {count} programs over {args.timeout:g} s\n--- shortest:\n{text}")
     report = "\n".join(lines)
     print(report)
     if args.report:
