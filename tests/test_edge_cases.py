@@ -453,7 +453,7 @@ def test_nested_kinks_compile_within_a_budget():
     src = "vector x ~ normal()\nout o = mean(" + "relu(1 - " * 6 + "x" + ")" * 6 + ")"
     p = tp.parse(src)
     try:
-        lim = _within(10, lambda: p.compile().limit().outputs["o"])
+        lim = _within(5, lambda: p.compile().limit().outputs["o"])
     except tp.TPLimitError:
         return
     # relu(1 − ·) applied twice is clip(·, 0, 1): six times too, so the limit is E clip(Z, 0, 1)
