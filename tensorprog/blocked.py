@@ -28,10 +28,12 @@ row drawn from its own stream in this order:
                 ``standard_normal``: z · sqrt((df − 2) / (2 Γ) · v)
 ============== ===================================================================
 
-These are the laws of the dense sampler but other random numbers (another
-generator, drawn row by row): a blocked run is not bit-identical to a dense run
-of the same seed, only equal in distribution.  ``orthogonal`` matrices cannot be
-blocked (every row depends on the whole matrix).
+Rows are computed in float64; a float32 matrix is the float64 one rounded (the same
+draws: float32 is a precision switch only, as for the dense sampler with
+``draw_dtype=float64``).  These are the laws of the dense sampler but other random
+numbers (another generator, drawn row by row): a blocked run is not bit-identical
+to a dense run of the same seed, only equal in distribution.  ``orthogonal``
+matrices cannot be blocked (every row depends on the whole matrix).
 """
 from __future__ import annotations
 
@@ -71,7 +73,9 @@ def workspace_bytes(rows: int, cols: int, dtype, threads: int, batch: int = 1,
     and one partial sum (cols × batch) per stripe."""
     item = np.dtype(dtype).itemsize
     block = block_rows or default_block_rows(rows, cols, dtype)
-    per_thread = block * cols * item + 2 * cols * item + block * batch * item
+    per_thread = block * cols * item + 2 * cols * 8 + block * batch * item
+    if item < 8:
+        per_thread += cols * 8                    # the float64 row of a float32 matrix
     return threads * per_thread + (threads + 1) * cols * batch * item + (1 << 18)
 
 
@@ -107,9 +111,9 @@ class BlockedMatrix:
 
     # ---- generation
     def _row(self, i: int, out: np.ndarray) -> None:
-        """Row i into ``out`` (shape (cols,)), from its own stream."""
+        """Row i into ``out`` (float64, shape (cols,)), from its own stream."""
         gen = np.random.Generator(np.random.Philox(key=self.key, counter=[0, 0, i, 0]))
-        dt, fam, v, cols = self.dtype, self.spec.family, self.entry_var, self.cols
+        dt, fam, v, cols = np.dtype(np.float64), self.spec.family, self.entry_var, self.cols
         if fam == "normal":
             gen.standard_normal(dtype=dt, out=out)
             out *= dt.type(math.sqrt(v))
@@ -147,8 +151,14 @@ class BlockedMatrix:
         """Rows r0..r1 of the matrix, shape (r1 − r0, cols)."""
         if out is None:
             out = np.empty((r1 - r0, self.cols), dtype=self.dtype)
+        if self.dtype == np.float64:
+            for k, i in enumerate(range(r0, r1)):
+                self._row(i, out[k])
+            return out
+        row = np.empty(self.cols)                 # float32: the float64 row, rounded
         for k, i in enumerate(range(r0, r1)):
-            self._row(i, out[k])
+            self._row(i, row)
+            out[k] = row
         return out
 
     def dense(self) -> np.ndarray:

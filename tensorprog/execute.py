@@ -14,6 +14,12 @@ regenerated row block by row block from a counter-based generator at each produc
 and never stored; memory is then O(n · batch) per trial.  Its random numbers come
 from another generator (Philox, keyed by (seed, trial, var)): a blocked run has the
 same statistics as a dense run, not the same numbers.
+
+A float32 run draws the float64 random numbers of the same seed and rounds them
+(``draw_dtype=float64`` of the samplers; blocked rows likewise), so it equals the
+float64 run to float32 precision: ``dtype`` is a precision switch only.  A non-finite
+value is reported at its statement with its cause (:mod:`.fn_numpy`): overflow,
+division by zero or invalid operation, found by re-evaluating only on that error path.
 """
 from __future__ import annotations
 
@@ -29,7 +35,7 @@ from . import distributions as D
 from . import ir
 from .blocked import BLOCKABLE, BlockedMatrix, default_block_rows, matrix_key, workspace_bytes
 from .errors import TPError, TPLimitError, TPNumericalError, TPUsageError
-from .nonlin import BUILTINS
+from .fn_numpy import OVERFLOW, Cause, eval_fn, first_nonfinite
 from .parallel import cpu_count, imap_unordered
 from .progress import Progress
 from .schedule import Plan, generated_entries, inputs, make_plan, matrix_uses, peak_bytes
@@ -62,22 +68,6 @@ def options(**kwargs):
 
 def _option(name: str, value, default):
     return _OPTIONS.get().get(name, default) if value is _UNSET else value
-
-_OPS: dict[str, Callable] = {"+": np.add, "-": np.subtract, "*": np.multiply,
-                             "/": np.divide, "**": np.power}
-
-
-def eval_fn(fn: ir.Fn, read: Callable[[int], object]):
-    """The value of a function tree, coordinatewise over numpy arrays."""
-    if isinstance(fn, ir.Ref):
-        return read(fn.var)
-    if isinstance(fn, ir.Const):
-        return fn.value
-    if isinstance(fn, ir.Neg):
-        return -eval_fn(fn.operand, read)
-    if isinstance(fn, ir.Call):
-        return BUILTINS[fn.name].numpy(*(eval_fn(a, read) for a in fn.args))
-    return _OPS[fn.op](eval_fn(fn.lhs, read), eval_fn(fn.rhs, read))
 
 
 @dataclass
@@ -179,7 +169,7 @@ class Executor:
                                   "program dense (without blocked / --blocked)", e)
         else:
             def dense_bytes(e, rows: int, cols: int) -> int:
-                return D.matrix_bytes(rows, cols, self.dtype, self.specs[e.var])
+                return D.matrix_bytes(rows, cols, self.dtype, self.specs[e.var], draw_dtype=np.float64)
             peak, where = peak_bytes(self.program, self.plan, self.sizes, self.dtype.itemsize, dense_bytes)
             if peak <= limit:
                 self.peak = peak
@@ -225,7 +215,8 @@ class Executor:
         if self.blocked:
             return BlockedMatrix(matrix_key(self.seed, trial, var), self.specs[var], rows, cols,
                                  self.dtype, self._block_rows(rows, cols), self.threads)
-        return D.sample_matrix(self.rng(trial, var), self.specs[var], rows, cols, self.dtype)
+        return D.sample_matrix(self.rng(trial, var), self.specs[var], rows, cols, self.dtype,
+                               draw_dtype=np.float64)
 
     def map_trials(self, func, trials: int, jobs=1, progress=None) -> list:
         """``[func(self, t) for t in range(trials)]``, with ``jobs`` worker processes (0: one per
@@ -274,7 +265,7 @@ class Executor:
         for g in self.program.groups:
             if any(v in self.plan.needed for v in g.members):
                 draws = D.sample_vectors(self.rng(trial, g.members[0]), g.dist, len(g.members),
-                                         self.sizes[g.width], self.dtype)
+                                         self.sizes[g.width], self.dtype, draw_dtype=np.float64)
                 env.update(zip(g.members, draws[:, :, None] if self.columns else draws))
         if columns:
             env.update({v: np.asarray(a, self.dtype) for v, a in columns.items()})
@@ -295,7 +286,7 @@ class Executor:
                 else:
                     results = [self._apply(step.eqns[0], read)]
                 for e, value in zip(step.eqns, results):
-                    self._check_finite(e, value, trial)
+                    self._check_finite(e, value, trial, read)
                     env[e.var] = value
                 for e in step.eqns:
                     for v in inputs(e):
@@ -349,12 +340,20 @@ class Executor:
             return np.mean(value, axis=0) if self.columns else float(np.mean(value))
         return value if self.columns else float(value)
 
-    def _check_finite(self, e: ir.Eqn, value, trial: int) -> None:
+    def _check_finite(self, e: ir.Eqn, value, trial: int, read) -> None:
         if np.all(np.isfinite(value)):
             return
-        kind = "NaN" if np.any(np.isnan(value)) else "inf (overflow)"
+        # off the hot path: which operation, raising which floating-point event
+        cause = None if isinstance(e, ir.MatMul) else first_nonfinite(e.fn, read)
+        if cause is None:          # finite operands: the product, the mean or the cast overflowed
+            if isinstance(e, ir.MatMul):
+                cause = Cause(OVERFLOW, "the matrix product")
+            elif isinstance(e, ir.Moment):
+                cause = Cause(OVERFLOW, "the mean")
+            else:
+                cause = Cause(OVERFLOW, f"the conversion to {self.dtype.name}")
         what = ir.show_eqn(e).split("    #")[0]
-        raise TPNumericalError(f"{kind} first produced here (trial {trial}, {what})",
+        raise TPNumericalError(f"{cause.describe()} first produced here (trial {trial}, {what})",
                                e.pos.line, e.pos.col, self.program.file, self.program.source)
 
 
