@@ -12,6 +12,7 @@ Expectations go to the expectation engine (``expect``); each carries its method 
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -20,9 +21,18 @@ import sympy as sp
 
 from . import fnsym, ir
 from .batch import Batch
+from .errors import TPLimitError
 from .expect import Estimate, Law, expect
 from .hypotheses import Hypotheses
 from .limit import Limit, LimitValue, summarize
+from .nonlin import Delta
+
+#: str(compiled) prints a Z-expression with more nested Nonlins in the IR's %-names instead
+SHOW_NESTING = 8
+#: Nonlins nested deeper than this in one Z-expression are refused (sympy recurses once per level;
+#: 300 levels compile in ~2 s, 1000 in ~40 s); Python's recursion limit is raised to RECURSION meanwhile
+MAX_NESTING = 500
+RECURSION = 20000
 
 
 #: closed forms in param symbols larger than this (sympy operation count) become numbers
@@ -33,7 +43,7 @@ MAX_SYMBOLIC_OPS = 80
 class Family:
     """The Ẑ's of one matrix in one direction (W or Wᵀ)."""
     sigma2: sp.Expr                                   # σ² f
-    members: list[tuple[sp.Symbol, int]] = field(default_factory=list)   # (Ẑ, argument var)
+    members: list[tuple[sp.Symbol, sp.Expr, int]] = field(default_factory=list)  # (Ẑ, Z of argument, var)
 
 
 class Compiled:
@@ -65,12 +75,19 @@ class Compiled:
         self.cov: dict[tuple[sp.Symbol, sp.Symbol], sp.Expr] = {}
         self.laws: dict[sp.Symbol, Law] = {}
         self.families: dict[tuple[int, bool], Family] = {}
+        self.row_scale: dict[int, sp.Expr] = {}          # mvt matrix var -> |u|, its rows' random scale
         self.matmul_of: dict[tuple[int, bool, int], int] = {}
         self.lines: list[str] = []
+        self.nesting: dict[int, int] = {}     # var -> depth of the Nonlins nested in its Z
         self.hyp = Hypotheses(program)
         self._cache: dict[sp.Expr, Estimate] = {}
-        for e in program.eqns:
-            getattr(self, "do_" + type(e).__name__)(e)
+        old = sys.getrecursionlimit()
+        sys.setrecursionlimit(max(old, RECURSION))
+        try:
+            for e in program.eqns:
+                getattr(self, "do_" + type(e).__name__)(e)
+        finally:
+            sys.setrecursionlimit(old)
 
     # ---- numbers
     def num(self, value: float) -> sp.Expr:
@@ -185,6 +202,10 @@ class Compiled:
         var = self.num(e.dist.var)
         self.families[(e.var, False)] = Family(var)
         self.families[(e.var, True)] = Family(var * ratio)
+        if e.dist.family == "mvt":      # W = diag(S)·G, G iid Gaussian, S iid with S² = (ν−2)/χ²_ν
+            u = sp.Symbol(f"u_{e.name}", real=True, nonzero=True)
+            self.laws[u] = Law("mvt_scale", 1, e.dist.df)
+            self.row_scale[e.var] = sp.Abs(u)
         self.lines.append(f"{e.name}: {e.dist.family}, variance {e.dist.var:g}/{e.cols} ({e.rows}x{e.cols})")
 
     def do_MatMul(self, e: ir.MatMul) -> None:
@@ -195,21 +216,27 @@ class Compiled:
             return
         self.matmul_of[key] = e.var
         fam = self.families[(e.matrix, e.transposed)]
-        zx = self.Z[e.arg]
+        scale = self.row_scale.get(e.matrix)            # mvt: Wx = S ⊙ (Gx), Wᵀy = Gᵀ(S ⊙ y)
+        zx = self.Z[e.arg] if scale is None or not e.transposed else scale * self.Z[e.arg]
         name = self.program.eqns[e.matrix].name + ("T" if e.transposed else "")
         hat = sp.Symbol(f"Zhat_{name}_{e.var}", real=True)
         deps = set(self.deps[e.arg])
         covs = {hat: fam.sigma2 * self.E(zx * zx, e, deps)}
-        for other, y in fam.members:
+        for other, zy, y in fam.members:
             deps |= self.deps[y]
-            covs[other] = fam.sigma2 * self.E(zx * self.Z[y], e, deps)
+            covs[other] = fam.sigma2 * self.E(zx * zy, e, deps)
         self.add_gaussian(hat, covs)
-        fam.members.append((hat, e.arg))
+        fam.members.append((hat, zx, e.arg))
         dot = self.zdot(e, zx, deps) if self.use_zdot else sp.Integer(0)
-        self.Z[e.var] = hat + dot
+        outer = scale if scale is not None and not e.transposed else sp.Integer(1)
+        if dot != 0:                     # Ż carries the arguments of the other direction's products
+            self.nesting[e.var] = max((self.nesting.get(y, 0) for _, _, y in
+                                       self.families[(e.matrix, not e.transposed)].members), default=0)
+        self.Z[e.var] = outer * (hat + dot)
         self.deps[e.var] = deps
         self.hyp.matmul(e)
-        self.lines.append(f"Z[%{e.var}] = {hat}" + (f" + {dot}" if dot != 0 else "")
+        self.lines.append(f"Z[%{e.var}] = " + (f"{outer}*(" if outer != 1 else "") + f"{hat}"
+                          + (f" + {dot}" if dot != 0 else "") + (")" if outer != 1 else "")
                           + f"    # {name} @ %{e.arg};  Var {hat} = {_short(covs[hat])}"
                           + "".join(f", Cov(., {o}) = {_short(v)}" for o, v in covs.items()
                                     if o is not hat and v != 0))
@@ -218,20 +245,26 @@ class Compiled:
         """Ż^{Wx} = σ² f Σ_y Z^y E[∂Z^x/∂Ẑ^{Wᵀy}] over the products by the other direction."""
         other = self.families[(e.matrix, not e.transposed)]
         total = sp.Integer(0)
-        for hat_y, y in other.members:
+        for hat_y, zy, y in other.members:
             if not zx.has(hat_y):
                 continue
             deps |= self.deps[y]
             coeff = self.E(sp.diff(zx, hat_y), e, deps)
             if coeff != 0:
-                total += self.families[(e.matrix, e.transposed)].sigma2 * coeff * self.Z[y]
+                total += self.families[(e.matrix, e.transposed)].sigma2 * coeff * zy
         return total
 
     def do_Nonlin(self, e: ir.Nonlin) -> None:
         self.Z[e.var] = fnsym.to_sympy(e.fn, self.leaf, self.symbolic)
         self.deps[e.var] = self.deps_of(e.args)
+        self.nesting[e.var] = 1 + max((self.nesting.get(a, 0) for a in e.args), default=0)
+        if self.nesting[e.var] > MAX_NESTING:
+            raise TPLimitError(f"Nonlins nest {self.nesting[e.var]} deep in this vector's Z-expression, more than "
+                               f"the compiler's {MAX_NESTING} (one symbolic expression per chain of Nonlins); "
+                               "execute the program at finite width instead", e.pos.line, e.pos.col,
+                               self.program.file, self.program.source)
         self.hyp.nonlin(e, self.Z[e.var])
-        self.lines.append(f"Z[%{e.var}] = {self.Z[e.var]}")
+        self.lines.append(f"Z[%{e.var}] = {self.show(self.Z[e.var], e)}")
 
     def do_Moment(self, e: ir.Moment) -> None:
         integrand = fnsym.to_sympy(e.fn, self.leaf, self.symbolic)
@@ -239,7 +272,13 @@ class Compiled:
         deps = self.deps_of(e.args)
         self.c[e.var] = self.E(integrand, e, deps)
         self.deps[e.var] = deps
-        self.lines.append(f"c[%{e.var}] = E[{integrand}] = {self.result(e.var).describe()}")
+        self.lines.append(f"c[%{e.var}] = E[{self.show(integrand, e)}] = {self.result(e.var).describe()}")
+
+    def show(self, expr: sp.Expr, e: ir.Nonlin | ir.Moment) -> str:
+        """expr in the base variables, or in the IR's %-names when Nonlins nest deeper than SHOW_NESTING."""
+        if max((self.nesting.get(a, 0) for a in e.args), default=0) < SHOW_NESTING:
+            return str(expr)
+        return ir.show_fn(e.fn)
 
     def do_Scalar(self, e: ir.Scalar) -> None:
         value = fnsym.to_sympy(e.fn, self.leaf, self.symbolic)
@@ -253,14 +292,28 @@ class Compiled:
 
     def _propagated_error(self, e: ir.Scalar) -> float:
         """Σ_a |∂f/∂c_a| · err(c_a): a scalar function's error from its arguments' errors."""
-        syms = {a: sp.Symbol(f"c{a}", real=True) for a in e.args if a in self.c}
+        syms = {a: sp.Symbol(f"c[%{a}]", real=True) for a in e.args if a in self.c}
         f = fnsym.to_sympy(e.fn, lambda v: syms.get(v, self.leaf(v)))
         at = {s: self.c[a] for a, s in syms.items()}
+        errors = {a: self.result(a).error for a in syms}
         total = 0.0
         for a, s in syms.items():
-            slope = complex(sp.N(sp.diff(f, s).subs(at)))
-            total += abs(slope) * self.result(a).error if slope == slope else float("inf")
+            slope = sp.diff(f, s)
+            jumps = [d.args[0] for d in slope.atoms(Delta)
+                     if abs(complex(sp.N(d.args[0].subs(at)))) <= 10 * sum(errors.values())]
+            if jumps:                  # f jumps at (or within the error of) the arguments' limits
+                self._jump(e, jumps, sum(errors.values()))
+                return float("inf")
+            slope = complex(sp.N(slope.subs(at)))
+            total += abs(slope) * errors[a] if slope == slope else float("inf")
         return total
+
+    def _jump(self, e: ir.Scalar, jumps: list[sp.Expr], error: float) -> None:
+        """Warn: f(c) is discontinuous where c's limit lies, so f(c_n) need not converge to f(c̊)."""
+        at = ", ".join(sorted({str(a) for a in jumps}))
+        self.hyp.warn(e, "continuity", f"this scalar function jumps where its argument's limit lies "
+                      f"({at} = 0 within the error {error:.1e}): finite-width values need not converge "
+                      "to the value given, whose error is unbounded")
 
     # ---- results
     def result(self, var: int) -> LimitValue:

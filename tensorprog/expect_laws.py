@@ -8,6 +8,9 @@ Every law is centred and symmetric, parametrised by its variance ``var``:
 * ``student_t``  σ·T_ν, σ² = var(ν−2)/ν (ν = df > 2):
                  E|u|^n = σ^n ν^{n/2} Γ((n+1)/2) Γ((ν−n)/2)/(√π Γ(ν/2))
   for n < ν, and E|u|^n = ∞ for n ≥ ν;
+* ``mvt_scale``  ±S with a fair random sign, S² = var(ν−2)/χ²_ν (ν = df > 2): the row scale of an
+                 ``mvt`` matrix, whose rows are S·g with g iid Gaussian (E u² = var);
+                 E|u|^n = (var(ν−2)/2)^{n/2} Γ((ν−n)/2)/Γ(ν/2) for n < ν, ∞ for n ≥ ν;
 * ``normal``     N(0, var) (the engine turns it into one more independent Gaussian).
 
 Besides the exact moments, this module gives what the numerics need: the density,
@@ -24,7 +27,8 @@ import sympy as sp
 from numpy.polynomial import legendre
 from scipy import special as sps
 
-FAMILIES = ("uniform", "rademacher", "laplace", "student_t", "normal")
+FAMILIES = ("uniform", "rademacher", "laplace", "student_t", "mvt_scale", "normal")
+HEAVY = ("student_t", "mvt_scale")          # finite moments of order < df only
 
 
 def as_number(x: object) -> sp.Expr:
@@ -43,7 +47,7 @@ class Law:
     """An independent, centred, symmetric scalar base variable with a non-Gaussian law."""
     family: str
     var: float | sp.Expr = 1
-    df: float | None = None      # student_t only (df > 2)
+    df: float | None = None      # student_t and mvt_scale only (df > 2)
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -51,9 +55,9 @@ class Law:
         v = as_number(self.var)
         if v.is_number and not float(v) > 0:
             raise ValueError(f"law variance must be positive, got {self.var}")
-        if self.family == "student_t":
+        if self.family in HEAVY:
             if self.df is None or not float(self.df) > 2:
-                raise ValueError(f"student_t needs df > 2 for a finite variance, got df={self.df}")
+                raise ValueError(f"{self.family} needs df > 2 for a finite variance, got df={self.df}")
         elif self.df is not None:
             raise ValueError(f"df is only meaningful for student_t, not {self.family}")
 
@@ -85,6 +89,8 @@ class Law:
         nu = self.nu
         if n >= nu:
             return sp.oo
+        if f == "mvt_scale":
+            return (v * (nu - 2) / 2) ** sp.Rational(n, 2) * sp.gamma((nu - n) / 2) / sp.gamma(nu / 2)
         sigma = sp.sqrt(v * (nu - 2) / nu)
         return (sigma ** n * nu ** sp.Rational(n, 2) * sp.gamma(sp.Rational(n + 1, 2))
                 * sp.gamma((nu - n) / 2) / (sp.sqrt(sp.pi) * sp.gamma(nu / 2)))
@@ -114,6 +120,11 @@ class Law:
             s = sp.sqrt(v * (nu - 2) / nu)
             return (sp.gamma((nu + 1) / 2) / (sp.sqrt(nu * sp.pi) * sp.gamma(nu / 2) * s)
                     * (1 + (t / s) ** 2 / nu) ** (-(nu + 1) / 2))
+        if f == "mvt_scale":       # ½ p_S(|t|), p_S(s) = f_χ²(c/s²)·2c/s³ with c = var(ν−2); 0 at t = 0
+            nu, c = self.nu, v * (self.nu - 2)
+            x = c / t ** 2
+            chi2 = x ** (nu / 2 - 1) * sp.exp(-x / 2) / (2 ** (nu / 2) * sp.gamma(nu / 2))
+            return sp.Piecewise((0, sp.Eq(t, 0)), (chi2 * c / AbsF(t) ** 3, True))
         raise ValueError("a Dirac mass of a Rademacher variable has no density")
 
 
@@ -132,6 +143,8 @@ class Coord:
             self.scale = float(np.sqrt(var / 2))
         elif self.family == "student_t":
             self.scale = float(np.sqrt(var * (self.df - 2) / self.df))
+        elif self.family == "mvt_scale":         # S = scale/√χ²_ν
+            self.scale = float(np.sqrt(var * (self.df - 2)))
         else:
             self.scale = float(np.sqrt(var))
 
@@ -162,6 +175,9 @@ class Coord:
             pos = np.array([0.5, 1.0]) * s
         elif self.family == "laplace":
             pos = np.array([1.0, 2.5, 5, 9, 15, 24, 36, 52, 80]) * s
+        elif self.family == "mvt_scale":     # S ≈ s/√ν; below s/(8√ν) the density is < e^{-32ν}
+            kmax = int(np.ceil(16 / max(self.df - growth, 0.5) * np.log(10) / np.log(2)))
+            pos = s / np.sqrt(self.df) * 2.0 ** np.arange(-3, min(max(kmax, 6), 80))
         else:
             kmax = int(np.ceil(16 / max(self.df - growth, 0.5) * np.log(10) / np.log(4)))
             pos = s * 4.0 ** np.arange(-1, min(max(kmax, 6), 40))
@@ -178,6 +194,13 @@ class Coord:
             return np.where(np.abs(t) <= s, 0.5 / s, 0.0)
         if self.family == "laplace":
             return np.exp(-np.abs(t) / s) / (2 * s)
+        if self.family == "mvt_scale":
+            a = np.abs(np.asarray(t, dtype=float))
+            with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+                x = (s / a) ** 2
+                out = np.exp(sps.xlogy(self.df / 2 - 1, x) - x / 2 - self.df / 2 * np.log(2)
+                             - sps.gammaln(self.df / 2)) * s ** 2 / a ** 3
+            return np.where(a > 0, out, 0.0)
         nu = self.df
         logc = sps.gammaln((nu + 1) / 2) - sps.gammaln(nu / 2) - 0.5 * np.log(nu * np.pi)
         return np.exp(logc - (nu + 1) / 2 * np.log1p((t / s) ** 2 / nu)) / s
@@ -194,6 +217,10 @@ class Coord:
         if self.family == "laplace":
             d = u - 0.5
             return -s * np.sign(d) * np.log1p(-2 * np.abs(d))
+        if self.family == "mvt_scale":
+            d = np.asarray(u, dtype=float) - 0.5
+            with np.errstate(divide="ignore"):
+                return np.sign(d) * s / np.sqrt(sps.chdtri(self.df, 2 * np.abs(d)))
         return s * sps.stdtrit(self.df, u)
 
     def rule(self, n: int, alt: bool = False) -> tuple[np.ndarray, np.ndarray]:

@@ -22,8 +22,24 @@ from scipy import special as sps
 
 
 class Delta(sp.Function):
-    """The Dirac mass at 0, δ(x) = step'(x); only ever appears inside E[·]."""
+    """The Dirac mass at 0, δ(x) = step'(x); only ever appears inside E[·] (δ(a) = 0 for a number a ≠ 0)."""
     nargs = 1
+
+    @classmethod
+    def eval(cls, x):
+        if x.is_number and x.is_comparable and x != 0:
+            return sp.Integer(0)
+
+
+def positive_factor(x: sp.Expr) -> tuple[sp.Expr, sp.Expr] | None:
+    """(p, y) with x = p·y and p the product of x's symbolic factors known to be > 0 (such as the
+    row scale |u| of an mvt matrix), so that positively homogeneous heads can pull p out; else None."""
+    if not isinstance(x, sp.Mul):
+        return None
+    p = [f for f in x.args if f.is_positive and not f.is_number]
+    if not p:
+        return None
+    return sp.Mul(*p), sp.Mul(*[f for f in x.args if f not in p])
 
 
 class Step(sp.Function):
@@ -37,6 +53,8 @@ class Step(sp.Function):
     def eval(cls, x):
         if x.is_number and x.is_comparable:
             return sp.Integer(1) if x > 0 else sp.Integer(0)
+        if pf := positive_factor(x):         # step(p·y) = step(y) for p > 0
+            return cls(pf[1])
 
 
 class Relu(sp.Function):
@@ -50,6 +68,8 @@ class Relu(sp.Function):
     def eval(cls, x):
         if x.is_number and x.is_comparable:
             return x if x > 0 else sp.Integer(0)
+        if pf := positive_factor(x):         # relu(p·y) = p·relu(y) for p > 0
+            return pf[0] * cls(pf[1])
 
 
 class Sign(sp.Function):
@@ -63,6 +83,8 @@ class Sign(sp.Function):
     def eval(cls, x):
         if x.is_number and x.is_comparable:
             return sp.sign(x)
+        if pf := positive_factor(x):
+            return cls(pf[1])
 
 
 class AbsF(sp.Function):
@@ -76,6 +98,8 @@ class AbsF(sp.Function):
     def eval(cls, x):
         if x.is_number and x.is_comparable:
             return abs(x)
+        if pf := positive_factor(x):
+            return pf[0] * cls(pf[1])
 
 
 class LeakyRelu(sp.Function):
@@ -92,6 +116,8 @@ class LeakyRelu(sp.Function):
     def eval(cls, x, a):
         if x.is_number and x.is_comparable and a.is_number and a.is_comparable:
             return x if x > 0 else a * x
+        if pf := positive_factor(x):
+            return pf[0] * cls(pf[1], a)
 
 
 class Sigmoid(sp.Function):
@@ -136,7 +162,9 @@ class Gelu(sp.Function):
 
 
 def _np_step(x):
-    return (x > 0).astype(x.dtype if hasattr(x, "dtype") and x.dtype.kind == "f" else float)
+    """1[x > 0] in x's float dtype (float64 for ints and Python scalars, which give 0-d arrays)."""
+    x = np.asarray(x)
+    return (x > 0).astype(x.dtype if x.dtype.kind == "f" else np.float64)
 
 
 def _np_sign(x):
