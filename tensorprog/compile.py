@@ -255,7 +255,7 @@ class Compiled:
         return total
 
     def do_Nonlin(self, e: ir.Nonlin) -> None:
-        self.Z[e.var] = fnsym.to_sympy(e.fn, self.leaf, self.symbolic)
+        self.Z[e.var] = self.hyp.evaluate(e, self.leaf, self.symbolic)
         self.deps[e.var] = self.deps_of(e.args)
         self.nesting[e.var] = 1 + max((self.nesting.get(a, 0) for a in e.args), default=0)
         if self.nesting[e.var] > MAX_NESTING:
@@ -267,7 +267,7 @@ class Compiled:
         self.lines.append(f"Z[%{e.var}] = {self.show(self.Z[e.var], e)}")
 
     def do_Moment(self, e: ir.Moment) -> None:
-        integrand = fnsym.to_sympy(e.fn, self.leaf, self.symbolic)
+        integrand = self.hyp.evaluate(e, self.leaf, self.symbolic)
         self.hyp.nonlin(e, integrand)
         deps = self.deps_of(e.args)
         self.c[e.var] = self.E(integrand, e, deps)
@@ -281,7 +281,7 @@ class Compiled:
         return ir.show_fn(e.fn)
 
     def do_Scalar(self, e: ir.Scalar) -> None:
-        value = fnsym.to_sympy(e.fn, self.leaf, self.symbolic)
+        value = self.hyp.evaluate(e, self.leaf, self.symbolic)
         value = sp.nsimplify(value) if self.symbolic and value.is_number and value.free_symbols == set() else value
         self.hyp.scalar(e, value)
         self.c[e.var] = value

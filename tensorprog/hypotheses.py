@@ -4,16 +4,53 @@
     polynomially smooth nonlinearities;
   * Master Theorem with transposes: iid entries (not orthogonal, not rotation-invariant rows);
   * moments: student_t(df) has moments only of order < df;
-  * regularity: a denominator that can vanish makes φ non-pseudo-Lipschitz.
+  * regularity: a denominator that can vanish makes φ non-pseudo-Lipschitz;
+  * growth [polynomially bounded]: the Master Theorem is stated for polynomially bounded
+    (pseudo-Lipschitz) φ.  exp(Z) of a Gaussian Z has every moment, so exp inside a Moment
+    is fine; but a vector whose Z grows faster than any polynomial (exp(Z), 2 ** Z,
+    anything that keeps such a term outside a bounded head) multiplied by a matrix puts
+    exponentially growing functions into the next layer's Z: outside the theorem, and
+    finite widths overflow or approach the limit very slowly;
+  * exponential moments: E exp(t·|X|) is infinite for student_t X (every t > 0) and for
+    laplace(var) X once t ≥ √(2/var): an integrand (or a MatMul argument, whose square is
+    integrated) growing that fast in such an initial vector has no finite limit.
+
+Not a hypothesis but a requirement: every scalar's limit, and every sub-expression of
+scalars inside a function, must be a finite real float.  Division by zero, log(0), sqrt or
+log of a negative number, NaN and float overflow raise a TPNumericalError located at the
+statement, naming the operation (``evaluate`` checks node by node; ``scalar`` and
+``nonlin`` check the whole value).
 """
 from __future__ import annotations
 
+import math
+import re
+import sys
+from numbers import Real
+from typing import Callable
+
 import sympy as sp
 
-from . import ir
-from .nonlin import BUILTINS, NON_SMOOTH_HEADS
+from . import fnsym, ir
+from .errors import TPNumericalError
+from .expect_laws import as_number
+from .expect_analysis import BOUNDED, LINEAR, _bounded_above, growth
+from .limit import defect
+from .nonlin import AbsF, Gelu, LeakyRelu, Relu, Softplus, NON_SMOOTH_HEADS
 
-_NON_IID = ("orthogonal", "mvt")
+#: not iid entries: orthogonal matrices (an mvt matrix is diag(S)·G with G iid Gaussian, which the
+#: compiler writes exactly, S being an iid initial vector of row scales)
+_NON_IID = ("orthogonal",)
+#: initial-vector families without (all) exponential moments: E exp(t|X|) = ∞ for t ≥ this(var)
+_EXP_MOMENTS: dict[str, Callable[[float], float]] = {"student_t": lambda var: 0.0,
+                                                      "laplace": lambda var: math.sqrt(2.0 / var)}
+_BATCH_SYMBOL = re.compile(r"b_\d+")
+_POLY_MESSAGE = ("a vector whose Z grows faster than any polynomial (exp, or a power with a random "
+                 "exponent) is multiplied by a matrix: the Master Theorem assumes polynomially bounded "
+                 "(pseudo-Lipschitz) nonlinearities; the limit is computed by the same rules, but finite "
+                 "widths overflow or approach it very slowly")
+_FLOAT_MAX = sys.float_info.max
+_SPECIAL = (sp.Number, sp.core.numbers.ImaginaryUnit, sp.core.numbers.ComplexInfinity)
 
 
 class Hypotheses:
@@ -21,7 +58,21 @@ class Hypotheses:
         self.program = program
         self._seen: dict[tuple[str, str], list[tuple[int, int]]] = {}
         self.matrices = {e.var: e for e in program.eqns if isinstance(e, ir.Matrix)}
-        self.non_gaussian = [m for m in self.matrices.values() if m.dist.family not in ("normal",) + _NON_IID]
+        self.non_gaussian = [m for m in self.matrices.values()
+                             if m.dist.family not in ("normal", "mvt") + _NON_IID]
+        # param symbols (symbolic compilation) and their values; other non-vector symbols are batch items
+        self.params = {sp.Symbol(k, real=True): float(v) for k, v in program.params.items()
+                       if isinstance(v, Real) and not isinstance(v, bool)}
+        self._heavy: list[str] = []                           # the heavy-tailed laws, for messages
+        self._fast: set[int] = set()                          # Nonlin vars whose Z is not poly. bounded
+        self._rates: dict[int, dict[sp.Symbol, float]] = {}   # Nonlin var -> {tail symbol: exp rate}
+        self._tails: dict[str, tuple[str, str, float]] = {}   # symbol name -> (vector, family, threshold)
+        for e in program.eqns:
+            if isinstance(e, ir.InitVector):
+                spec = program.groups[e.group].dist
+                if spec.family in _EXP_MOMENTS:
+                    name = f"Z_{e.name}".replace("[", "").replace("]", "")     # as compile names it
+                    self._tails[name] = (e.name, spec.family, _EXP_MOMENTS[spec.family](spec.var))
         for m in self.matrices.values():
             self._heavy_tail(m, m.dist)
         for g in program.groups:
@@ -45,6 +96,7 @@ class Hypotheses:
 
     def _heavy_tail(self, e, spec) -> None:
         if spec.family in ("student_t", "mvt"):
+            self._heavy.append(f"{spec.family}(df={spec.df:g}) has moments of order < {spec.df:g} only")
             self.warn(e, "all moments", f"{spec.family}(df={spec.df:g}) has finite moments only of "
                       f"order < {spec.df:g}; the Master Theorem assumes all moments")
 
@@ -53,25 +105,120 @@ class Hypotheses:
         if m.dist.family in _NON_IID and e.transposed:
             self.warn(e, "iid entries", f"{m.name} ({m.dist.family}) is used transposed; the Master "
                       "Theorem with transposes is proven for iid entries only")
-        elif m.dist.family == "mvt":
-            self.warn(e, "iid entries", f"{m.name} has mvt rows (not iid): the limit is computed as for "
-                      "iid Gaussian entries of the same variance — exact for second moments of positively "
-                      "homogeneous φ (relu, leaky_relu), not otherwise (a row is S·g with a random scale S)")
+        if e.arg in self._fast:
+            self.warn(e, "polynomially bounded", _POLY_MESSAGE)
+        for sym, rate in self._rates.get(e.arg, {}).items():
+            self._exp_moments(e, sym, 2 * rate, "the square of a MatMul argument")   # Var Ẑ = σ² E[(Z^x)²]
 
     def nonlin(self, e, expr: sp.Expr) -> None:
+        self._check_expr(e, expr)
         if self.non_gaussian and expr.has(*NON_SMOOTH_HEADS):
             names = ", ".join(sorted({f"{m.name} ({m.dist.family})" for m in self.non_gaussian}))
             self.warn(e, "smooth nonlinearity", "a non-smooth nonlinearity with non-Gaussian "
                       f"matrices {names}: the non-Gaussian Master Theorem needs polynomially smooth φ")
-        for power in expr.atoms(sp.Pow):
+        powers = expr.atoms(sp.Pow)
+        for power in powers:
             if power.exp.is_negative and power.base.free_symbols and not power.base.is_positive:
                 self.warn(e, "pseudo-Lipschitz", f"the denominator {power.base} can vanish")
+        if not (expr.has(sp.exp) or any(not p.exp.is_number for p in powers)):
+            return                                       # polynomially bounded: nothing grows faster
+        if isinstance(e, ir.Nonlin):
+            grown = set().union(*(f.free_symbols for f in expr.atoms(sp.exp)),
+                                *(p.exp.free_symbols for p in powers if not p.exp.is_number))
+            if any(growth(expr, s) == math.inf for s in self._random(grown)):
+                self._fast.add(e.var)
+        rates = {s: _exp_rate(expr, s) for s in expr.free_symbols if s.name in self._tails}
+        if isinstance(e, ir.Nonlin):
+            self._rates[e.var] = {s: r for s, r in rates.items() if r > 0}
+        else:
+            for sym, rate in rates.items():
+                self._exp_moments(e, sym, rate, "the integrand")
 
+    def _exp_moments(self, e, sym: sp.Symbol, rate: float, what: str) -> None:
+        name, family, threshold = self._tails[sym.name]
+        if rate <= 0 or rate < threshold:
+            return
+        if family == "student_t":
+            why = "a Student t law has no exponential moments: E[exp(t·|X|)] = ∞ for every t > 0"
+        else:
+            why = f"E[exp(t·|X|)] = ∞ for t ≥ √(2/var) = {threshold:.4g}"
+        self.warn(e, "exponential moments", f"{what} grows like exp(t·|{name}|) (t ≤ {rate:.4g}) in the "
+                  f"{family} vector {name}; {why}: the limit is infinite unless that growth cancels, and "
+                  "the value computed is not meaningful")
+
+    def _random(self, symbols: set[sp.Symbol]) -> list[sp.Symbol]:
+        """The random ones (base variables of Z's) among symbols: not params, not batch items."""
+        return [s for s in symbols if s not in self.params and not _BATCH_SYMBOL.fullmatch(s.name)]
+
+    # ---- finiteness of the limit
     def scalar(self, e: ir.Scalar, value: sp.Expr) -> None:
-        if value.is_number and not sp.N(value).is_finite and value.is_comparable:
-            from .errors import TPNumericalError
-            raise TPNumericalError(f"the limit of this scalar is not finite ({value})", e.pos.line,
-                                   e.pos.col, self.program.file, self.program.source)
+        """The limit of a scalar must be a finite real float."""
+        kind = self._defect(value)
+        if kind is not None:
+            raise self._error(e, _whole(kind, value, e.fn))
+
+    def evaluate(self, e, leaf: Callable[[int], sp.Expr], exact: bool = False) -> sp.Expr:
+        """``fnsym.to_sympy(e.fn, leaf, exact)``, checked node by node: a sub-expression of
+        scalars (no vector in it) must be a finite real float, and no vector may be divided
+        by a scalar whose limit is 0.  Raises a TPNumericalError at ``e`` naming the operation."""
+        eqns = self.program.eqns
+
+        def walk(fn: ir.Fn) -> tuple[sp.Expr, bool]:
+            if isinstance(fn, ir.Ref):
+                return leaf(fn.var), isinstance(eqns[fn.var], ir.SCALAR_OPS)
+            if isinstance(fn, ir.Const):
+                return fnsym.to_sympy(fn, leaf, exact), True
+            children = fn.args if isinstance(fn, ir.Call) else \
+                (fn.operand,) if isinstance(fn, ir.Neg) else (fn.lhs, fn.rhs)
+            parts = [walk(c) for c in children]
+            values = [v for v, _ in parts]
+            numeric = all(n for _, n in parts)
+            slots = tuple(ir.Ref(-1 - i) for i in range(len(children)))
+            shallow = ir.Call(fn.name, slots) if isinstance(fn, ir.Call) else \
+                ir.Neg(slots[0]) if isinstance(fn, ir.Neg) else ir.Bin(fn.op, *slots)
+            if isinstance(fn, ir.Bin) and fn.op == "/" and parts[1][1] and self._is_zero(values[1]):
+                raise self._error(e, _node("zoo", fn, values, None, self._is_zero))
+            try:
+                value = fnsym.to_sympy(shallow, lambda v: values[-1 - v], exact)
+            except ZeroDivisionError:
+                raise self._error(e, _node("zoo", fn, values, None, self._is_zero)) from None
+            if numeric:
+                kind = self._defect(value)
+                if kind is not None:
+                    raise self._error(e, _node(kind, fn, values, value, self._is_zero))
+            return value, numeric
+
+        return walk(e.fn)[0]
+
+    def _defect(self, value: sp.Expr) -> str | None:
+        """``limit.defect`` of a number (params at their values); None if it is not one."""
+        if not isinstance(value, sp.Basic):
+            value = as_number(value)
+        if value.free_symbols:
+            value = value.subs(self.params) if self.params else value
+            if value.free_symbols:           # vectors, or batch items (checked per item)
+                return None
+        return defect(value)
+
+    def _is_zero(self, value: sp.Expr) -> bool:
+        if value.free_symbols:
+            value = value.subs(self.params) if self.params else value
+        return bool(value.is_number and value.is_zero)
+
+    def _check_expr(self, e, expr: sp.Expr) -> None:
+        """A Z or an integrand with a non-finite or complex number in it (1/c, sqrt(c) with c̊ = 0, < 0)."""
+        atoms = expr.atoms(*_SPECIAL)
+        kind = "nan" if sp.nan in atoms else "zoo" if sp.zoo in atoms else \
+            "inf" if (sp.oo in atoms or -sp.oo in atoms) else "complex" if sp.I in atoms else None
+        if kind is None:                    # exp(800.0) is a Float, exp(800) stays exact (symbolic)
+            big = any(abs(a) > _FLOAT_MAX for a in atoms if a.is_Rational or a.is_Float) or \
+                any(defect(f) == "overflow" for f in expr.atoms(sp.exp) if f.args[0].is_number)
+            kind = "overflow" if big else None
+        if kind is not None:
+            raise self._error(e, _whole(kind, None, e.fn))
+
+    def _error(self, e, message: str) -> TPNumericalError:
+        return TPNumericalError(message, e.pos.line, e.pos.col, self.program.file, self.program.source)
 
     def budget(self, e, est, tol: float, max_qmc_points: int) -> None:
         """An expectation that stopped at its budget above the target error."""
@@ -83,7 +230,154 @@ class Hypotheses:
 
     def estimate(self, e, est) -> None:
         import numpy as np
-        if not np.all(np.isfinite(est.value)):
-            from .errors import TPNumericalError
-            raise TPNumericalError(f"an expectation in the limit is not finite ({est.value})", e.pos.line,
-                                   e.pos.col, self.program.file, self.program.source)
+        value = np.asarray(est.value)
+        if not np.all(np.isfinite(value)):
+            heavy = ", ".join(self._heavy) if est.exact in (sp.oo, -sp.oo) and self._heavy else ""
+            raise self._error(e, f"an expectation in the limit is not finite ({est.value})" + (
+                f": a moment of a heavy-tailed law is infinite ({heavy})" if heavy else ""))
+        if np.iscomplexobj(value) and np.any(np.abs(value.imag) > 1e-12 * np.maximum(1.0, np.abs(value.real))):
+            raise self._error(e, f"an expectation in the limit is complex ({est.value}): sqrt, log or a "
+                              "non-integer power of a quantity that can be negative")
+
+
+# ---- messages ------------------------------------------------------------------------------------
+def _show(value) -> str:
+    """A number for a message: 6 significant digits, any exponent (2.72e+347)."""
+    if value is None:
+        return "?"
+    try:
+        number = complex(sp.N(value, 17))
+        if not number.imag and math.isfinite(number.real):
+            return f"{number.real:.6g}"
+        text = str(sp.N(value, 6))
+    except (TypeError, ValueError, ArithmeticError):
+        return str(value)
+    return text.replace("*I", "i").replace("I", "i")
+
+
+def _node(kind: str, fn: ir.Fn, args: list, value, is_zero) -> str:
+    """Why one operation of a function of scalars has no finite real value."""
+    op = fn.name if isinstance(fn, ir.Call) else fn.op if isinstance(fn, ir.Bin) else "-"
+    if kind in ("zoo", "nan", "inf"):
+        if op == "/" and is_zero(args[1]):
+            both = is_zero(args[0])
+            return "division by zero in the limit: " + ("0 / 0 (numerator and denominator tend to 0)"
+                                                        if both else "the denominator tends to 0")
+        if op == "**" and is_zero(args[0]) and (args[1].is_number and args[1].is_negative):
+            return f"division by zero in the limit: 0 ** {_show(args[1])} (the base tends to 0)"
+        if op == "log" and is_zero(args[0]):
+            return "log(0) in the limit: its argument tends to 0 (the limit is -inf)"
+    if kind == "complex":
+        if op in ("sqrt", "log"):
+            return f"{op} of a negative number in the limit: {op}({_show(args[0])}) is complex"
+        if op == "**":
+            return (f"a negative number to a non-integer power in the limit: ({_show(args[0])}) ** "
+                    f"{_show(args[1])} is complex")
+    if kind == "overflow":
+        what = f"exp({_show(args[0])})" if op == "exp" else "the limit"
+        return f"{what} overflows a float in the limit: ≈ {_show(value)} > 1.8e+308"
+    return _whole(kind, value, fn)
+
+
+def _whole(kind: str, value, fn: ir.Fn) -> str:
+    """Why a whole value is not a finite real float (the operations of ``fn`` suggest the cause)."""
+    ops = _ops(fn)
+    if kind == "zoo":
+        division = "/" in ops or "**" in ops
+        if division and "log" in ops:
+            return "division by zero or log(0) in the limit: the limit is infinite (zoo)"
+        if "log" in ops and not division:
+            return "log(0) in the limit: its argument tends to 0 (the limit is -inf)"
+        return "division by zero in the limit: a denominator tends to 0 (the limit is zoo)"
+    if kind == "nan":
+        return "the limit is undefined (NaN: 0/0, 0·inf or inf − inf)"
+    if kind == "inf":
+        return "the limit is infinite"
+    if kind == "complex":
+        names = {"sqrt": "sqrt", "log": "log", "**": "a non-integer power"}
+        causes = " or ".join(names[op] for op in sorted(ops & names.keys())) or "an operation"
+        return (f"the limit is complex ({_show(value)}): {causes} of a negative number"
+                if value is not None else f"a complex number in the limit: {causes} of a negative number")
+    return f"the limit overflows a float: ≈ {_show(value)} > 1.8e+308"
+
+
+def _ops(fn: ir.Fn) -> set[str]:
+    """The builtins and binary operators a function tree applies."""
+    out, stack = set(), [fn]
+    while stack:
+        f = stack.pop()
+        if isinstance(f, ir.Call):
+            out.add(f.name)
+            stack.extend(f.args)
+        elif isinstance(f, ir.Bin):
+            out.add(f.op)
+            stack += [f.lhs, f.rhs]
+        elif isinstance(f, ir.Neg):
+            stack.append(f.operand)
+    return out
+
+
+# ---- growth ---------------------------------------------------------------------------------------
+def _exp_rate(expr: sp.Expr, u: sp.Symbol) -> float:
+    """An upper bound on t such that |expr| ≤ C (1 + |u|)^p e^{t|u|} (inf if faster; 0 if polynomial)."""
+    memo: dict = {}
+
+    def r(e: sp.Expr) -> float:
+        if e in memo:
+            return memo[e]
+        if not e.has(u) or e == u:
+            out = 0.0
+        elif e.is_Add or isinstance(e, LINEAR):
+            out = max(r(a) for a in e.args)
+        elif e.is_Mul:
+            out = sum(r(a) for a in e.args)
+        elif e.is_Pow:
+            if e.exp.has(u):
+                out = r(sp.exp(e.exp * sp.log(e.base))) if e.base.is_number and e.base.is_positive else math.inf
+            elif e.exp.is_number and e.exp.is_positive:
+                out = float(e.exp) * r(e.base)
+            else:
+                out = 0.0
+        elif isinstance(e, BOUNDED):
+            out = 0.0
+        elif isinstance(e, sp.log):
+            out = 0.0 if r(e.args[0]) < math.inf else math.inf
+        elif isinstance(e, sp.exp):
+            a = e.args[0]
+            degree = growth(a, u)
+            out = 0.0 if _bounded_above(a) or degree < 1 else math.inf if degree > 1 else _slope(a, u)
+        else:
+            out = max(r(a) for a in e.args)
+        memo[e] = out
+        return out
+    return r(expr)
+
+
+def _slope(e: sp.Expr, u: sp.Symbol) -> float:
+    """An upper bound on limsup |e| / |u| as |u| → ∞ for e of linear growth in u (inf if unknown)."""
+    if not e.has(u):
+        return 0.0
+    if e == u:
+        return 1.0
+    if e.is_Add:
+        return sum(_slope(a, u) for a in e.args)
+    if e.is_Mul:
+        coeff, factors = 1.0, []
+        for f in e.args:
+            if f.has(u):
+                factors.append(f)
+            elif f.is_number:
+                coeff *= abs(complex(sp.N(f)))
+            elif isinstance(f, BOUNDED) and not isinstance(f, (sp.atan, sp.erfc)):
+                pass                                     # |f| ≤ 1
+            else:
+                return math.inf                          # a random, unbounded coefficient
+        return coeff * _slope(factors[0], u) if len(factors) == 1 else math.inf
+    if isinstance(e, (Relu, AbsF, sp.Abs, Softplus, Gelu)):
+        return _slope(e.args[0], u)
+    if isinstance(e, LeakyRelu):
+        a = e.args[1]
+        return max(1.0, abs(float(a))) * _slope(e.args[0], u) if a.is_number else math.inf
+    if isinstance(e, (sp.Max, sp.Min)):
+        return max(_slope(a, u) for a in e.args)
+    return 0.0 if growth(e, u) < 1 else math.inf

@@ -4,8 +4,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
+import math
+
 import numpy as np
 import sympy as sp
+
+from .expect_laws import as_number
 
 _RANK = {"exact": 0, "quadrature": 1, "qmc": 2}
 
@@ -33,12 +37,39 @@ class LimitValue:
         return f"{self.value:.12g} ± {self.error:.2g} ({self.method})"
 
 
+def defect(value: sp.Expr) -> str | None:
+    """Why a sympy number is not a finite real float: "nan", "zoo" (complex infinity, e.g. 1/0),
+    "inf", "complex", "overflow" (finite, but beyond the float range, e.g. exp(800)) or None."""
+    if value.has(sp.nan):
+        return "nan"
+    if value.has(sp.zoo):
+        return "zoo"
+    if value.has(sp.oo, -sp.oo):
+        return "inf"
+    try:
+        number = complex(sp.N(value, 17))
+    except (TypeError, ValueError, ArithmeticError):
+        return "nan"
+    if number.real != number.real or number.imag != number.imag:
+        return "nan"
+    if number.imag and not abs(number.imag) <= 1e-12 * max(1.0, abs(number.real)):
+        return "complex"
+    return None if math.isfinite(number.real) else "overflow"
+
+
 def summarize(value: sp.Expr, estimates: Sequence, symbolic: bool, params: dict | None = None) -> LimitValue:
     """Combine a scalar's value with the estimates it rests on (errors add: unit sensitivity).
-    ``params`` gives the values of param symbols left in a closed form."""
-    number = complex(sp.N(value.subs(params) if params else value, 17))
-    if number.imag:
-        raise ArithmeticError(f"the limit {value} is complex")
+    ``params`` gives the values of param symbols left in a closed form.
+
+    A value that is not a finite real float raises TPNumericalError (not located: the
+    compiler's hypotheses check every scalar at its statement first, so this is a backstop)."""
+    point = value.subs(params) if params and isinstance(value, sp.Basic) else value
+    point = point if isinstance(point, sp.Basic) else as_number(point)
+    problem = defect(point)
+    if problem is not None:
+        from .errors import TPNumericalError
+        raise TPNumericalError(f"the limit {value} is not a finite real number ({problem})")
+    number = complex(sp.N(point, 17))
     method = max((e.method for e in estimates), key=_RANK.__getitem__, default="exact")
     # rounding: relative to the value, and to O(1) terms that may have cancelled in it
     error = sum(e.error for e in estimates) + 4e-16 * (abs(number.real) + 1)

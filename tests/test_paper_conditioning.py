@@ -179,10 +179,6 @@ def test_kernel_finite_width(act):
 
 
 # ---- a problem found in the tool ----------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="BUG: no hypothesis warning for exp composed through "
-                   "MatMuls: the Master Theorem needs polynomially bounded (pseudo-Lipschitz) "
-                   "nonlinearities, and the finite-width exp network indeed does not approach its "
-                   "limit (n = 1024, L = 3: NaN from overflow) while compile reports no warning")
 def test_exp_network_is_flagged_outside_the_hypotheses():
     lim = tp.load(KERNEL, act=3, L=3).compile().limit()
     assert any("exp" in w or "polynomial" in w for w in lim.warnings), lim.warnings
