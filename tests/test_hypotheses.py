@@ -8,14 +8,10 @@
   a matrix is outside the Master Theorem; exp inside a Moment only, exp under a bounded head
   and tanh networks are not;
 * [exponential moments]: exp of a laplace vector beyond its exponential moments.
-
-Cases marked ``needs_evaluate`` need compile.py to build function values through
-``Hypotheses.evaluate`` (node-by-node checks): they are strict xfails until it does.
 """
 from __future__ import annotations
 
 import contextlib
-import inspect
 import io
 import json
 import os
@@ -29,16 +25,11 @@ import pytest
 import sympy as sp
 
 import tensorprog as tp
-import tensorprog.compile
 from tensorprog.cli import main
 from tensorprog.limit import defect, summarize
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNEL = str(ROOT / "programs" / "cond_kernel.tp")
-
-HOOKED = "hyp.evaluate(" in inspect.getsource(tensorprog.compile)
-needs_evaluate = pytest.mark.xfail(not HOOKED, strict=True, reason="compile.py does not yet build function "
-                                   "values through Hypotheses.evaluate (node-by-node checks)")
 
 X = "vector x ~ normal()\n"
 ZERO = X + "c = mean(x * 0)\n"            # c̊ = 0 exactly
@@ -95,7 +86,6 @@ def test_non_finite_limit_is_a_located_error(case, symbolic):
     check_error(err.value, at, words)
 
 
-@needs_evaluate
 @pytest.mark.parametrize("symbolic", [False, True], ids=["numeric", "symbolic"])
 @pytest.mark.parametrize("case", list(HOOK_CASES))
 def test_non_finite_sub_expression_is_a_located_error(case, symbolic):
