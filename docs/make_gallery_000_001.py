@@ -121,10 +121,10 @@ def seed001_one_layer():
     ax.legend(fontsize=8)
     fig.savefig(IMG / "seed001_kernel_theta.png", dpi=110)
 
-    log("seed001: kurtosis convergence (mvt is not Gaussian)")
+    log("seed001: kurtosis convergence (mvt rows are S·g: a t preactivation)")
     res = converge(tp.load(KERNEL), [256, 512, 1024, 2048, 4096], trials=16, seed=0)
     plot_convergence(res, IMG / "seed001_converge_mvt_kurtosis.png", outputs=["cos1", "kurt"],
-                     title="tsuchida_lrelu_kernel.tp, mvt(df=10) rows: cos1 converges, kurt does not (→ 4, not 3)")
+                     title="tsuchida_lrelu_kernel.tp, mvt(df=10) rows: cos1 and kurt (→ 4, the t value)")
     print("\n`converge(tsuchida_lrelu_kernel.tp, widths 256..4096, trials 16)` with mvt(df=10) rows:\n")
     print("| output | limit (compiled) | " + " | ".join(f"n={w}" for w in res.widths) + " | rate |")
     print("|---|---|" + "---|" * len(res.widths) + "---|")
