@@ -18,18 +18,23 @@ parameters of ``cov`` is returned simplified, with ``value`` NaN.
 
 ``expect_many`` shares the numeric grids of several expressions; ``expect_batch``
 (``expect_batch.py``) evaluates one expression for a stack of covariance matrices.
+
+Resource limits (keyword options, each reported in ``Estimate.budget`` when it was hit):
+``max_expand_size`` bounds the symbolic expansion a closed form may need (beyond it the
+expectation goes to numerics), ``max_quad_points`` the grid of one quadrature rule (beyond
+it QMC takes over) and ``max_qmc_points`` the QMC sample of one job.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
 import numpy as np
 import sympy as sp
 
 from .expect_laws import Law, as_number
-from .expect_linalg import Matrix
-from .expect_numeric import numeric_expect
+from .expect_linalg import MAX_EXPAND_SIZE, Matrix
+from .expect_numeric import QUAD_BUDGET, numeric_expect
 from .expect_reduce import Ctx, Engine
 from .nonlin import AbsF, LeakyRelu, Relu, Sign, Step
 
@@ -38,11 +43,20 @@ __all__ = ["Law", "Estimate", "expect", "expect_many"]
 
 @dataclass(frozen=True)
 class Estimate:
-    """E[f] with an honest bound on |value − truth| and how it was obtained."""
+    """E[f] with an honest bound on |value − truth| and how it was obtained.
+
+    ``budget`` names the keyword options whose limit this estimate reached:
+    ``"max_quad_points"`` / ``"max_qmc_points"`` when a numeric part stopped at its grid /
+    sample budget with its error above the target ``tol``, ``"max_expand_size"`` when a
+    closed form was not attempted because the symbolic expansion would exceed its bound
+    (the value is then numeric, at the stated error).  ``heavy_tail`` is True when a QMC
+    part looks like an integrand of infinite variance: its error bar is then unreliable."""
     value: float
     error: float
     method: str                  # "exact" | "quadrature" | "qmc"
     exact: sp.Expr | None        # the closed form when method == "exact"
+    budget: tuple[str, ...] = ()
+    heavy_tail: bool = False
 
 
 def _setup(exprs: Sequence, gaussians: Sequence, cov: object, laws: Mapping) -> tuple[list, Ctx]:
@@ -86,31 +100,49 @@ def _setup(exprs: Sequence, gaussians: Sequence, cov: object, laws: Mapping) -> 
 
 def expect_many(exprs: Sequence[sp.Expr], gaussians: Sequence[sp.Symbol], cov: sp.Matrix,
                 laws: Mapping[sp.Symbol, Law] = {}, *, exact: bool = True, tol: float = 1e-10,
-                max_qmc_points: int = 2 ** 20, seed: int = 0) -> list[Estimate]:
+                max_qmc_points: int = 2 ** 20, seed: int = 0, max_quad_points: int = QUAD_BUDGET,
+                max_expand_size: float = MAX_EXPAND_SIZE) -> list[Estimate]:
     """E[f] for each f in exprs (same law); numeric parts share their quadrature grids.
 
     ``exact=False`` skips the closed forms (but still factorises, uses symmetry and
     conditions Dirac masses).  ``tol`` is the target of the reported error, absolute
-    (relative for values above 1); ``max_qmc_points`` caps the QMC sample per job.
+    (relative for values above 1); ``max_qmc_points`` caps the QMC sample per job,
+    ``max_quad_points`` the grid of one quadrature rule, ``max_expand_size`` the
+    symbolic expansion (``expect_analysis.expanded_size``) tried for a closed form.
     """
+    for name, v in (("max_qmc_points", max_qmc_points), ("max_quad_points", max_quad_points),
+                    ("max_expand_size", max_expand_size)):
+        if not v > 0:
+            raise ValueError(f"{name} must be positive, got {v}")
     exprs, ctx = _setup(exprs, gaussians, cov, laws)
-    engine = Engine(exact)
-    forms = [engine.E(e, ctx) for e in exprs]
-    values: dict[sp.Dummy, tuple[float, float, str]] = {}
+    engine = Engine(exact, max_expand_size)
+    forms, refused = [], []
+    for e in exprs:
+        engine.expansion_refused = False
+        forms.append(engine.E(e, ctx))
+        refused.append(engine.expansion_refused)
+    values: dict[sp.Dummy, tuple] = {}
     batches: dict[tuple, list] = {}
     for key, J in engine.jobs.items():
         batches.setdefault(key[1:], []).append((key[0], J))
     for (gs, covf, laws_), items in batches.items():
         covn = np.array(covf, dtype=float).reshape(len(gs), len(gs))
         results = numeric_expect([e for e, _ in items], gs, covn, laws_, tol=tol,
-                                 max_qmc_points=max_qmc_points, seed=seed)
+                                 max_qmc_points=max_qmc_points, seed=seed, max_quad_points=max_quad_points)
         values.update({J: r for (_, J), r in zip(items, results)})
-    return [_combine(F, values) for F in forms]
+    out = []
+    for F, r in zip(forms, refused):
+        est = _combine(F, values)
+        if r:
+            est = replace(est, budget=tuple(sorted(set(est.budget) | {"max_expand_size"})))
+        out.append(est)
+    return out
 
 
 def expect(expr: sp.Expr, gaussians: Sequence[sp.Symbol], cov: sp.Matrix,
            laws: Mapping[sp.Symbol, Law] = {}, *, exact: bool = True, tol: float = 1e-10,
-           max_qmc_points: int = 2 ** 20, seed: int = 0) -> Estimate:
+           max_qmc_points: int = 2 ** 20, seed: int = 0, max_quad_points: int = QUAD_BUDGET,
+           max_expand_size: float = MAX_EXPAND_SIZE) -> Estimate:
     """E[expr] for centred Gaussians with covariance ``cov`` and independent ``laws``.
 
     Exact (sympy closed form) where a rule applies, otherwise numeric with an error
@@ -118,7 +150,8 @@ def expect(expr: sp.Expr, gaussians: Sequence[sp.Symbol], cov: sp.Matrix,
     a symbolic ``cov`` when no closed form exists, and for infinite Dirac products.
     """
     return expect_many([expr], gaussians, cov, laws, exact=exact, tol=tol,
-                       max_qmc_points=max_qmc_points, seed=seed)[0]
+                       max_qmc_points=max_qmc_points, seed=seed, max_quad_points=max_quad_points,
+                       max_expand_size=max_expand_size)[0]
 
 
 def _constant_heads(F: sp.Expr) -> sp.Expr:
@@ -157,7 +190,8 @@ def _combine(F: sp.Expr, values: dict) -> Estimate:
     error = sum(abs(float(sp.diff(F, J).xreplace(sub).evalf(20))) * values[J][1] for J in jobs)
     error += 1e-16 * abs(value)
     method = "qmc" if any(values[J][2] == "qmc" for J in jobs) else "quadrature"
-    return Estimate(value, error, method, None)
+    budget = tuple(sorted({b for J in jobs for b in values[J].budget}))
+    return Estimate(value, error, method, None, budget, any(values[J].heavy_tail for J in jobs))
 
 
 from .expect_batch import expect_batch  # noqa: E402  (re-exported; it uses expect)

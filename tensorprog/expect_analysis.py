@@ -11,6 +11,7 @@ numerics need to know before integrating.
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Sequence
 
 import numpy as np
@@ -150,6 +151,8 @@ def affine_pieces(g: sp.Expr, syms: Sequence[sp.Symbol], cap: int = 64) -> list[
             if len(todo) + len(forms) > cap:
                 return None
             continue
+        if e.free_symbols and not e.is_polynomial(*syms):         # e.g. relu(x·tanh(y)): not affine
+            return None
         P = sp.Poly(e, *syms) if e.free_symbols else None
         if P is not None and (P.total_degree() > 1 or not all(c.is_number for c in P.coeffs())):
             return None
@@ -193,3 +196,36 @@ def linear_forms(exprs: Sequence[sp.Expr], syms: Sequence[sp.Symbol]) -> np.ndar
     for e in exprs:
         visit(e)
     return np.array(rows).reshape(-1, len(syms))
+
+
+def expanded_size(expr: sp.Expr) -> float:
+    """An estimate (an upper bound up to merging of like terms) of the size of
+    ``sp.expand(expr)``: the number of tree nodes summed over the terms of the
+    multiplied-out form, arguments of functions expanded too.  Linear in the size of
+    the expression DAG, so it can guard an expansion that would take minutes (products
+    of nested kinks multiply out to 2^depth terms, each as long as the whole)."""
+    memo: dict = {}
+
+    def walk(e: sp.Expr) -> tuple[float, float]:          # (terms, total size)
+        if e in memo:
+            return memo[e]
+        if not e.args:
+            out = (1.0, 1.0)
+        elif e.is_Add:
+            parts = [walk(a) for a in e.args]
+            out = (sum(p[0] for p in parts), sum(p[1] for p in parts))
+        elif e.is_Mul:
+            parts = [walk(a) for a in e.args]
+            n = float(np.prod([p[0] for p in parts]))
+            out = (n, n * sum(p[1] / p[0] for p in parts))
+        elif e.is_Pow and e.exp.is_Integer and e.exp > 1:
+            nb, sb = walk(e.base)
+            k = int(e.exp)
+            n = float(math.comb(int(nb) + k - 1, k)) if nb < 1e6 else np.inf
+            out = (n, n * min(k, nb) * (sb / nb + 1))      # a term: ≤ min(k, nb) powers of base terms
+        else:                                               # a function, or a power kept whole
+            out = (1.0, 1.0 + sum(walk(a)[1] for a in e.args))
+        out = (min(out[0], np.inf), min(out[1], np.inf))
+        memo[e] = out
+        return out
+    return walk(expr)[1]

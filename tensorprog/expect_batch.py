@@ -10,6 +10,11 @@
    coordinates ξ (z = L_p ξ, L_p from each Σ_p's eigendecomposition) serves the whole
    batch, refined until every entry meets the target (error as in ``expect_quad``);
 3. anything else falls back to ``expect`` for each matrix.
+
+The resource limits of ``expect`` (``max_qmc_points``, ``max_quad_points``,
+``max_expand_size``) apply; pass a dict as ``info`` to learn which were hit
+(``info["budget"]``, a sorted tuple of their names) and whether a QMC part looked
+heavy-tailed (``info["heavy_tail"]``).
 """
 from __future__ import annotations
 
@@ -20,13 +25,13 @@ import sympy as sp
 
 from .expect import expect
 from .expect_laws import Coord, as_number
-from .expect_linalg import Matrix
+from .expect_linalg import MAX_EXPAND_SIZE, Matrix
 from .expect_analysis import kink_args
 from .expect_quad import ORDERS, _estimate
 from .expect_reduce import Ctx, Engine
 from .numeric import compile_exprs, evaluate
 
-QUAD_BUDGET = 2_000_000          # points × matrices per tensor evaluation
+QUAD_BUDGET = 2_000_000          # default max_quad_points: points of one rule; points × matrices per chunk
 
 
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
@@ -58,9 +63,24 @@ def _symbolic_cov(covs: np.ndarray) -> tuple[sp.Matrix, dict]:
 
 
 def expect_batch(expr: sp.Expr, gaussians: Sequence[sp.Symbol], covs: np.ndarray, *,
-                 exact: bool = True, tol: float = 1e-10,
-                 _retry: bool = True) -> tuple[np.ndarray, np.ndarray, list[str]]:
+                 exact: bool = True, tol: float = 1e-10, max_qmc_points: int = 2 ** 20, seed: int = 0,
+                 max_quad_points: int = QUAD_BUDGET, max_expand_size: float = MAX_EXPAND_SIZE,
+                 info: dict | None = None, _retry: bool = True) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """(values, errors, methods) of E[expr] for z ~ N(0, covs[p]), p = 0..P−1 (module doc)."""
+    info = {} if info is None else info
+    info.setdefault("budget", ())
+    info.setdefault("heavy_tail", False)
+    options = dict(tol=tol, max_qmc_points=max_qmc_points, seed=seed, max_quad_points=max_quad_points,
+                   max_expand_size=max_expand_size)
+
+    def note(budget=(), heavy=False):
+        info["budget"] = tuple(sorted(set(info["budget"]) | set(budget)))
+        info["heavy_tail"] = bool(info["heavy_tail"] or heavy)
+
+    def one(c: np.ndarray):
+        e = expect(expr, gaussians, sp.Matrix(c.tolist()), exact=exact, **options)
+        note(e.budget, e.heavy_tail)
+        return e
     covs = np.asarray(covs, dtype=float)
     gaussians = tuple(gaussians)
     P, d = covs.shape[0], len(gaussians)
@@ -68,30 +88,33 @@ def expect_batch(expr: sp.Expr, gaussians: Sequence[sp.Symbol], covs: np.ndarray
         raise ValueError(f"covs has shape {covs.shape}, expected (P, {d}, {d})")
     if exact:
         S, values = _symbolic_cov(covs)
-        engine = Engine(exact=True)
+        engine = Engine(True, max_expand_size)
         try:
             F = engine.E(expr, Ctx(gaussians, Matrix(S), ()))
         except ValueError:
             F = None
+        if engine.expansion_refused:
+            note(("max_expand_size",))
         if F is not None and not engine.jobs:
             out = np.broadcast_to(evaluate(F, values) if values else float(F.evalf(20)), (P,)).copy()
             errs, methods = np.zeros(P), ["exact"] * P
             bad = np.nonzero(~np.isfinite(out))[0]
             if _retry and len(bad) > 1:      # the singular points as a batch of their own
-                v, e, m = expect_batch(expr, gaussians, covs[bad], exact=exact, tol=tol, _retry=False)
+                v, e, m = expect_batch(expr, gaussians, covs[bad], exact=exact, info=info, _retry=False,
+                                       **options)
                 out[bad], errs[bad] = v, e
                 for k, p in enumerate(bad):
                     methods[p] = m[k]
                 return out, errs, methods
             for p in bad:
-                e = expect(expr, gaussians, sp.Matrix(covs[p].tolist()), tol=tol)
+                e = one(covs[p])
                 out[p], errs[p], methods[p] = e.value, e.error, e.method
             return out, errs, methods
     if d <= 3 and not kink_args([expr]) and expr.free_symbols <= set(gaussians):
-        res = _tensor_batch(expr, gaussians, covs, tol)
+        res = _tensor_batch(expr, gaussians, covs, tol, max_quad_points)
         if res is not None:
             return res
-    ests = [expect(expr, gaussians, sp.Matrix(c.tolist()), exact=exact, tol=tol) for c in covs]
+    ests = [one(c) for c in covs]
     return (np.array([e.value for e in ests]), np.array([e.error for e in ests]), [e.method for e in ests])
 
 
@@ -105,10 +128,10 @@ def _rule(d: int, n: int, alt: bool = False) -> tuple[np.ndarray, np.ndarray]:
     return xi, W.ravel()
 
 
-def _apply(tape, L: np.ndarray, xi: np.ndarray, W: np.ndarray, ps: np.ndarray):
+def _apply(tape, L: np.ndarray, xi: np.ndarray, W: np.ndarray, ps: np.ndarray, budget: int = QUAD_BUDGET):
     """(Q, roundoff floor) for the matrices ps, in chunks that fit the budget."""
     q, floor = np.zeros(len(ps)), np.zeros(len(ps))
-    chunk = max(1, QUAD_BUDGET // xi.shape[1])
+    chunk = max(1, budget // xi.shape[1])
     for start in range(0, len(ps), chunk):
         vals = tape(*np.einsum("pij,jn->ipn", L[ps[start:start + chunk]], xi))[0]
         q[start:start + chunk] = vals @ W
@@ -116,7 +139,7 @@ def _apply(tape, L: np.ndarray, xi: np.ndarray, W: np.ndarray, ps: np.ndarray):
     return q, floor
 
 
-def _tensor_batch(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, tol: float):
+def _tensor_batch(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, tol: float, budget: int = QUAD_BUDGET):
     """One tensor rule in whitened coordinates for all matrices; as in ``expect_quad``,
     orders grow until |Q_n − Q_n'| meets the target, then the rule on interleaved
     splits cross-checks Q_n.  None if some matrix does not converge within the budget."""
@@ -128,9 +151,9 @@ def _tensor_batch(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, tol: float)
     prev, d_prev = np.zeros(P), np.full(P, np.inf)          # d_prev = ∞: no rate known yet
     todo = np.arange(P)
     for k, n in enumerate(ORDERS):
-        if len(Coord(None).rule(n)[0]) ** d > QUAD_BUDGET or not len(todo):
+        if len(Coord(None).rule(n)[0]) ** d > budget or not len(todo):
             break
-        q, floor = _apply(tape, L, *_rule(d, n), todo)
+        q, floor = _apply(tape, L, *_rule(d, n), todo, budget)
         if k:
             diff = np.abs(q - prev[todo])
             errors[todo] = _estimate(diff, d_prev[todo]) + floor
@@ -141,6 +164,6 @@ def _tensor_batch(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, tol: float)
         return None
     for n in np.unique(final):
         ps = np.nonzero(final == n)[0]
-        q_alt, floor = _apply(tape, L, *_rule(d, n, alt=True), ps)
+        q_alt, floor = _apply(tape, L, *_rule(d, n, alt=True), ps, budget)
         errors[ps] = np.maximum(errors[ps], np.abs(values[ps] - q_alt) + floor)
     return values, errors, ["quadrature"] * P

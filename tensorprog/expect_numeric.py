@@ -12,13 +12,18 @@ QMC); the D continuous coordinates go to
 * D = 2 with kinks whose arguments are piecewise affine: ``iterated_2d``;
 * D ≤ 3 without kinks: a tensor product of the 1D rules;
 * beyond (or if quadrature does not reach the target within its budget of
-  ``QUAD_BUDGET`` points): randomized QMC, keeping whichever error is smaller.
+  ``max_quad_points`` grid points, default ``QUAD_BUDGET``): randomized QMC (at most
+  ``max_qmc_points`` samples), keeping whichever error is smaller.
+
+Each result is a ``JobResult``: value, error, method, the budgets that stopped it above
+its target error (``"max_quad_points"``, ``"max_qmc_points"``) and whether QMC saw signs
+of an infinite variance (``heavy_tail``: its error bar is then not to be trusted).
 """
 from __future__ import annotations
 
 import itertools
 import warnings
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 import sympy as sp
@@ -29,8 +34,16 @@ from .expect_qmc import qmc
 from .expect_quad import iterated_2d, piecewise_1d, tensor
 from .numeric import compile_exprs
 
-QUAD_BUDGET = 2_000_000
+QUAD_BUDGET = 2_000_000          # default max_quad_points: grid points of one quadrature rule
 MAX_SUMMED = 10                  # Rademacher variables summed exactly (2^10 combinations)
+
+
+class JobResult(NamedTuple):
+    value: float
+    error: float
+    method: str                  # "quadrature" | "qmc"
+    budget: tuple = ()           # knobs whose limit stopped it above the target error
+    heavy_tail: bool = False     # QMC: the integrand looks like it has infinite variance
 
 
 def _seen_directions(exprs, gaussians, L: np.ndarray) -> np.ndarray:
@@ -48,8 +61,9 @@ def _seen_directions(exprs, gaussians, L: np.ndarray) -> np.ndarray:
 
 def numeric_expect(exprs: Sequence[sp.Expr], gaussians: Sequence[sp.Symbol], cov: np.ndarray,
                    laws: Sequence[tuple[sp.Symbol, Law]], *, tol: float = 1e-10,
-                   max_qmc_points: int = 2 ** 20, seed: int = 0) -> list[tuple[float, float, str]]:
-    """[(value, error, method)] of E[f] for each f (module doc)."""
+                   max_qmc_points: int = 2 ** 20, seed: int = 0,
+                   max_quad_points: int = QUAD_BUDGET) -> list[JobResult]:
+    """[JobResult(value, error, method, budget, heavy_tail)] of E[f] for each f (module doc)."""
     d = len(gaussians)
     cov = np.asarray(cov, dtype=float).reshape(d, d)
     lam, V = np.linalg.eigh(cov) if d else (np.zeros(0), np.zeros((0, 0)))
@@ -75,6 +89,8 @@ def numeric_expect(exprs: Sequence[sp.Expr], gaussians: Sequence[sp.Symbol], cov
     target = lambda q: tol * np.maximum(1.0, np.abs(q))
     K = len(exprs)
     values, errors, methods = np.zeros(K), np.zeros(K), ["quadrature"] * K
+    budget: list[set] = [set() for _ in range(K)]
+    heavy = np.zeros(K, dtype=bool)
     combos = list(itertools.product(*[(-np.sqrt(float(law.var)), np.sqrt(float(law.var)))
                                       for _, law in disc]))
     for combo in combos:
@@ -88,39 +104,54 @@ def numeric_expect(exprs: Sequence[sp.Expr], gaussians: Sequence[sp.Symbol], cov
 
         def kf(*t: np.ndarray) -> np.ndarray:
             return np.array(ktape(*args(*t))).reshape(len(kinks), -1)
-        v, e, m = _dispatch(f, kf if kinks else None, coords, kinks, symbols, L, combo, len(cont),
-                            target, max_qmc_points, seed)
+        v, e, m, b, h = _dispatch(f, kf if kinks else None, coords, kinks, symbols, L, combo, len(cont),
+                                  target, max_qmc_points, seed, max_quad_points)
         values += v / len(combos)
         errors += e / len(combos)
         methods = [mm if mm == "qmc" else old for mm, old in zip(m, methods)]
-    return [(float(v), float(e), m) for v, e, m in zip(values, errors, methods)]
+        for k in range(K):
+            budget[k] |= b[k]
+        heavy |= h
+    return [JobResult(float(v), float(e), m, tuple(sorted(b)), bool(h))
+            for v, e, m, b, h in zip(values, errors, methods, budget, heavy)]
 
 
-def _dispatch(f, kf, coords, kinks, symbols, L, combo, ncont, target, max_qmc, seed):
-    """Choose the rule for one Rademacher combination; fall back to QMC if needed."""
+def _dispatch(f, kf, coords, kinks, symbols, L, combo, ncont, target, max_qmc, seed, max_quad):
+    """Choose the rule for one Rademacher combination; fall back to QMC if needed.
+    Returns (values, errors, methods, [budgets hit per output], heavy-tail flags)."""
     D, K = len(coords), len(target(np.zeros(1)))
-    if any(c.discrete for c in coords):
-        q = qmc(f, coords, target, max_qmc, seed)
-        return q[0], q[1], ["qmc"] * len(q[0])
+    none = [set() for _ in range(K)]
     if D == 0:
-        return f().ravel() * np.ones(K), np.zeros(K), ["quadrature"] * K
-    res = None
-    if D == 1:
-        res = piecewise_1d(lambda t: f(t), coords[0], kf, target, QUAD_BUDGET)
+        return f().ravel() * np.ones(K), np.zeros(K), ["quadrature"] * K, none, np.zeros(K, dtype=bool)
+    res, tried = None, False
+    if any(c.discrete for c in coords):
+        pass
+    elif D == 1:
+        res, tried = piecewise_1d(lambda t: f(t), coords[0], kf, target, max_quad), True
     elif D == 2 and kinks:
         lines = _lines(kinks, symbols, L, combo, ncont)
         if lines is not None:
-            res = iterated_2d(f, coords[0], coords[1], lines, target, QUAD_BUDGET)
+            res, tried = iterated_2d(f, coords[0], coords[1], lines, target, max_quad), True
     elif D <= 3 and not kinks:
-        res = tensor(f, coords, target, QUAD_BUDGET)
+        res, tried = tensor(f, coords, target, max_quad), True
+    quad_stopped = tried and (res is None or res.budget_hit)
     if res is not None and (res[2] or np.all(res[1] <= 1e-7 * np.maximum(1.0, np.abs(res[0])))):
-        return res[0], res[1], ["quadrature"] * len(res[0])        # QMC would not do better
-    q = qmc(f, coords, target, max_qmc, seed)
+        hit = res[1] > target(res[0])                             # QMC would not do better
+        return (res[0], res[1], ["quadrature"] * len(res[0]),
+                [{"max_quad_points"} if quad_stopped and h else set() for h in hit], np.zeros(K, dtype=bool))
+    info: dict = {}
+    q = qmc(f, coords, target, max_qmc, seed, info=info)
     if res is None:
-        return q[0], q[1], ["qmc"] * len(q[0])
-    better = q[1] < res[1]
-    return (np.where(better, q[0], res[0]), np.where(better, q[1], res[1]),
-            ["qmc" if b else "quadrature" for b in better])
+        v, e, m = q[0], q[1], ["qmc"] * len(q[0])
+    else:
+        better = q[1] < res[1]
+        v, e = np.where(better, q[0], res[0]), np.where(better, q[1], res[1])
+        m = ["qmc" if b else "quadrature" for b in better]
+    hit = e > target(v)
+    budget = [({"max_quad_points"} if quad_stopped else set()) | ({"max_qmc_points"} if not q[2] else set())
+              if h else set() for h in hit]
+    heavy = np.asarray(info.get("heavy_tail", np.zeros(K, dtype=bool))) & np.array([mm == "qmc" for mm in m])
+    return v, e, m, budget, heavy
 
 
 def _lines(kinks, symbols, L, combo, ncont) -> np.ndarray | None:

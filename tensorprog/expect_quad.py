@@ -42,16 +42,30 @@ def _estimate(d: np.ndarray, d_prev: np.ndarray | None) -> np.ndarray:
     return np.where(d <= 0.1 * d_prev, d, np.maximum(3 * d, d_prev))
 
 
+class QuadResult(tuple):
+    """(values, errors, converged); ``budget_hit`` is True when the rule stopped because
+    its next order would have exceeded the grid budget (a larger budget may converge)."""
+    budget_hit: bool = False
+
+    @classmethod
+    def make(cls, values, errors, converged: bool, budget_hit: bool) -> "QuadResult":
+        out = cls((values, errors, converged))
+        out.budget_hit = budget_hit and not converged
+        return out
+
+
 def _refine(run: Callable[..., tuple[np.ndarray, np.ndarray] | None], target: Callable,
             budget: int, orders: Sequence[int] = ORDERS):
     """Run a rule at increasing orders n until the error estimate meets the target or
     the budget ends; the estimate is ``_estimate`` and, at the last order, also
     |Q_n − Q_n^alt| for the rule on the interleaved splits (``Coord.anchors(alt=True)``).
-    Returns (values, errors, converged), or None if not even two orders fit."""
-    prev, d_prev, best = None, None, None
+    Returns a ``QuadResult`` (values, errors, converged), or None if not even two orders
+    fit in the budget."""
+    prev, d_prev, best, stopped = None, None, None, False
     for n in orders:
         out = run(n)
         if out is None:                                # the next order exceeds the budget
+            stopped = True
             break
         q, floor = out
         if prev is not None:
@@ -60,14 +74,14 @@ def _refine(run: Callable[..., tuple[np.ndarray, np.ndarray] | None], target: Ca
             if np.all(err <= target(q)):
                 err = _cross_check(run, n, q, err)
                 if np.all(err <= target(q)):
-                    return q, err, True
+                    return QuadResult.make(q, err, True, False)
             best = (n, q, err)
             d_prev = d
         prev = q
     if best is None:                                   # not even two orders fit
         return None
     n, q, err = best
-    return q, _cross_check(run, n, q, err), False
+    return QuadResult.make(q, _cross_check(run, n, q, err), False, stopped)
 
 
 def _cross_check(run: Callable, n: int, q: np.ndarray, err: np.ndarray) -> np.ndarray:

@@ -14,18 +14,24 @@ E[f] over centred jointly Gaussian symbols (covariance Σ) and independent symme
    the Gaussian rules of ``expect_exact``, and Σ c uⁿ sign(u)ᵐ for one law (E uⁿ, E|u|ⁿ);
 5. what remains becomes a numeric *job*, a placeholder symbol J evaluated later.
 The result is a sympy expression in exact numbers and job symbols.
+
+Symbolic work is bounded: products are multiplied out one level at a time, only when that
+can separate groups, without moving factors into denominators (``distribute``), and no
+expansion beyond ``max_expand_size`` (``expect_analysis.expanded_size``) is attempted —
+the expectation then becomes a job and ``Engine.expansion_refused`` is set.
 """
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 
 import sympy as sp
 
-from .expect_exact import canon, gauss_closed_form, wick
+from .expect_exact import canon, closed_form_blocker, expand_within, gauss_closed_form, wick
 from .expect_laws import Law, as_number
-from .expect_linalg import Matrix, NoClosedForm, affine, condition
-from .expect_analysis import growth, parity
+from .expect_linalg import MAX_EXPAND_SIZE, ExpansionBudget, Matrix, NoClosedForm, affine, condition
+from .expect_analysis import expanded_size, growth, parity
 from .nonlin import Delta, Sign, Step
 
 MAX_ENUMERATION = 8           # at most 2^8 Rademacher value combinations summed exactly
@@ -54,11 +60,45 @@ class Ctx:
         return out
 
 
-class Engine:
-    """One evaluation: the recursive reduction, collecting numeric jobs."""
+def distribute(expr: sp.Expr, split_exp: bool = True) -> sp.Expr:
+    """expr with the sums among its factors multiplied out (and, with ``split_exp``,
+    e^{a+b} = e^a·e^b) — one level, like ``sp.expand(expr, deep=False)`` but leaving every
+    other factor where it is.  (``sp.expand`` first splits expr into numerator and
+    denominator, so x·e^{−b²}/(1 + d²) becomes x/(e^{b²} + d²e^{b²}): a form that is
+    0·∞ = NaN wherever e^{b²} overflows.)"""
+    if expr.is_Add:
+        return sp.Add(*[distribute(t, split_exp) for t in expr.args])
+    plain, sums = _factor_sums(expr, split_exp)
+    return sp.Add(*[sp.Mul(*plain, *combo) for combo in itertools.product(*sums)])
 
-    def __init__(self, exact: bool):
+
+def _factor_sums(expr: sp.Expr, split_exp: bool, max_terms: float = float("inf")) -> tuple[list, list]:
+    """The factors of a product: (plain factors, [terms of each sum factor]); a power of a
+    sum that would multiply out to more than ``max_terms`` terms stays a plain factor."""
+    plain, sums = [], []
+    for f in sp.Mul.make_args(expr):
+        if split_exp and isinstance(f, sp.exp) and f.args[0].is_Add:
+            plain += [sp.exp(a) for a in f.args[0].args]
+        elif f.is_Add:
+            sums.append(f.args)
+        elif f.is_Pow and f.base.is_Add and f.exp.is_Integer and f.exp > 1 and \
+                math.comb(len(f.base.args) + int(f.exp) - 1, int(f.exp)) <= max_terms:
+            sums.append(sp.Add.make_args(sp.expand_multinomial(f, deep=False)))
+        else:
+            plain.append(f)
+    return plain, sums
+
+
+class Engine:
+    """One evaluation: the recursive reduction, collecting numeric jobs.
+
+    ``max_expand_size`` bounds every symbolic expansion (``expect_analysis.expanded_size``);
+    beyond it no closed form is attempted and ``expansion_refused`` is set."""
+
+    def __init__(self, exact: bool, max_expand_size: float = MAX_EXPAND_SIZE):
         self.exact = exact
+        self.max_expand_size = max_expand_size
+        self.expansion_refused = False
         self.jobs: dict[tuple, sp.Dummy] = {}
         self.groups: dict[Ctx, dict] = {}
 
@@ -106,14 +146,45 @@ class Engine:
             if parity(expr, members) == -1 and all(growth(expr, s) < float(laws[s].df) for s in heavy):
                 return sp.Integer(0)
         if len(gids) > 1:             # e.g. (x + u)² or e^{x+u}: expand, it may split
-            expanded = sp.expand(expr, deep=False, log=False, power_base=False)
-            if expanded != expr:
+            expanded = self.split(expr, groups)
+            if expanded is not None:
                 return self.E(expanded, ctx)
         if self.exact:
             out = self.closed_form(expr, syms, ctx, laws)
             if out is not None:
                 return out
         return self.job(expr, syms, ctx)
+
+    def split(self, expr: sp.Expr, groups: dict) -> sp.Expr | None:
+        """``distribute(expr)`` if that can separate the independent groups, else None:
+        the plain (non-sum) factors are in every term, so if they alone tie all the
+        groups together, multiplying out cannot split anything (and is not done)."""
+        plain, sums = _factor_sums(expr, True, self.max_expand_size)
+        if any(f.is_Pow and f.base.is_Add and f.exp.is_Integer and f.exp > 1 for f in plain):
+            self.expansion_refused = True             # a power of a sum too large to multiply out
+            return None
+        gids = {groups[s] for s in expr.free_symbols if s in groups}
+        parent: dict = {}
+
+        def root(g):
+            while parent.setdefault(g, g) != g:
+                g = parent[g]
+            return g
+        for f in plain:
+            gs = [root(groups[s]) for s in f.free_symbols if s in groups]
+            for g in gs[1:]:
+                parent[root(g)] = root(gs[0])
+        if len({root(g) for g in gids}) == 1:
+            return None
+        n = 1.0
+        for terms in sums:
+            n *= len(terms)
+        size = n * (len(plain) + len(sums))          # one level: the factors are shared, not copied
+        if size > self.max_expand_size:
+            self.expansion_refused = True
+            return None
+        out = sp.Add(*[sp.Mul(*plain, *combo) for combo in itertools.product(*sums)])
+        return None if out == expr else out
 
     def closed_form(self, expr: sp.Expr, syms: set, ctx: Ctx, laws: dict) -> sp.Expr | None:
         """The exact routes of the module docstring, or None."""
@@ -126,20 +197,24 @@ class Engine:
         gs = tuple(g for g in ctx.gaussians if g in syms)
         idx = [ctx.gaussians.index(g) for g in gs]
         cov = Matrix(ctx.cov.extract(idx, idx))
-        if poly:
-            return poly_expect(expr, gs, cov, tuple(s for s in syms if s not in gs), laws)
         try:
+            if poly:
+                return poly_expect(expr, gs, cov, tuple(s for s in syms if s not in gs), laws,
+                                   self.max_expand_size)
             if len(gs) == len(syms):
-                return gauss_closed_form(expr, gs, cov)
+                return gauss_closed_form(expr, gs, cov, self.max_expand_size)
             if len(syms) == 1:
-                return law_closed_form(expr, next(iter(syms)), laws[next(iter(syms))])
+                return law_closed_form(expr, next(iter(syms)), laws[next(iter(syms))], self.max_expand_size)
+        except ExpansionBudget:
+            self.expansion_refused = True
+            return None
         except NoClosedForm:
             return None
         return None
 
     def dirac(self, expr: sp.Expr, ctx: Ctx) -> sp.Expr:
         """E[δ(a)·g] = p_a(0)·E[g | a = 0], a linear in the Gaussians (or in one law)."""
-        expr = sp.expand(expr, deep=False, power_exp=False, log=False, power_base=False)
+        expr = distribute(expr, split_exp=False)
         if expr.is_Add:
             return self.E(expr, ctx)
         ds = [f for f in sp.Mul.make_args(expr) if isinstance(f, Delta)]
@@ -179,11 +254,23 @@ class Engine:
         return self.jobs[key]
 
 
-def poly_expect(expr: sp.Expr, gs: tuple, cov: Matrix, us: tuple, laws: dict) -> sp.Expr:
-    """E of a polynomial: Wick on the Gaussian part times the law moments."""
+def poly_expect(expr: sp.Expr, gs: tuple, cov: Matrix, us: tuple, laws: dict,
+                max_size: float = MAX_EXPAND_SIZE) -> sp.Expr:
+    """E of a polynomial: Wick on the Gaussian part times the law moments
+    (ExpansionBudget if multiplying it out, or Wick's recursion over the monomials
+    β ≤ α of a term, would exceed ``max_size``)."""
+    size = expanded_size(expr)
+    if size > max_size:
+        raise ExpansionBudget(f"multiplying out the polynomial would give about {size:.3g} nodes "
+                              f"> max_expand_size={max_size:g}")
     P = sp.Poly(expr, *gs, *us)
     memo: dict = {}
     out = sp.Integer(0)
+    for mono, _ in P.terms():
+        alpha = [a for a in mono[:len(gs)] if a]
+        if len(alpha) > 1 and math.prod(a + 1 for a in alpha) > max_size:
+            raise ExpansionBudget(f"Wick's recursion for a monomial of degrees {tuple(alpha)} "
+                                  f"> max_expand_size={max_size:g}")
     for mono, c in P.terms():
         m = wick(mono[:len(gs)], cov, memo)
         for u, k in zip(us, mono[len(gs):]):
@@ -192,10 +279,13 @@ def poly_expect(expr: sp.Expr, gs: tuple, cov: Matrix, us: tuple, laws: dict) ->
     return out
 
 
-def law_closed_form(expr: sp.Expr, u: sp.Symbol, law: Law) -> sp.Expr:
+def law_closed_form(expr: sp.Expr, u: sp.Symbol, law: Law, max_size: float = MAX_EXPAND_SIZE) -> sp.Expr:
     """E[Σ c u^n sign(u)^m] for one symmetric law, via E u^n and E|u|^n."""
     out = sp.Integer(0)
-    for t in sp.Add.make_args(sp.expand(canon(expr, (u,)))):
+    e = canon(expr, (u,))
+    if (why := closed_form_blocker(e, (u,))) is not None:
+        raise NoClosedForm(why)
+    for t in sp.Add.make_args(expand_within(e, max_size)):
         c, rest = t.as_independent(u, as_Add=False)
         n, m = 0, 0
         for f in sp.Mul.make_args(rest):

@@ -189,10 +189,6 @@ def test_overflow_of_constants_is_located(src, at):
     overflow_message(err.value)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG (execute.py): an overflow inside one Nonlin/Moment expression is "
-                   "reported as 'NaN first produced here' (inf − inf, inf·0, inf/inf): the executor evaluates the "
-                   "whole function tree under np.errstate(all='ignore') and classifies only the final value; it "
-                   "should say the overflow happened (e.g. track np.errstate(over=...) or re-check the subtrees)")
 @pytest.mark.parametrize("expr", ["exp(1000 * x) - exp(1000 * x)", "exp(1000 * x) * 0", "x * exp(c)"])
 def test_overflow_inside_an_expression_is_not_reported_as_nan(expr):
     src = f"vector x ~ normal()\nc = mean(x * x) * 800\nout o = mean({expr})"
@@ -201,9 +197,6 @@ def test_overflow_inside_an_expression_is_not_reported_as_nan(expr):
     overflow_message(err.value)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG (hypotheses.scalar / limit.summarize): a scalar whose limit overflows "
-                   "a float (exp(c) with c̊ = 800, sympy's exact exp(800) is finite) is returned as value=inf, "
-                   "error=inf instead of raising a located TPNumericalError")
 def test_overflowing_scalar_limit_is_an_error():
     src = "vector x ~ normal()\nc = mean(x * x) * 800\nout o = exp(c)"
     with pytest.raises(tp.TPNumericalError) as err:
@@ -211,9 +204,6 @@ def test_overflowing_scalar_limit_is_an_error():
     assert (err.value.line, err.value.col) == (3, 9)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG (expect_exact.wick): E[x**4000] recurses once per pair of factors and "
-                   "raises RecursionError out of compile(); expected a located TPNumericalError (the moment "
-                   "3999!! overflows a float, as x**500 already reports)")
 def test_huge_polynomial_moment_is_a_located_error():
     with pytest.raises(tp.TPError) as err:
         limit_of("vector x ~ normal()\nout o = mean(x ** 4000)")
@@ -240,9 +230,6 @@ def test_division_by_a_zero_moment_in_the_limit_of_a_moment_is_located():
     assert (err.value.line, err.value.col) == (3, 9)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG (hypotheses.scalar): 1/c with c̊ = 0 gives sympy zoo, which "
-                   "hypotheses.scalar lets through (zoo.is_comparable is False), and limit.summarize raises "
-                   "ArithmeticError('the limit zoo is complex'): not a TPError; expected TPNumericalError at 3:9")
 @pytest.mark.parametrize("moment", ["mean(x * 0)", "mean(x)"])
 def test_division_by_a_zero_limit_is_a_located_error(moment):
     with pytest.raises(tp.TPNumericalError) as err:
@@ -250,8 +237,6 @@ def test_division_by_a_zero_limit_is_a_located_error(moment):
     assert (err.value.line, err.value.col) == (3, 9)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG (execute.py _check_finite): 1/c with c = 0 at finite width is "
-                   "reported as 'inf (overflow)'; it is a division by zero")
 def test_division_by_zero_is_not_called_an_overflow():
     with pytest.raises(tp.TPNumericalError, match="division by zero"):
         tp.parse(ZERO_MOMENT + "out o = 1 / c").execute(n=64)
@@ -338,11 +323,6 @@ def test_float32_agrees_with_float64_in_distribution():
         assert abs(o.mean - o32.mean) <= 5 * se + 1e-6, name
 
 
-@pytest.mark.xfail(strict=True, reason="BUG/design (distributions._sample_iid): with the same seed, float32 runs "
-                   "draw different numbers from float64 runs for normal/uniform/laplace/student_t "
-                   "(Generator.standard_normal(dtype=float32) is another stream), so the two dtypes agree only in "
-                   "distribution, not within float32 precision; sampling in float64 blocks and casting would make "
-                   "--dtype float32 a precision switch only")
 def test_float32_uses_the_same_gaussian_draws_as_float64():
     p = tp.parse(F32.format(v="normal", m="normal"))
     r64 = p.execute(n=512, trials=2, seed=5)
@@ -414,9 +394,6 @@ def test_expressions_at_the_depth_bound_run_in_both_back_ends():
     assert set(r.outputs) == set(lim) == {"o", "p", "q"}
 
 
-@pytest.mark.xfail(strict=True, reason="BUG (compile.py): a chain of 300 Nonlins (for i in 1..300 { x = tanh(x) }) "
-                   "nests the Z-expression 300 deep and compile() raises RecursionError (sympy); expected a value "
-                   "(execute handles it) or a located TPLimitError")
 def test_long_chain_of_nonlins_compiles():
     src = "vector x ~ normal()\nfor i in 1..300 { x = tanh(x) }\nout o = mean(x * x)"
     try:
@@ -444,11 +421,6 @@ def _within(seconds: float, fn):
         signal.signal(signal.SIGALRM, old)
 
 
-@pytest.mark.xfail(strict=True, raises=_Budget, reason="BUG (expect_exact._Solver.E, no compile budget): "
-                   "E[relu(1 − relu(1 − … x))] nested 6 deep runs for over 15 minutes (depth 5: 15-45 s, depth 4: "
-                   "0.5 s) in sp.expand(canon(expr)) — the kink rewriting multiplies out 2^depth sign products; a 1-D "
-                   "piecewise quadrature would take milliseconds. Expected: a bound on the symbolic expansion "
-                   "(fall back to quadrature) or a TPLimitError naming the budget and its knob")
 def test_nested_kinks_compile_within_a_budget():
     src = "vector x ~ normal()\nout o = mean(" + "relu(1 - " * 6 + "x" + ")" * 6 + ")"
     p = tp.parse(src)
