@@ -27,6 +27,8 @@ class BatchEstimate:
     error: np.ndarray
     method: str
     exact: None = None
+    budget: tuple[str, ...] = ()       # resource limits reached (as Estimate.budget)
+    heavy_tail: bool = False
 
 
 class Batch:
@@ -65,18 +67,23 @@ class Batch:
         used_laws = {s: laws[s] for s in expr.free_symbols if s in laws}
         if coeffs or used_laws:
             return self._one_by_one(expr, gauss, covs, coeffs, used_laws, options)
-        values, errors, methods = expect_batch(expr, gauss, covs, tol=options["tol"])
+        info: dict = {}
+        values, errors, methods = expect_batch(expr, gauss, covs, info=info, **options)
         return BatchEstimate(np.asarray(values, float), np.asarray(errors, float),
-                             max(set(methods), key=_RANK.__getitem__))
+                             max(set(methods), key=_RANK.__getitem__), None, info["budget"], info["heavy_tail"])
 
     def _one_by_one(self, expr, gauss, covs, coeffs, laws, options) -> BatchEstimate:
         values, errors, methods = np.empty(self.P), np.empty(self.P), set()
+        budget, heavy = set(), False
         for p in range(self.P):
             item = expr.subs({s: float(self.values[s][p]) for s in coeffs})
             est = expect(item, gauss, sp.Matrix(covs[p].tolist()), laws, exact=True, **options)
             values[p], errors[p] = est.value, est.error
             methods.add(est.method)
-        return BatchEstimate(values, errors, max(methods, key=_RANK.__getitem__, default="exact"))
+            budget |= set(est.budget)
+            heavy = heavy or est.heavy_tail
+        return BatchEstimate(values, errors, max(methods, key=_RANK.__getitem__, default="exact"), None,
+                             tuple(sorted(budget)), heavy)
 
     def summarize(self, value: sp.Expr, estimates: Sequence) -> LimitValue:
         v = np.array(self.eval(value))

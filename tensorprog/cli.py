@@ -47,8 +47,12 @@ def _parser() -> argparse.ArgumentParser:
     co.add_argument("--symbolic", action="store_true", help="exact closed forms where they exist")
     co.add_argument("--emit", choices=["text", "json", "latex"], default="text")
     co.add_argument("--tol", type=float, default=1e-10, help="target error of numerical expectations")
-    co.add_argument("--max-qmc-points", type=int, default=2**20,
+    co.add_argument("--max-qmc-points", type=_positive, default=2**20,
                     help="quasi-Monte Carlo points per expectation at most (default 2^20)")
+    co.add_argument("--max-quad-points", type=_positive, default=2_000_000,
+                    help="largest tensor quadrature grid; beyond it, QMC (default 2e6)")
+    co.add_argument("--max-expand-size", type=_positive, default=100_000,
+                    help="largest symbolic expansion tried for a closed form (default 1e5 terms)")
     cv = command("converge", "finite width against the limit at several widths, with the fitted rate")
     cv.add_argument("--widths", type=_widths, required=True, metavar="N1,N2,...",
                     help="comma-separated widths, e.g. 256,512,1024")
@@ -109,6 +113,17 @@ def _floats(text: str) -> list[float]:
         raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}") from None
 
 
+def _positive(text: str) -> int:
+    """A positive integer; 1e6-style spellings of whole numbers are accepted."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if not (value.is_integer() and value >= 1):
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return int(value)
+
+
 def _widths(text: str) -> list[int]:
     from .converge import parse_widths
     try:
@@ -151,7 +166,8 @@ def cmd_execute(args) -> str:
 
 def cmd_compile(args) -> str:
     from .report import render_compiled
-    compiled = _load(args).compile(symbolic=args.symbolic, tol=args.tol, max_qmc_points=args.max_qmc_points)
+    compiled = _load(args).compile(symbolic=args.symbolic, tol=args.tol, max_qmc_points=args.max_qmc_points,
+                                   max_quad_points=args.max_quad_points, max_expand_size=args.max_expand_size)
     return render_compiled(compiled, compiled.limit(), args.emit)
 
 

@@ -23,6 +23,8 @@ from . import fnsym, ir
 from .batch import Batch
 from .errors import TPLimitError
 from .expect import Estimate, Law, expect
+from .expect_linalg import MAX_EXPAND_SIZE
+from .expect_numeric import QUAD_BUDGET
 from .hypotheses import Hypotheses
 from .limit import Limit, LimitValue, summarize
 from .nonlin import Delta
@@ -51,6 +53,7 @@ class Compiled:
 
     def __init__(self, program: ir.Program, symbolic: bool = False, tol: float = 1e-10,
                  max_qmc_points: int = 2**20, seed: int = 0, zdot: bool = True,
+                 max_quad_points: int = QUAD_BUDGET, max_expand_size: int = MAX_EXPAND_SIZE,
                  batch_covs: Mapping[int, np.ndarray] | None = None,
                  symbolic_covs: Mapping[int, sp.Matrix] | None = None,
                  param_values: Mapping[sp.Symbol, float] | None = None) -> None:
@@ -66,7 +69,8 @@ class Compiled:
         self.param_values = dict(param_values or {})
         self.base_of: dict[int, sp.Symbol] = {}
         self.scalar_error: dict[int, float] = {}
-        self.options = dict(tol=tol, max_qmc_points=max_qmc_points, seed=seed)
+        self.options = dict(tol=tol, max_qmc_points=max_qmc_points, seed=seed,
+                            max_quad_points=max_quad_points, max_expand_size=max_expand_size)
         self.Z: dict[int, sp.Expr] = {}                   # vector var -> Z
         self.c: dict[int, sp.Expr] = {}                    # scalar var -> c̊
         self.deps: dict[int, set[int]] = {}                # var -> estimates it depends on
@@ -119,6 +123,7 @@ class Compiled:
             raise TPValueError(f"cannot evaluate E[{expr}]: {err}", where.pos.line, where.pos.col,
                                self.program.file, self.program.source) from None
         self.hyp.estimate(where, est)
+        self.hyp.budget(where, est, self.options)
         self.estimates.append(est)
         return len(self.estimates) - 1
 
@@ -135,7 +140,7 @@ class Compiled:
             raise TPValueError(f"cannot evaluate E[{expr}]: {err}", where.pos.line, where.pos.col,
                                self.program.file, self.program.source) from None
         self.hyp.estimate(where, est)
-        self.hyp.budget(where, est, self.options["tol"], self.options["max_qmc_points"])
+        self.hyp.budget(where, est, self.options)
         self.estimates.append(est)
         return len(self.estimates) - 1
 

@@ -145,13 +145,31 @@ class Hypotheses(Finiteness):
         """The random ones (base variables of Z's) among symbols: not params, not batch items."""
         return [s for s in symbols if s not in self.params and not _BATCH_SYMBOL.fullmatch(s.name)]
 
-    def budget(self, e, est, tol: float, max_qmc_points: int) -> None:
-        """An expectation that stopped at its budget above the target error."""
+    def budget(self, e, est, options: dict) -> None:
+        """Name each resource limit an expectation reached, with the option that raises it; and
+        QMC error bars that cannot be trusted (an integrand with infinite variance)."""
         import numpy as np
-        if est.method == "qmc" and np.max(est.error) > max(tol, 1e-300) * 10:
-            self.warn(e, "budget", f"an expectation stopped at max_qmc_points={max_qmc_points} with error "
-                      f"{np.max(est.error):.1e} > tol {tol:.0e}; raise --max-qmc-points (time grows "
-                      "linearly) or accept the stated error")
+        error, tol = float(np.max(est.error)), options["tol"]
+        hit = set(getattr(est, "budget", ()))
+        if est.method == "qmc" and error > max(tol, 1e-300) * 10:
+            hit.add("max_qmc_points")
+        for name in sorted(hit):
+            self.warn(e, "budget", _BUDGET[name].format(limit=options[name], error=error, tol=tol))
+        if getattr(est, "heavy_tail", False):
+            self.warn(e, "finite variance", "a quasi-Monte Carlo integrand looks heavy-tailed (estimated "
+                      "tail index < 2, i.e. infinite variance): its error bar is not reliable")
+
+
+_BUDGET = {
+    "max_qmc_points": "an expectation stopped at max_qmc_points={limit} with error {error:.1e} > tol "
+                      "{tol:.0e}; raise --max-qmc-points (time grows linearly) or accept the stated error",
+    "max_quad_points": "an expectation needed a quadrature grid above max_quad_points={limit} and went to "
+                       "QMC (error {error:.1e}); raise --max-quad-points (memory and time grow with it)",
+    "max_expand_size": "a closed form was not attempted: the symbolic expansion would exceed "
+                       "max_expand_size={limit} terms, so the value is numeric (error {error:.1e}); raise "
+                       "--max-expand-size to try",
+}
+
 
 # ---- growth ---------------------------------------------------------------------------------------
 def _exp_rate(expr: sp.Expr, u: sp.Symbol) -> float:

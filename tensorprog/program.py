@@ -31,14 +31,17 @@ class Program:
         return execute(self.ir, n, trials, seed, matrix_dist, dtype, memory_limit, **options)
 
     def compile(self, symbolic: bool = False, tol: float = 1e-10, max_qmc_points: int = 2**20,
-                seed: int = 0):
+                seed: int = 0, max_quad_points: int = 2_000_000, max_expand_size: int = 100_000):
         """Infinite width: the Master Theorem recurrence (``.limit()`` gives the values).
 
         ``tol``: target error of each numerical expectation; ``max_qmc_points``: the
-        budget of quasi-Monte Carlo points per expectation (a warning says when an
-        expectation stops at the budget above ``tol``)."""
+        budget of quasi-Monte Carlo points per expectation; ``max_quad_points``: the
+        largest tensor quadrature grid (beyond it, QMC); ``max_expand_size``: the largest
+        symbolic expansion tried for a closed form (beyond it, numerics).  A [budget]
+        warning names the option whenever a limit was reached."""
         from .compile import compile_program
-        options = dict(tol=tol, max_qmc_points=max_qmc_points, seed=seed)
+        options = dict(tol=tol, max_qmc_points=max_qmc_points, seed=seed,
+                       max_quad_points=max_quad_points, max_expand_size=max_expand_size)
         if not symbolic:
             return compile_program(self.ir, **options)
         from .symbolic import symbolic_covariances

@@ -111,3 +111,38 @@ def test_positive_symbolic_factors_are_pulled_out():
     q = sp.Abs(sp.Symbol("y", real=True))
     assert Step(q * x).args == (q * x,)
     assert Relu(2 * x).args == (2 * x,)             # numbers are left as the program wrote them
+
+
+# ---- resource limits: every budget names its option ---------------------------------------------
+BUDGETED = """vector x, y ~ normal(cov=[[1, 0.5], [0.5, 1]])
+out o = mean(tanh(x) * tanh(y))
+out p = mean((x + y) ** 6)
+"""
+
+
+def test_budgets_are_reached_named_and_honest(tmp_path):
+    path = tmp_path / "b.tp"
+    path.write_text(BUDGETED)
+    free = tp.load(str(path)).compile().limit().outputs
+    assert free["p"].method == "exact" and free["p"].value == 405.0      # E (x+y)^6 = 15 · 3³
+    tight = tp.load(str(path)).compile(max_quad_points=100, max_expand_size=3, max_qmc_points=2**14).limit()
+    text = "\n".join(tight.warnings)
+    for option in ("--max-quad-points", "--max-expand-size", "--max-qmc-points"):
+        assert option in text, option
+    assert f"{path}:2:9: warning [budget]" in text and f"{path}:3:9: warning [budget]" in text
+    for name in ("o", "p"):                           # numeric now, and the stated error still holds
+        out = tight.outputs[name]
+        assert out.method != "exact"
+        assert abs(out.value - free[name].value) <= out.error + free[name].error
+
+
+@pytest.mark.parametrize("flag", ["--max-quad-points", "--max-expand-size", "--max-qmc-points"])
+@pytest.mark.parametrize("value", ["0", "-5", "2.5", "many"])
+def test_budget_flags_must_be_positive_integers(tmp_path, flag, value):
+    path = tmp_path / "b.tp"
+    path.write_text(BUDGETED)
+    proc = subprocess.run([sys.executable, "-m", "tensorprog.cli", "compile", str(path), flag, value],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert f"argument {flag}: expected a positive integer" in proc.stderr
+    assert "Traceback" not in proc.stderr
