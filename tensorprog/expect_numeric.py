@@ -80,9 +80,9 @@ def numeric_expect(exprs: Sequence[sp.Expr], gaussians: Sequence[sp.Symbol], cov
     coords = [Coord(None, gg)] * L.shape[1] + [Coord(law, max(growth(e, u) for e in exprs))
                                                 for u, law in cont]
     for (u, law), c in zip(cont, coords[L.shape[1]:]):
-        if law.family == "student_t" and c.growth >= float(law.df):
+        if law.df is not None and c.growth >= float(law.df):
             warnings.warn(f"E[...] may be infinite: the integrand grows like |{u}|^{c.growth:g} and "
-                          f"{u} ~ student_t(df={law.df}) has E|{u}|^{c.growth:g} = ∞", RuntimeWarning)
+                          f"{u} ~ {law.family}(df={law.df}) has E|{u}|^{c.growth:g} = ∞", RuntimeWarning)
     tape = compile_exprs(tuple(exprs), symbols)
     kinks = kink_args(exprs)
     ktape = compile_exprs(tuple(kinks), symbols) if kinks else None

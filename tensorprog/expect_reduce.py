@@ -142,7 +142,7 @@ class Engine:
         gids = {groups[s] for s in syms}
         flips = [{s for s in syms if groups[s] == g} for g in gids] + ([syms] if len(gids) > 1 else [])
         for members in flips:
-            heavy = [s for s in members if s in laws and laws[s].family == "student_t"]
+            heavy = [s for s in members if s in laws and laws[s].df is not None]
             if parity(expr, members) == -1 and all(growth(expr, s) < float(laws[s].df) for s in heavy):
                 return sp.Integer(0)
         if len(gids) > 1:             # e.g. (x + u)² or e^{x+u}: expand, it may split
