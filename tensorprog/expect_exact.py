@@ -26,6 +26,14 @@ MGF, Dirac masses and their products with polynomials. Anything else raises
 of a non-affine argument, as nested kinks give), and ``ExpansionBudget`` when the
 expansion would exceed ``max_size`` (``expect_analysis.expanded_size``).  Convention: sign(0) = 0, so step(0) = 1/2 under a Dirac mass on the
 same hyperplane (the symmetric limit); an exactly degenerate ℓ ≡ 0 gives step(0) = 0.
+
+The implementation is split by responsibility; this module holds the rules (``_Solver``) and
+:func:`gauss_closed_form`, and re-exports the names of the others:
+
+* :mod:`.expect_wick`: :func:`wick`, the moments of monomials;
+* :mod:`.expect_canon`: :func:`canon`, the rewrite through sign and erf;
+* :mod:`.expect_blockers`: :func:`closed_form_blocker`, :func:`odd_in_a_kinked_sign`,
+  :func:`expand_within`, the checks before multiplying out.
 """
 from __future__ import annotations
 
@@ -34,225 +42,14 @@ from functools import lru_cache
 import numpy as np
 import sympy as sp
 
-from .expect_analysis import expanded_size
-from .expect_linalg import (MAX_EXPAND_SIZE, ExpansionBudget, Matrix, NoClosedForm, affine, condition,
-                            reduce_basis, tidy)
-from .nonlin import AbsF, Delta, Gelu, LeakyRelu, Relu, Sign, Step
+from .expect_blockers import closed_form_blocker, expand_within, odd_in_a_kinked_sign
+from .expect_canon import canon
+from .expect_linalg import MAX_EXPAND_SIZE, Matrix, NoClosedForm, affine, condition, reduce_basis, tidy
+from .expect_wick import wick
+from .nonlin import Delta, Sign
 
-
-
-def wick(alpha: tuple[int, ...], cov: Matrix, memo: dict) -> sp.Expr:
-    """E[z^α] by Isserlis' recursion E[z_i z^β] = Σ_j Σ_ij β_j E[z^{β−e_j}].
-
-    One variable is (p−1)!! σ^p directly; otherwise the recursion runs on an explicit
-    stack (no Python recursion, so E[x^4000] or E[x^2000 y^2000] cannot overflow it)."""
-    if sum(alpha) % 2:
-        return sp.Integer(0)
-    if not any(alpha):
-        return sp.Integer(1)
-    if alpha in memo:
-        return memo[alpha]
-    nz = [k for k, a in enumerate(alpha) if a]
-    if len(nz) == 1:
-        i, p = nz[0], alpha[nz[0]]
-        memo[alpha] = out = sp.factorial2(p - 1) * cov[i, i] ** (p // 2)
-        return out
-
-    def children(a: tuple) -> list[tuple[sp.Expr, tuple]]:
-        i = next(k for k, x in enumerate(a) if x)
-        beta = list(a)
-        beta[i] -= 1
-        out = []
-        for j, bj in enumerate(beta):
-            if bj and cov[i, j] != 0:
-                gamma = list(beta)
-                gamma[j] -= 1
-                out.append((cov[i, j] * bj, tuple(gamma)))
-        return out
-
-    def known(a: tuple) -> bool:
-        return a in memo or not any(a) or sum(a) % 2 == 1
-
-    stack = [alpha]
-    while stack:
-        a = stack[-1]
-        if known(a):
-            stack.pop()
-            continue
-        kids = children(a)
-        todo = [g for _, g in kids if not known(g)]
-        if todo:
-            stack.extend(todo)
-            continue
-        stack.pop()
-        memo[a] = sp.expand(sp.Add(*[c * (memo[g] if g in memo else sp.Integer(1) if not any(g) else 0)
-                                     for c, g in kids]))
-    return memo[alpha]
-
-
-def _sign(a: sp.Expr, syms: tuple[sp.Symbol, ...]) -> sp.Expr:
-    """sign(a) with a canonical argument: leading coefficient 1 (so sign(−2x) = −sign(x)).
-
-    An argument that is not affine by its structure (e.g. one holding another kink) is
-    kept as it is: expanding it would multiply out every kink nested inside (2^depth
-    terms for relu(1 − relu(1 − …))), and a non-affine sign has no closed form anyway."""
-    if a.is_number:
-        return sp.sign(a)
-    if not _looks_affine(a, syms):
-        return Sign(a)
-    a = sp.expand(a)
-    if a.is_number:
-        return sp.sign(a)
-    try:
-        w, _ = affine(a, syms)
-    except NoClosedForm:
-        return Sign(a)
-    lead = next((c for c in w if c != 0), None)
-    if lead is None or not lead.is_number:
-        return Sign(a)
-    return sp.sign(lead) * Sign(sp.expand(a / lead))
-
-
-def _looks_affine(e: sp.Expr, syms: tuple) -> bool:
-    """A structural test (no expansion): sums and scalings of the symbols and constants."""
-    if not e.has(*syms) or e in syms:
-        return True
-    if e.is_Add:
-        return all(_looks_affine(a, syms) for a in e.args)
-    if e.is_Mul:
-        dep = [a for a in e.args if a.has(*syms)]
-        return len(dep) == 1 and _looks_affine(dep[0], syms)
-    return False
-
-
-def closed_form_blocker(e: sp.Expr, syms: tuple) -> str | None:
-    """A factor that no rule of ``_Solver.term`` accepts and that multiplying out cannot
-    remove — a function other than sign/erf/exp/δ of the symbols, exp of a non-polynomial,
-    a non-integer power (e.g. a quadratic form^(−3/2)) — or None.  Only the structure that
-    ``sp.expand`` multiplies out (sums, products, positive integer powers) is walked,
-    so the test is linear in the size of the expression; call it on canon's output
-    without Dirac masses (conditioning on a δ may still make such factors constant)."""
-    seen: set = set()
-
-    def walk(f: sp.Expr) -> str | None:
-        if f in seen or not f.has(*syms) or f in syms:
-            return None
-        seen.add(f)
-        if f.is_Add or f.is_Mul:
-            return next((r for r in map(walk, f.args) if r is not None), None)
-        if f.is_Pow:
-            k = f.exp
-            if k.is_Integer and k > 0:
-                return walk(f.base)
-            if k.is_Integer and f.base.is_Symbol:          # 1/x may cancel against x·(…)
-                return None
-            return f"factor {f}"
-        if isinstance(f, (Sign, sp.erf, Delta)):
-            return None
-        if isinstance(f, sp.exp):
-            return None if f.args[0].is_polynomial(*syms) else f"exp of a non-polynomial {f.args[0]}"
-        return f"factor {f}"
-    return walk(e)
-
-
-def odd_in_a_kinked_sign(e: sp.Expr, syms: tuple, points: int = 24) -> str | None:
-    """A sign factor whose argument is not affine (e.g. relu(1 − relu(1 − x)) gives
-    sign(1 − x(1 + sign(x − 1))/2)) and that survives multiplying out with an odd power,
-    or None.  Such a term has no rule, so no closed form exists; this finds it without
-    the expansion, which is exponential in the nesting depth.  Each sign with an argument
-    that is not affine (checked numerically: a(p+q) − a(p) − a(q) + a(0) ≠ 0 at random
-    points) becomes a free ±1 variable s_k; e is odd in s_k iff flipping s_k changes its
-    value at random points.  Call it without Dirac masses (conditioning may linearize)."""
-    from .numeric import compile_exprs              # a late import: numeric is a leaf module
-    cands = [a for a in e.atoms(Sign) if a.has(*syms) and not _looks_affine(a.args[0], syms)]
-    if not cands:
-        return None
-    others = tuple(sorted(e.free_symbols - set(syms), key=str))
-    rng = np.random.default_rng(12345)
-    scale = np.resize([0.3, 1.0, 3.0, 10.0], points)[:, None]    # kinks of a piecewise-affine
-    P = scale * rng.standard_normal((points, len(syms)))       # argument can be anywhere
-    Q = scale * rng.standard_normal((points, len(syms)))
-    par = rng.uniform(0.5, 2.0, (points, len(others)))
-    env = tuple(syms) + others
-    try:
-        tape = compile_exprs(tuple(a.args[0] for a in cands), env)
-        A = [np.array(tape(*np.concatenate([X, par], axis=1).T)) for X in (P + Q, P, Q, 0 * P)]
-        bent = np.abs(A[0] - A[1] - A[2] + A[3]) > 1e-8 * (1 + np.abs(A).max(axis=0))
-        cands = [a for a, b in zip(cands, bent.any(axis=1)) if b]
-        if not cands:
-            return None
-        s = [sp.Dummy(f"s{k}") for k in range(len(cands))]
-        f = e.xreplace(dict(zip(cands, s)))
-        if not f.is_polynomial(*s):
-            return None
-        ftape = compile_exprs((f,), env + tuple(s))
-        S = rng.choice([-1.0, 1.0], (points, len(s)))
-        base = np.asarray(ftape(*np.concatenate([P, par, S], axis=1).T)[0])
-        for k in range(len(s)):
-            T = S.copy()
-            T[:, k] *= -1
-            flip = np.asarray(ftape(*np.concatenate([P, par, T], axis=1).T)[0])
-            ok = np.isfinite(base) & np.isfinite(flip)
-            if np.any(ok & (np.abs(base - flip) > 1e-8 * (1 + np.abs(base) + np.abs(flip)))):
-                return f"sign of the non-affine {cands[k].args[0]}"
-    except Exception:                   # an optional shortcut: when in doubt, let the rules decide
-        return None
-    return None
-
-
-def _split_abs(a: sp.Expr) -> tuple[sp.Expr, sp.Expr, sp.Expr] | None:
-    """a = h + k|b| with a single numeric k and no other |·| in h, else None."""
-    terms = sp.Add.make_args(sp.expand(a, deep=False))
-    hits = [t for t in terms if any(isinstance(f, (AbsF, sp.Abs)) for f in sp.Mul.make_args(t))]
-    if len(hits) != 1:
-        return None
-    k, ab = hits[0].as_independent(AbsF, sp.Abs, as_Add=False)
-    if not isinstance(ab, (AbsF, sp.Abs)) or not k.is_number:
-        return None
-    h = sp.Add(*[t for t in terms if t is not hits[0]])
-    if h.has(AbsF, sp.Abs):
-        return None
-    return h, k, ab.args[0]
-
-
-def canon(e: sp.Expr, syms: tuple[sp.Symbol, ...], memo: dict | None = None) -> sp.Expr:
-    """Rewrite relu/step/abs/leaky_relu/max/min/gelu through sign and erf (module doc)."""
-    memo = {} if memo is None else memo
-    if e.is_Atom or not e.has(*syms):
-        return e
-    if e in memo:
-        return memo[e]
-    if isinstance(e, Step) and (parts := _split_abs(e.args[0])) is not None:
-        h, k, b = parts
-        if k < 0:
-            out = canon(Step(h + k * b) * Step(h - k * b), syms, memo)
-        else:
-            out = 1 - canon(Step(-h - k * b) * Step(-h + k * b), syms, memo)
-        memo[e] = out
-        return out
-    args = [canon(x, syms, memo) for x in e.args]
-    a = args[0] if args else None
-    if isinstance(e, Relu):
-        out = a * (1 + _sign(a, syms)) / 2
-    elif isinstance(e, (Step, sp.Heaviside)):          # Heaviside(0) = 1/2 = sign's convention
-        out = (1 + _sign(a, syms)) / 2
-    elif isinstance(e, (AbsF, sp.Abs)):
-        out = a * _sign(a, syms)
-    elif isinstance(e, (Sign, sp.sign)):
-        out = _sign(a, syms)
-    elif isinstance(e, LeakyRelu):
-        c = args[1]
-        out = a * ((1 + c) + (1 - c) * _sign(a, syms)) / 2
-    elif isinstance(e, (sp.Max, sp.Min)):
-        out, pm = args[0], 1 if isinstance(e, sp.Max) else -1
-        for b in args[1:]:
-            out = (out + b) / 2 + pm * (out - b) * _sign(out - b, syms) / 2
-    elif isinstance(e, Gelu):
-        out = a * (1 + sp.erf(a / sp.sqrt(2))) / 2
-    else:
-        out = e.func(*args)
-    memo[e] = out
-    return out
+__all__ = ["gauss_closed_form", "wick", "canon", "closed_form_blocker", "odd_in_a_kinked_sign",
+           "expand_within"]
 
 
 @lru_cache(maxsize=4096)
@@ -265,15 +62,6 @@ def gauss_closed_form(expr: sp.Expr, syms: tuple, cov: Matrix,
     if not syms:
         return expr
     return _Solver(syms, cov, max_size).E(expr)
-
-
-def expand_within(e: sp.Expr, max_size: float) -> sp.Expr:
-    """sp.expand(e), or ExpansionBudget when its estimated size exceeds max_size."""
-    size = expanded_size(e)
-    if size > max_size:
-        raise ExpansionBudget(f"multiplying out the integrand would give about {size:.3g} nodes "
-                              f"> max_expand_size={max_size:g}")
-    return sp.expand(e)
 
 
 class _Solver:
