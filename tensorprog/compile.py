@@ -19,15 +19,15 @@ from typing import Mapping
 import numpy as np
 import sympy as sp
 
-from . import fnsym, ir
+from . import ir
 from .batch import Batch
 from .errors import TPLimitError
-from .expect import Estimate, Law, expect
+from .compile_expect import Ledger
+from .expect import Estimate, Law
 from .expect_linalg import MAX_EXPAND_SIZE
 from .expect_numeric import QUAD_BUDGET
 from .hypotheses import Hypotheses
 from .limit import Limit, LimitValue, summarize
-from .nonlin import Delta
 
 #: str(compiled) prints a Z-expression with more nested Nonlins in the IR's %-names instead
 SHOW_NESTING = 8
@@ -37,8 +37,6 @@ MAX_NESTING = 500
 RECURSION = 20000
 
 
-#: closed forms in param symbols larger than this (sympy operation count) become numbers
-MAX_SYMBOLIC_OPS = 80
 
 
 @dataclass
@@ -48,7 +46,7 @@ class Family:
     members: list[tuple[sp.Symbol, sp.Expr, int]] = field(default_factory=list)  # (Ẑ, Z of argument, var)
 
 
-class Compiled:
+class Compiled(Ledger):
     """The Z-recurrence of a program with every scalar's limit (``limit()`` packages the outputs)."""
 
     def __init__(self, program: ir.Program, symbolic: bool = False, tol: float = 1e-10,
@@ -93,75 +91,7 @@ class Compiled:
         finally:
             sys.setrecursionlimit(old)
 
-    # ---- numbers
-    def num(self, value: float) -> sp.Expr:
-        return fnsym.constant(float(value), self.symbolic)
-
-    def E(self, expr: sp.Expr, where: ir.Eqn, deps: set[int]) -> sp.Expr:
-        """E[expr] over the base variables it depends on (exact where possible).
-
-        Records the estimate in ``deps`` (the error budget of what uses it) and
-        returns its value as sympy (the closed form in symbolic mode)."""
-        key = expr
-        if key not in self._cache:
-            self._cache[key] = self._expect_batch(expr, where) if self.batch else self._expect(expr, where)
-        index = self._cache[key]
-        deps.add(index)
-        est = self.estimates[index]
-        if self.batch:
-            return self.batch.number(est.value)
-        return est.exact if est.exact is not None and self.symbolic else sp.Float(est.value)
-
-    def _expect_batch(self, expr: sp.Expr, where: ir.Eqn) -> int:
-        gauss = [s for s in sorted(expr.free_symbols, key=sp.default_sort_key)
-                 if s not in self.laws and s not in self.batch.values]
-        cov = [[self.cov.get((a, b), 0) for b in gauss] for a in gauss]
-        try:
-            est = self.batch.expect(expr, gauss, cov, self.laws, self.options)
-        except ValueError as err:
-            from .errors import TPValueError
-            raise TPValueError(f"cannot evaluate E[{expr}]: {err}", where.pos.line, where.pos.col,
-                               self.program.file, self.program.source) from None
-        self.hyp.estimate(where, est)
-        self.hyp.budget(where, est, self.options)
-        self.estimates.append(est)
-        return len(self.estimates) - 1
-
-    def _expect(self, expr: sp.Expr, where: ir.Eqn) -> int:
-        syms = sorted(expr.free_symbols, key=sp.default_sort_key)
-        gauss = [s for s in syms if s not in self.laws and s not in self.param_values]
-        cov = sp.Matrix(len(gauss), len(gauss), lambda i, j: self.cov.get((gauss[i], gauss[j]), 0))
-        laws = {s: self.laws[s] for s in syms if s in self.laws}
-        try:
-            est = self._expect_params(expr, gauss, cov, laws) if self.param_values else \
-                expect(expr, gauss, cov, laws, exact=True, **self.options)
-        except ValueError as err:
-            from .errors import TPValueError
-            raise TPValueError(f"cannot evaluate E[{expr}]: {err}", where.pos.line, where.pos.col,
-                               self.program.file, self.program.source) from None
-        self.hyp.estimate(where, est)
-        self.hyp.budget(where, est, self.options)
-        self.estimates.append(est)
-        return len(self.estimates) - 1
-
-    def _expect_params(self, expr, gauss, cov, laws) -> Estimate:
-        """A closed form in the param symbols if there is one, else numbers at their values."""
-        symbolic = (expr.free_symbols | cov.free_symbols) & self.param_values.keys()
-        small = max([sp.count_ops(expr)] + [sp.count_ops(c) for c in cov]) < MAX_SYMBOLIC_OPS
-        if symbolic and small:
-            try:
-                est = expect(expr, gauss, cov, laws, exact=True, **self.options)
-                if est.exact is not None and est.method == "exact" and \
-                        sp.count_ops(est.exact) < 4 * MAX_SYMBOLIC_OPS:
-                    value = complex(sp.N(est.exact.subs(self.param_values), 17))
-                    return Estimate(value.real, 0.0, "exact", est.exact)
-            except ValueError:
-                pass
-        if symbolic:                       # numbers, but exact ones: rho = 0.3 -> 3/10
-            exact = {s: fnsym.constant(v, True) for s, v in self.param_values.items()}
-            expr, cov = expr.subs(exact), cov.subs(exact)
-        return expect(expr, gauss, cov, laws, exact=True, **self.options)
-
+    # ---- numbers (expectations and their errors: compile_expect.Ledger)
     def leaf(self, var: int) -> sp.Expr:
         return self.Z[var] if var in self.Z else self.c[var]
 
@@ -294,31 +224,6 @@ class Compiled:
         if not self.batch:
             self.scalar_error[e.var] = self._propagated_error(e)
         self.lines.append(f"c[%{e.var}] = {value}")
-
-    def _propagated_error(self, e: ir.Scalar) -> float:
-        """Σ_a |∂f/∂c_a| · err(c_a): a scalar function's error from its arguments' errors."""
-        syms = {a: sp.Symbol(f"c[%{a}]", real=True) for a in e.args if a in self.c}
-        f = fnsym.to_sympy(e.fn, lambda v: syms.get(v, self.leaf(v)))
-        at = {s: self.c[a] for a, s in syms.items()}
-        errors = {a: self.result(a).error for a in syms}
-        total = 0.0
-        for a, s in syms.items():
-            slope = sp.diff(f, s)
-            jumps = [d.args[0] for d in slope.atoms(Delta)
-                     if abs(complex(sp.N(d.args[0].subs(at)))) <= 10 * sum(errors.values())]
-            if jumps:                  # f jumps at (or within the error of) the arguments' limits
-                self._jump(e, jumps, sum(errors.values()))
-                return float("inf")
-            slope = complex(sp.N(slope.subs(at)))
-            total += abs(slope) * errors[a] if slope == slope else float("inf")
-        return total
-
-    def _jump(self, e: ir.Scalar, jumps: list[sp.Expr], error: float) -> None:
-        """Warn: f(c) is discontinuous where c's limit lies, so f(c_n) need not converge to f(c̊)."""
-        at = ", ".join(sorted({str(a) for a in jumps}))
-        self.hyp.warn(e, "continuity", f"this scalar function jumps where its argument's limit lies "
-                      f"({at} = 0 within the error {error:.1e}): finite-width values need not converge "
-                      "to the value given, whose error is unbounded")
 
     # ---- results
     def result(self, var: int) -> LimitValue:

@@ -10,12 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import sympy as sp
 
-from . import consts, fnsym, ir
+from . import consts, ir
 from . import syntax as S
 from .errors import TPError, TPLimitError, TPNameError, TPTypeError, TPValueError
-from .nonlin import BUILTINS, CONSTANTS
+from .lower_diff import differentiate
+from .nonlin import BUILTINS
 
 
 #: deepest function tree one expression may build: both back ends walk these trees recursively
@@ -201,28 +201,7 @@ class ExprLowering:
             raise located(TPTypeError, node.args[1], "diff(e, x): x must be the name of a vector")
         if not (isinstance(expr, RExpr) and expr.kind == "vector"):
             raise located(TPTypeError, node.args[0], "diff(e, x): e must be a vector expression")
-        return self.differentiate(node, expr, wrt.fn.var)
-
-    def differentiate(self, node, expr: RExpr, x: int) -> RExpr | float:
-        """∂e/∂x coordinatewise, through Nonlin bindings, stopping at MatMuls and initial vectors."""
-        symbols: dict[int, sp.Symbol] = {}
-
-        def leaf(var: int) -> sp.Expr:
-            eqn = self.eqns[var]
-            if var != x and isinstance(eqn, ir.Nonlin):
-                return fnsym.to_sympy(eqn.fn, leaf)
-            return symbols.setdefault(var, sp.Symbol(f"v{var}", real=True))
-
-        derivative = sp.diff(fnsym.to_sympy(expr.fn, leaf), leaf(x))
-        var_of = {s: v for v, s in symbols.items()}
-        try:
-            fn = fnsym.from_sympy(derivative, var_of.__getitem__)
-        except fnsym.NotABuiltin as err:
-            raise located(TPValueError, node, f"diff: the derivative contains {err}, which has no "
-                          "value at a point (e.g. the derivative of step or sign)") from None
-        depth, size = fnsym.shape(fn)
-        self.check_tree(node, depth, size)
-        return RExpr(fn, "vector", expr.width, depth, size)      # a vector even where ∂e/∂x is constant
+        return differentiate(self, node, expr, wrt.fn.var)
 
     def call_def(self, node: S.Call):
         params, body = self.defs[node.func]
