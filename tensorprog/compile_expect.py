@@ -7,6 +7,7 @@ from __future__ import annotations
 import sympy as sp
 
 from . import fnsym, ir
+from .errors import TPValueError
 from .expect import Estimate, expect
 from .nonlin import Delta
 
@@ -40,27 +41,22 @@ class Ledger:
         gauss = [s for s in sorted(expr.free_symbols, key=sp.default_sort_key)
                  if s not in self.laws and s not in self.batch.values]
         cov = [[self.cov.get((a, b), 0) for b in gauss] for a in gauss]
-        try:
-            est = self.batch.expect(expr, gauss, cov, self.laws, self.options)
-        except ValueError as err:
-            from .errors import TPValueError
-            raise TPValueError(f"cannot evaluate E[{expr}]: {err}", where.pos.line, where.pos.col,
-                               self.program.file, self.program.source) from None
-        self.hyp.estimate(where, est)
-        self.hyp.budget(where, est, self.options)
-        self.estimates.append(est)
-        return len(self.estimates) - 1
+        return self._record(expr, where, lambda: self.batch.expect(expr, gauss, cov, self.laws, self.options))
 
     def _expect(self, expr: sp.Expr, where: ir.Eqn) -> int:
         syms = sorted(expr.free_symbols, key=sp.default_sort_key)
         gauss = [s for s in syms if s not in self.laws and s not in self.param_values]
         cov = sp.Matrix(len(gauss), len(gauss), lambda i, j: self.cov.get((gauss[i], gauss[j]), 0))
         laws = {s: self.laws[s] for s in syms if s in self.laws}
+        return self._record(expr, where, lambda: self._expect_params(expr, gauss, cov, laws) if self.param_values
+                            else expect(expr, gauss, cov, laws, exact=True, **self.options))
+
+    def _record(self, expr: sp.Expr, where: ir.Eqn, compute) -> int:
+        """Run ``compute()`` (an expectation), check it against the hypotheses and budgets, and
+        append it to the ledger; its index."""
         try:
-            est = self._expect_params(expr, gauss, cov, laws) if self.param_values else \
-                expect(expr, gauss, cov, laws, exact=True, **self.options)
+            est = compute()
         except ValueError as err:
-            from .errors import TPValueError
             raise TPValueError(f"cannot evaluate E[{expr}]: {err}", where.pos.line, where.pos.col,
                                self.program.file, self.program.source) from None
         self.hyp.estimate(where, est)
