@@ -6,6 +6,8 @@ rules builds ``syntax`` nodes carrying line and column.
 """
 from __future__ import annotations
 
+import re
+
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -213,11 +215,22 @@ def _readable(terminal: str) -> str:
     return f"'{terminal.lower()}'" if terminal.isalpha() else terminal
 
 
+#: a backslash-newline with nothing but blanks after it: a continuation of no line
+_DANGLING = re.compile(r"\\\r?\n[ \t\f\r\n]*\Z")
+
+
 def parse_text(text: str, file: str = "<string>") -> S.Module:
     """Parse ``.tp`` text into a ``syntax.Module``; raise ``TPSyntaxError`` located in ``file``."""
     source = text if text.endswith("\n") else text + "\n"
     if source.startswith("\ufeff"):             # a byte-order mark: invisible, so not a column
         source = source[1:]
+    dangling = _DANGLING.search(source)
+    start = source.rfind("\n", 0, dangling.start()) + 1 if dangling else 0
+    if dangling and "#" not in source[start:dangling.start()]:   # (a backslash ending a comment is text)
+        line = source.count("\n", 0, dangling.start()) + 1      # as in Python: a continuation joins a line
+        col = dangling.start() - start + 1
+        raise TPSyntaxError("a line continuation '\\' at the end of the file joins no line", line, col,
+                            file, text)
     try:
         tree = _lark().parse(source)
         return _ToAst().transform(tree)

@@ -445,3 +445,18 @@ def test_numerical_error_is_located():
 def test_bad_execute_arguments_are_usage_errors(kwargs):
     with pytest.raises(tp.TPUsageError):
         tp.parse(VW + "out o = mean(W @ v)").execute(**kwargs)
+
+
+# ---- found by the long fuzz run: a line continuation that joins no line ----------------------------
+@pytest.mark.parametrize("tail, where", [("\\", "3:1"), ("\\\n", "3:1"), ("\\\n\n  \n", "3:1"),
+                                         ("out p = mean(x) \\\n", "3:17")])
+def test_line_continuation_at_the_end_of_the_file(tail, where):
+    with pytest.raises(tp.TPSyntaxError) as err:
+        tp.parse("vector x ~ normal()\nout o = mean(x)\n" + tail)
+    assert str(err.value).startswith(f"<string>:{where}: a line continuation '\\' at the end of the file")
+
+
+@pytest.mark.parametrize("text", ["vector x ~ normal()\nout o = \\\n  mean(x)\n",
+                                  "vector x ~ normal()\nout o = mean(x)  # ends with \\\n"])
+def test_line_continuations_that_join_a_line_or_sit_in_a_comment(text):
+    assert tp.parse(text).ir.outputs[0].name == "o"

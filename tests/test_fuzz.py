@@ -121,8 +121,8 @@ class Gen:
                               "orthogonal", "mvt"]
         fam = self.pick(fams)
         var = self.pick(["", "var=1", "var=2", "var=0.5", "1.5"])
-        if fam in ("student_t", "mvt"):
-            df = self.pick(['5', '8', 'df=10'])
+        if fam in ("student_t", "mvt"):     # mvt's row scale enters Z: E Z^k = ∞ for k ≥ df (a located error)
+            df = self.pick(['5', '8', 'df=10'] if fam == "student_t" else ['25', 'df=40'])
             return f"{fam}({df}{', ' + (var if '=' in var or '=' not in df else 'var=' + var) if var else ''})"
         return f"{fam}({var})"
 

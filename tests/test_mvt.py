@@ -124,3 +124,17 @@ def test_gaussian_surrogate_is_excluded_at_finite_width():
     se = fourth.std(ddof=1) / math.sqrt(len(fourth))
     assert abs(fourth.mean() - lim["k"].value) <= 5 * se + 4 / 2048
     assert abs(fourth.mean() - 3.0) > 5 * se                               # the Gaussian value is rejected
+
+
+def test_backward_moment_through_the_row_scale_and_its_infinite_case():
+    """g = Wᵀ(h³), h = W x: E g² = 15 E S⁸ + 9 (E S⁴)² (Ẑ part + Ż part); E S⁸ = ∞ for ν ≤ 8 is a
+    located error naming the heavy tail (found by the long fuzz run with ν = 5)."""
+    src = "vector x ~ normal()\nmatrix W ~ mvt({nu})\nh = W @ x\ng = W.T @ (h ** 3)\nout o = mean(g * g)"
+    nu = 40.0
+    s4, s8 = s_moment(4, nu), s_moment(8, nu)
+    o = tp.parse(src.format(nu=40)).compile().limit().outputs["o"]
+    assert o.value == pytest.approx(15 * s8 + 9 * s4 ** 2, rel=1e-9)
+    with pytest.raises(tp.TPNumericalError) as err:
+        tp.parse(src.format(nu=5)).compile()
+    assert str(err.value).startswith("<string>:4:5: an expectation in the limit is not finite")
+    assert "mvt(df=5) has moments of order < 5 only" in str(err.value)
