@@ -226,6 +226,11 @@ class Engine:
             w, h = affine(arg, ctx.gaussians)
         except NoClosedForm:
             raise ValueError(f"Dirac mass of a non-linear argument: {ds[0]}") from None
+        scaled = [x for x in w if x.free_symbols]
+        if scaled and not h.has(*ctx.gaussians) and scaled[0].is_positive:
+            # δ(p·a) = δ(a)/p for p > 0 built from laws (the row scale |u| of an mvt matrix)
+            p = scaled[0]
+            w, h, rest = [sp.cancel(x / p) for x in w], sp.cancel(h / p), rest / p
         if h.has(*ctx.gaussians) or any(x.free_symbols for x in w):
             raise ValueError(f"Dirac mass of a non-linear argument: {ds[0]}")
         if any(x != 0 for x in w):

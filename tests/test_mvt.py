@@ -138,3 +138,16 @@ def test_backward_moment_through_the_row_scale_and_its_infinite_case():
         tp.parse(src.format(nu=5)).compile()
     assert str(err.value).startswith("<string>:4:5: an expectation in the limit is not finite")
     assert "mvt(df=5) has moments of order < 5 only" in str(err.value)
+
+
+def test_dirac_mass_through_the_row_scale():
+    """g = Wᵀ step(h + 1): its Ż term is E[S² δ(S·Ẑ + 1)] Z^x = E[S φ(1/S)] Z^x (found in review:
+    the Dirac mass had the row scale as a coefficient)."""
+    src = ("vector x ~ normal(var = 1)\nmatrix W ~ mvt(df=10, var=1)\nh = W @ x\ny = step(h + 1)\n"
+           "g = W.T @ y\nout m = mean(g * x)")
+    nu = 10.0
+    f = lambda x: math.sqrt((nu - 2) / x) * stats.norm.pdf(math.sqrt(x / (nu - 2))) * stats.chi2.pdf(x, nu)
+    want = sum(integrate.quad(f, a, b, limit=200, epsabs=1e-14)[0] for a, b in [(0, 1), (1, 10), (10, 40), (40, 200)])
+    m = tp.parse(src).compile().limit().outputs["m"]
+    assert abs(m.value - want) <= m.error + 1e-12
+    assert m.error < 1e-3
