@@ -66,6 +66,7 @@ class Compiled(Ledger):
         self.symbolic_covs = dict(symbolic_covs or {})       # group -> covariance in param symbols
         self.param_values = dict(param_values or {})
         self.base_of: dict[int, sp.Symbol] = {}
+        self.base_names: set[str] = set()
         self.scalar_error: dict[int, float] = {}
         self.options = dict(tol=tol, max_qmc_points=max_qmc_points, seed=seed,
                             max_quad_points=max_quad_points, max_expand_size=max_expand_size)
@@ -107,7 +108,12 @@ class Compiled(Ledger):
     def do_InitVector(self, e: ir.InitVector) -> None:
         group = self.program.groups[e.group]
         spec = group.dist
-        sym = sp.Symbol(f"Z_{e.name}".replace("[", "").replace("]", ""), real=True)
+        name = f"Z_{e.name}".replace("[", "").replace("]", "")
+        if name in self.base_names:            # x[1] and x1 are different vectors
+            name += f"_{e.var}"
+        self.base_names.add(name)
+        sym = sp.Symbol(name, real=True)
+        self.hyp.base(e, sym)
         mean = self.num(spec.mean[e.member]) if spec.mean else sp.Integer(0)
         if spec.family == "normal":
             entry = self.cov_entry(e.group, spec)

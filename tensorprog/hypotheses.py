@@ -62,16 +62,17 @@ class Hypotheses(Finiteness):
         self._fast: set[int] = set()                          # Nonlin vars whose Z is not poly. bounded
         self._rates: dict[int, dict[sp.Symbol, float]] = {}   # Nonlin var -> {tail symbol: exp rate}
         self._tails: dict[str, tuple[str, str, float]] = {}   # symbol name -> (vector, family, threshold)
-        for e in program.eqns:
-            if isinstance(e, ir.InitVector):
-                spec = program.groups[e.group].dist
-                if spec.family in _EXP_MOMENTS:
-                    name = f"Z_{e.name}".replace("[", "").replace("]", "")     # as compile names it
-                    self._tails[name] = (e.name, spec.family, _EXP_MOMENTS[spec.family](spec.var))
         for m in self.matrices.values():
             self._heavy_tail(m, m.dist)
         for g in program.groups:
             self._heavy_tail(program.eqns[g.members[0]], g.dist)
+
+    def base(self, e: ir.InitVector, sym: sp.Symbol) -> None:
+        """The compiler names the base variable of an initial vector: remember it when its law
+        lacks exponential moments."""
+        spec = self.program.groups[e.group].dist
+        if spec.family in _EXP_MOMENTS:
+            self._tails[sym.name] = (e.name, spec.family, _EXP_MOMENTS[spec.family](spec.var))
 
     def warn(self, e, hypothesis: str, message: str) -> None:
         places = self._seen.setdefault((hypothesis, message), [])
@@ -160,14 +161,14 @@ class Hypotheses(Finiteness):
                       "tail index < 2, i.e. infinite variance): its error bar is not reliable")
 
 
+#: one message per option (the errors themselves are in the outputs' ±), so that warnings group
 _BUDGET = {
-    "max_qmc_points": "an expectation stopped at max_qmc_points={limit} with error {error:.1e} > tol "
-                      "{tol:.0e}; raise --max-qmc-points (time grows linearly) or accept the stated error",
+    "max_qmc_points": "an expectation stopped at max_qmc_points={limit} with its error above tol {tol:.0e}; "
+                      "raise --max-qmc-points (time grows linearly) or accept the stated error",
     "max_quad_points": "an expectation needed a quadrature grid above max_quad_points={limit} and went to "
-                       "QMC (error {error:.1e}); raise --max-quad-points (memory and time grow with it)",
+                       "QMC; raise --max-quad-points (memory and time grow with it)",
     "max_expand_size": "a closed form was not attempted: the symbolic expansion would exceed "
-                       "max_expand_size={limit} terms, so the value is numeric (error {error:.1e}); raise "
-                       "--max-expand-size to try",
+                       "max_expand_size={limit} terms, so the value is numeric; raise --max-expand-size to try",
 }
 
 

@@ -146,3 +146,12 @@ def test_budget_flags_must_be_positive_integers(tmp_path, flag, value):
     assert proc.returncode == 2
     assert f"argument {flag}: expected a positive integer" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_vectors_whose_names_differ_only_by_brackets_stay_apart():
+    """x[1] and x1 once became the same base variable (found in review): E[x[1]·x1] is 0, not 1."""
+    src = "vector x[0..1] ~ normal(var = 1)\nvector x1 ~ laplace(1)\nout m = mean(x[1] * x1)\n" \
+          "out q = mean(x[1] * x[1]) + mean(exp(3 * x1))"
+    lim = limit(src)
+    assert lim.outputs["m"].value == 0.0
+    assert any("[exponential moments]" in w and "x1" in w for w in lim.warnings)
