@@ -167,6 +167,14 @@ def linear_forms(exprs: Sequence[sp.Expr], syms: Sequence[sp.Symbol]) -> np.ndar
     index = {s: k for k, s in enumerate(syms)}
     memo: dict = {}
     rows: list = []
+    depends: dict = {}                                  # (memoised: sympy's free_symbols is not)
+    visited: set = set()
+
+    def dep(e: sp.Expr) -> bool:                        # does e involve any of syms?
+        got = depends.get(e)
+        if got is None:
+            got = depends[e] = e in index or any(dep(a) for a in e.args)
+        return got
 
     def linear(e: sp.Expr) -> np.ndarray | None:       # w if e = w·z + const, else None
         if e in memo:
@@ -174,7 +182,7 @@ def linear_forms(exprs: Sequence[sp.Expr], syms: Sequence[sp.Symbol]) -> np.ndar
         out = None
         if e in index:
             out = np.eye(len(syms))[index[e]]
-        elif not e.free_symbols & index.keys():
+        elif not dep(e):
             out = np.zeros(len(syms)) if e.is_number else None
         elif e.is_Add:
             parts = [linear(a) for a in e.args]
@@ -186,11 +194,14 @@ def linear_forms(exprs: Sequence[sp.Expr], syms: Sequence[sp.Symbol]) -> np.ndar
         memo[e] = out
         return out
 
-    def visit(e: sp.Expr) -> None:
+    def visit(e: sp.Expr) -> None:                      # each distinct sub-expression once
+        if e in visited:
+            return
+        visited.add(e)
         w = linear(e)
         if w is not None:
             rows.append(w)
-        elif e.free_symbols & index.keys():
+        elif dep(e):
             for a in e.args:
                 visit(a)
     for e in exprs:

@@ -20,6 +20,19 @@ _FLOAT_MAX = sys.float_info.max
 _SPECIAL = (sp.Number, sp.core.numbers.ImaginaryUnit, sp.core.numbers.ComplexInfinity)
 
 
+def distinct_nodes(expr: sp.Basic) -> list[sp.Basic]:
+    """Every distinct sub-expression of expr, once: linear in the size of its DAG (sympy's
+    atoms/has visit a shared sub-expression once per occurrence, exponentially many times
+    for a vector used twice per layer)."""
+    seen, stack = {expr}, [expr]
+    while stack:
+        for a in stack.pop().args:
+            if a not in seen:
+                seen.add(a)
+                stack.append(a)
+    return list(seen)
+
+
 class Finiteness:
     """Checks mixed into Hypotheses; needs ``program``, ``params`` (param symbol -> value) and
     ``_heavy`` (descriptions of the heavy-tailed laws)."""
@@ -80,14 +93,15 @@ class Finiteness:
             value = value.subs(self.params) if self.params else value
         return bool(value.is_number and value.is_zero)
 
-    def _check_expr(self, e, expr: sp.Expr) -> None:
-        """A Z or an integrand with a non-finite or complex number in it (1/c, sqrt(c) with c̊ = 0, < 0)."""
-        atoms = expr.atoms(*_SPECIAL)
+    def _check_expr(self, e, nodes: list[sp.Basic]) -> None:
+        """A Z or an integrand (its distinct ``nodes``) with a non-finite or complex number in it
+        (1/c, sqrt(c) with c̊ = 0, < 0)."""
+        atoms = {n for n in nodes if isinstance(n, _SPECIAL)}
         kind = "nan" if sp.nan in atoms else "zoo" if sp.zoo in atoms else \
             "inf" if (sp.oo in atoms or -sp.oo in atoms) else "complex" if sp.I in atoms else None
         if kind is None:                    # exp(800.0) is a Float, exp(800) stays exact (symbolic)
             big = any(abs(a) > _FLOAT_MAX for a in atoms if a.is_Rational or a.is_Float) or \
-                any(defect(f) == "overflow" for f in expr.atoms(sp.exp) if f.args[0].is_number)
+                any(defect(f) == "overflow" for f in nodes if isinstance(f, sp.exp) and f.args[0].is_number)
             kind = "overflow" if big else None
         if kind is not None:
             raise self._error(e, _whole(kind, None, e.fn))

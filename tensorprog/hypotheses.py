@@ -32,7 +32,7 @@ import sympy as sp
 
 from . import ir
 from .expect_analysis import BOUNDED, LINEAR, _bounded_above, growth
-from .finiteness import Finiteness
+from .finiteness import Finiteness, distinct_nodes
 from .nonlin import AbsF, Gelu, LeakyRelu, Relu, Softplus, NON_SMOOTH_HEADS
 
 #: not iid entries: orthogonal matrices (an mvt matrix is diag(S)·G with G iid Gaussian, which the
@@ -107,23 +107,25 @@ class Hypotheses(Finiteness):
             self._exp_moments(e, sym, 2 * rate, "the square of a MatMul argument")   # Var Ẑ = σ² E[(Z^x)²]
 
     def nonlin(self, e, expr: sp.Expr) -> None:
-        self._check_expr(e, expr)
-        if self.non_gaussian and expr.has(*NON_SMOOTH_HEADS):
+        nodes = distinct_nodes(expr)
+        self._check_expr(e, nodes)
+        if self.non_gaussian and any(isinstance(n, NON_SMOOTH_HEADS) for n in nodes):
             names = ", ".join(sorted({f"{m.name} ({m.dist.family})" for m in self.non_gaussian}))
             self.warn(e, "smooth nonlinearity", "a non-smooth nonlinearity with non-Gaussian "
                       f"matrices {names}: the non-Gaussian Master Theorem needs polynomially smooth φ")
-        powers = expr.atoms(sp.Pow)
+        powers = [n for n in nodes if n.is_Pow]
         for power in powers:
             if power.exp.is_negative and power.base.free_symbols and not power.base.is_positive:
                 self.warn(e, "pseudo-Lipschitz", f"the denominator {power.base} can vanish")
-        if not (expr.has(sp.exp) or any(not p.exp.is_number for p in powers)):
+        exps = [n for n in nodes if isinstance(n, sp.exp)]
+        if not (exps or any(not p.exp.is_number for p in powers)):
             return                                       # polynomially bounded: nothing grows faster
         if isinstance(e, ir.Nonlin):
-            grown = set().union(*(f.free_symbols for f in expr.atoms(sp.exp)),
+            grown = set().union(*(f.free_symbols for f in exps),
                                 *(p.exp.free_symbols for p in powers if not p.exp.is_number))
             if any(growth(expr, s) == math.inf for s in self._random(grown)):
                 self._fast.add(e.var)
-        rates = {s: _exp_rate(expr, s) for s in expr.free_symbols if s.name in self._tails}
+        rates = {s: _exp_rate(expr, s) for s in nodes if s.is_Symbol and s.name in self._tails}
         if isinstance(e, ir.Nonlin):
             self._rates[e.var] = {s: r for s, r in rates.items() if r > 0}
         else:
