@@ -133,7 +133,7 @@ def expect_many(exprs: Sequence[sp.Expr], gaussians: Sequence[sp.Symbol], cov: s
     out = []
     for F, r in zip(forms, refused):
         est = _combine(F, values)
-        if r:
+        if r and est.method != "exact":          # the refused expansion cost exactness
             est = replace(est, budget=tuple(sorted(set(est.budget) | {"max_expand_size"})))
         out.append(est)
     return out
