@@ -147,6 +147,7 @@ class Compiled(Ledger):
             u = sp.Symbol(f"u_{e.name}", real=True, nonzero=True)
             self.laws[u] = Law("mvt_scale", 1, e.dist.df)
             self.row_scale[e.var] = sp.Abs(u)
+            self.hyp.row_scale(e, u)
         self.lines.append(f"{e.name}: {e.dist.family}, variance {e.dist.var:g}/{e.cols} ({e.rows}x{e.cols})")
 
     def do_MatMul(self, e: ir.MatMul) -> None:

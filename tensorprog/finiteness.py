@@ -113,9 +113,11 @@ class Finiteness:
         import numpy as np
         value = np.asarray(est.value)
         if not np.all(np.isfinite(value)):
-            heavy = ", ".join(self._heavy) if est.exact in (sp.oo, -sp.oo) and self._heavy else ""
+            heavy = ", ".join(self._heavy)
+            proven = est.exact in (sp.oo, -sp.oo)
             raise self._error(e, f"an expectation in the limit is not finite ({est.value})" + (
-                f": a moment of a heavy-tailed law is infinite ({heavy})" if heavy else ""))
+                "" if not heavy else f": a moment of a heavy-tailed law is infinite ({heavy})" if proven else
+                f"; with heavy-tailed laws ({heavy}) a moment or an exponential moment can be infinite"))
         if np.iscomplexobj(value) and np.any(np.abs(value.imag) > 1e-12 * np.maximum(1.0, np.abs(value.real))):
             raise self._error(e, f"an expectation in the limit is complex ({est.value}): sqrt, log or a "
                               "non-integer power of a quantity that can be negative")

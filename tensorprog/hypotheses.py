@@ -74,6 +74,10 @@ class Hypotheses(Finiteness):
         if spec.family in _EXP_MOMENTS:
             self._tails[sym.name] = (e.name, spec.family, _EXP_MOMENTS[spec.family](spec.var))
 
+    def row_scale(self, e: ir.Matrix, sym: sp.Symbol) -> None:
+        """The random row scale S of an mvt matrix has no exponential moments (its tail is ~ s^−ν−1)."""
+        self._tails[sym.name] = (f"(the row scale of {e.name})", "mvt", 0.0)
+
     def warn(self, e, hypothesis: str, message: str) -> None:
         places = self._seen.setdefault((hypothesis, message), [])
         if (e.pos.line, e.pos.col) not in places:

@@ -151,3 +151,13 @@ def test_dirac_mass_through_the_row_scale():
     m = tp.parse(src).compile().limit().outputs["m"]
     assert abs(m.value - want) <= m.error + 1e-12
     assert m.error < 1e-3
+
+
+def test_exponential_of_an_mvt_preactivation_names_the_heavy_tail():
+    """E exp(t·S·Ẑ) = E exp(t²S²/2) = ∞ for every t > 0 (S² is an inverse chi-square)."""
+    src = "vector x ~ normal()\nmatrix W ~ mvt(10)\nh = W @ x\nout o = mean(exp(0.05 * h))"
+    with pytest.warns(RuntimeWarning):
+        with pytest.raises(tp.TPNumericalError) as err:
+            tp.parse(src).compile()
+    assert str(err.value).startswith("<string>:4:9: an expectation in the limit is not finite")
+    assert "mvt(df=10)" in str(err.value) and "exponential moment" in str(err.value)
