@@ -84,7 +84,7 @@ def _parser() -> argparse.ArgumentParser:
     ke.add_argument("--seed", type=int, default=0)
     ke.add_argument("--matrix-dist", default=None)
     ke.add_argument("--dtype", choices=["float64", "float32"], default="float64")
-    _scale_flags(ke, jobs=False)
+    _scale_flags(ke)
     ke.add_argument("--json", action="store_true")
     return top
 

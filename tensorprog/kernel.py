@@ -11,6 +11,7 @@ q = X Xᵀ / d fills those entries for every pair i ≤ j:
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from . import distributions as D
 from . import ir
 from .compile import Compiled
 from .errors import TPUsageError
+from .exec_options import _UNSET, _option
 from .execute import Executor
 from .symbolic import relower
 
@@ -157,32 +159,39 @@ def _singularity_classes(q: np.ndarray, i: np.ndarray, j: np.ndarray) -> list[np
 
 def finite_kernel(program: ir.Program, X: np.ndarray, n: int, trials: int = 1, seed: int = 0,
                   matrix_dist: str | None = None, dtype=np.float64, params: dict | None = None,
-                  max_elements: int = 1 << 22) -> KernelResult:
-    """Empirical kernels of width-n networks: the same matrices for every input of a trial."""
+                  max_elements: int = 1 << 22, jobs=_UNSET) -> KernelResult:
+    """Empirical kernels of width-n networks: the same matrices for every input of a trial.
+    ``jobs`` worker processes run the trials (default: the ``execute.options`` setting, else 1);
+    the values are bit-identical to one process."""
     tmpl, g, s = template(program, params)
     q, i, j = _pairs(X)
-    N, members = q.shape[0], tmpl.groups[g].members
+    N = q.shape[0]
     ex = Executor(tmpl, n, seed, dtype, matrix_dist)
-    factor = D.psd_factor(s * q)
-    chunk = max(1, max_elements // n)
-    per_trial: dict[str, list[np.ndarray]] = {o.name: [] for o in tmpl.outputs}
-    for t in range(trials):
-        z = ex.rng(t, members[0]).standard_normal((factor.shape[1], ex.sizes[tmpl.groups[g].width]))
-        inputs = (factor @ z).astype(dtype)                     # N inputs, n coordinates each
-        got: dict[str, list[np.ndarray]] = {name: [] for name in per_trial}
-        for start in range(0, len(i), chunk):
-            a, b = i[start:start + chunk], j[start:start + chunk]
-            out = ex.run_trial(t, columns={members[0]: inputs[a].T, members[1]: inputs[b].T})
-            for name in got:
-                got[name].append(np.broadcast_to(out[name], a.shape))
-        for name in per_trial:
-            per_trial[name].append(_symmetric(np.concatenate(got[name]), i, j, N))
+    trial = functools.partial(_kernel_trial, g=g, factor=D.psd_factor(s * q), i=i, j=j, N=N,
+                              chunk=max(1, max_elements // n))
+    runs = ex.map_trials(trial, trials, jobs=_option("jobs", jobs, 1))
     outputs = {}
-    for name, mats in per_trial.items():
+    for o in tmpl.outputs:
+        mats = [run[o.name] for run in runs]
         stack = np.stack(mats)
-        outputs[name] = KernelMatrix(stack.mean(0), stack.std(0, ddof=1) if trials > 1 else np.zeros((N, N)),
-                                     values=mats)
+        outputs[o.name] = KernelMatrix(stack.mean(0), stack.std(0, ddof=1) if trials > 1 else np.zeros((N, N)),
+                                       values=mats)
     return KernelResult(outputs, n, trials)
+
+
+def _kernel_trial(ex: Executor, t: int, *, g: int, factor: np.ndarray, i: np.ndarray, j: np.ndarray,
+                  N: int, chunk: int) -> dict[str, np.ndarray]:
+    """One trial: N inputs x = factor·z (one z per trial), every pair (i, j) as columns of (n, P)."""
+    members, width = ex.program.groups[g].members, ex.program.groups[g].width
+    z = ex.rng(t, members[0]).standard_normal((factor.shape[1], ex.sizes[width]))
+    inputs = (factor @ z).astype(ex.dtype)                      # N inputs, n coordinates each
+    got: dict[str, list[np.ndarray]] = {o.name: [] for o in ex.program.outputs}
+    for start in range(0, len(i), chunk):
+        a, b = i[start:start + chunk], j[start:start + chunk]
+        out = ex.run_trial(t, columns={members[0]: inputs[a].T, members[1]: inputs[b].T})
+        for name in got:
+            got[name].append(np.broadcast_to(out[name], a.shape))
+    return {name: _symmetric(np.concatenate(parts), i, j, N) for name, parts in got.items()}
 
 
 def kernel(program, X, *, n: int | None = None, trials: int = 1, seed: int = 0,

@@ -95,6 +95,25 @@ def test_finite_width_kernel_converges(data):
     assert dist[1] < 0.6 * dist[0]          # relative Frobenius distance ~ n^{-1/2}: 0.35 expected
 
 
+def test_finite_kernel_jobs_are_bit_identical(data, tmp_path):
+    """Trials in worker processes (tp.kernel under execute.options(jobs=2), and tpc kernel -j 2)
+    give the same matrices as one process."""
+    from tensorprog.execute import options
+    X = data[:5]
+    one = tp.kernel(TEMPLATE, X, L=2, n=128, trials=3, seed=4)
+    with options(jobs=2):
+        two = tp.kernel(TEMPLATE, X, L=2, n=128, trials=3, seed=4)
+    for name in ("nngp", "ntk"):
+        for a, b in zip(one.outputs[name].values, two.outputs[name].values):
+            assert np.array_equal(a, b), name
+    np.save(tmp_path / "X.npy", X)
+    runs = [subprocess.run([sys.executable, "-m", "tensorprog.cli", "kernel", TEMPLATE, "--inputs", str(tmp_path / "X.npy"),
+                            "-n", "128", "--trials", "3", "--seed", "4", "-D", "L=2", "--json", *extra],
+                           capture_output=True, text=True) for extra in ([], ["-j", "2"])]
+    assert all(r.returncode == 0 for r in runs), [r.stderr for r in runs]
+    assert json.loads(runs[0].stdout) == json.loads(runs[1].stdout)
+
+
 def test_template_must_use_q_only_in_the_covariance(tmp_path):
     bad = tmp_path / "bad.tp"
     bad.write_text("param q11 = 1\nparam q12 = 0\nparam q22 = 1\nvector x, y ~ normal(cov=[[q11, q12], [q12, q22]])\n"
