@@ -7,7 +7,9 @@ variables), every scalar c a number c̊:
   * MatMul: Z^{Wx} = Ẑ^{Wx} + Ż^{Wx}, where {Ẑ^{Wx}}_x is a centred Gaussian family
     per (matrix, transposition) with Cov(Ẑ^{Wx}, Ẑ^{Wy}) = σ² f E[Z^x Z^y] and
     Ż^{Wx} = σ² f Σ_y Z^y E[∂Z^x/∂Ẑ^{Wᵀy}] over the products Wᵀy computed so far
-    (f = 1 for W, f = rows/cols for Wᵀ of a rectangular W).
+    (f = 1 for W, f = rows/cols for Wᵀ of a rectangular W);
+  * an mvt matrix is W = diag(S)·G with G iid Gaussian and one scale per row, S² = (ν−2)/χ²_ν:
+    Z^{Wx} = |u|·Z^{Gx} and Z^{Wᵀy} = Z^{Gᵀ(|u| y)}, u a law ``mvt_scale`` of the engine.
 Expectations go to the expectation engine (``expect``); each carries its method and error.
 """
 from __future__ import annotations
@@ -35,8 +37,6 @@ SHOW_NESTING = 8
 #: 300 levels compile in ~2 s, 1000 in ~40 s); Python's recursion limit is raised to RECURSION meanwhile
 MAX_NESTING = 500
 RECURSION = 20000
-
-
 
 
 @dataclass
