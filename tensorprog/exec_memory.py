@@ -11,6 +11,7 @@ whose rows depend on the whole matrix (:data:`~.blocked.BLOCKABLE`) are never bl
 from __future__ import annotations
 
 import os
+import resource
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -30,15 +31,31 @@ AUTO_BLOCKED_MAX_ENTRIES = 1 << 36
 
 
 def available_memory() -> int:
-    """Bytes the machine can still give (MemAvailable), or a conservative guess."""
+    """Bytes this process can still get: the machine's MemAvailable (or a conservative guess),
+    capped by the address-space limit (``ulimit -v``) minus what the process already maps."""
+    machine = None
     try:
         with open("/proc/meminfo") as f:
             for line in f:
                 if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
+                    machine = int(line.split()[1]) * 1024
     except OSError:
         pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+    if machine is None:
+        machine = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+    return min(machine, _address_space_left())
+
+
+def _address_space_left() -> int:
+    soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    if soft == resource.RLIM_INFINITY:
+        return 1 << 62
+    try:
+        with open("/proc/self/statm") as f:
+            mapped = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        mapped = 0
+    return max(soft - mapped, 0)
 
 
 def choose_mode(ex: Executor, limit: int, blocked: bool | None) -> tuple[bool, int]:

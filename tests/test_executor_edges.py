@@ -239,3 +239,23 @@ def test_distributions_reexports_its_public_names():
 def test_modules_stay_small(module):
     lines = (ROOT / "tensorprog" / f"{module}.py").read_text().count("\n")
     assert lines <= 300, (module, lines)
+
+
+def test_address_space_limit_is_part_of_the_memory_check():
+    """Under ``ulimit -v`` the memory check counts what the process may still map, so a run that
+    would need more is refused with the GiB instead of dying with MemoryError (found by the long
+    fuzz run under a 3 GiB limit: one 6 GiB vector at n = 8 with a width ratio of 1e8)."""
+    import subprocess
+    import sys
+    code = ("import resource\n"
+            "resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))\n"
+            "import tensorprog as tp\n"
+            "src = 'dim m = 100000000\\nvector v : m ~ normal()\\nout o = mean(v * v)'\n"
+            "try:\n"
+            "    tp.parse(src).execute(n=8)\n"
+            "except tp.TPLimitError as e:\n"
+            "    print(e)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("<string>:3:9: executing at this width needs about 5.96 GiB"), proc.stdout
+    assert "GiB available" in proc.stdout
