@@ -124,15 +124,14 @@ def _dispatch(f, kf, coords, kinks, symbols, L, combo, ncont, target, max_qmc, s
     if D == 0:
         return f().ravel() * np.ones(K), np.zeros(K), ["quadrature"] * K, none, np.zeros(K, dtype=bool)
     res, tried = None, False
-    if any(c.discrete for c in coords):
-        pass
-    elif D == 1:
-        res, tried = piecewise_1d(lambda t: f(t), coords[0], kf, target, max_quad), True
-    elif D == 2 and kinks:
+    continuous = not any(c.discrete for c in coords)     # (discrete coordinates: QMC)
+    if continuous and D == 1:
+        res, tried = piecewise_1d(f, coords[0], kf, target, max_quad), True
+    elif continuous and D == 2 and kinks:
         lines = _lines(kinks, symbols, L, combo, ncont)
         if lines is not None:
             res, tried = iterated_2d(f, coords[0], coords[1], lines, target, max_quad), True
-    elif D <= 3 and not kinks:
+    elif continuous and D <= 3 and not kinks:
         res, tried = tensor(f, coords, target, max_quad), True
     quad_stopped = tried and (res is None or res.budget_hit)
     if res is not None and (res[2] or np.all(res[1] <= 1e-7 * np.maximum(1.0, np.abs(res[0])))):
