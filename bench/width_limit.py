@@ -91,8 +91,8 @@ def one(n: int, dtype: str, mode: str, max_seconds: float, seed: int) -> dict:
     """One configuration, in this process; returns a JSON-able row."""
     import numpy as np
     import tensorprog as tp
-    from tensorprog.blocked import BlockedMatrix, matrix_key
-    from tensorprog.execute import Executor
+    from tensorprog.distributions.blocked import BlockedMatrix, matrix_key
+    from tensorprog.finite.run import Executor
     program = tp.parse(PROGRAM)
     blocked = mode == "blocked"
     itemsize = np.dtype(dtype).itemsize
@@ -184,8 +184,8 @@ def main() -> None:
         print(json.dumps(one(int(n), dtype, mode, a.max_seconds, a.seed)))
         return
     import numpy as np
-    from tensorprog.execute import available_memory
-    from tensorprog.parallel import cpu_count
+    from tensorprog.finite.run import available_memory
+    from tensorprog.finite.parallel import cpu_count
     print(f"machine: {cpu_count()} cores, {os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.1f} "
           f"GiB RAM, {available_memory() / 2**30:.1f} GiB available, load average {os.getloadavg()[0]:.1f}; "
           f"numpy {np.__version__}", flush=True)

@@ -21,8 +21,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 import tensorprog as tp
-from tensorprog.converge import converge
-from tensorprog.plot import plot_convergence
+from tensorprog.tools.converge import converge
+from tensorprog.tools.plot import plot_convergence
 
 ROOT = Path(__file__).resolve().parent.parent
 IMG = ROOT / "docs" / "img"

@@ -23,9 +23,9 @@ import numpy as np  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 import tensorprog as tp  # noqa: E402
-from tensorprog import tailbound as tb  # noqa: E402
-from tensorprog.converge import converge  # noqa: E402
-from tensorprog.plot import plot_convergence  # noqa: E402
+from tensorprog.tools.tailbound import bound as tb  # noqa: E402
+from tensorprog.tools.converge import converge  # noqa: E402
+from tensorprog.tools.plot import plot_convergence  # noqa: E402
 
 IMG = ROOT / "docs" / "img"
 SUMMARY: dict[str, str] = {}
@@ -333,7 +333,7 @@ Gaussian Master Theorem, for programs with transposes and polynomially smooth no
 The erf NTK program (forward + backward) with five laws:
 
 ```python
-from tensorprog.converge import converge; from tensorprog.plot import plot_convergence
+from tensorprog.tools.converge import converge; from tensorprog.tools.plot import plot_convergence
 p = tp.load("programs/golikov_ntk_erf.tp")
 runs = [converge(p, [64, 128, 256, 512, 1024], trials=16, seed=30 + k, matrix_dist=law)
         for k, law in enumerate(["normal", "uniform", "rademacher", "laplace", "student_t"])]
@@ -411,7 +411,7 @@ P(c^l − c̊^l > τ) ≤ l·(exp(−n(τ/C₂^l(τ))²) + n e^{{−C₀n}}), C�
 evaluates the constants and compares the (two-sided) bound with the empirical tail:
 
 ```sh
-python -m tensorprog.tailbound programs/golikov_tailbound.tp --output c_relu \\
+python -m tensorprog.tools.tailbound.bound programs/golikov_tailbound.tp --output c_relu \\
     --widths 64,256,1024 --t 0.02,0.05,0.1 --trials 400
 ```
 

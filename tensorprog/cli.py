@@ -99,7 +99,7 @@ def _scale_flags(p: argparse.ArgumentParser, jobs: bool = True) -> None:
 
 
 def _options(args):
-    from .execute import options
+    from .finite.run import options
     opts = {"blocked": args.blocked}
     if getattr(args, "jobs", None) is not None:
         opts["jobs"] = args.jobs
@@ -125,7 +125,7 @@ def _positive(text: str) -> int:
 
 
 def _widths(text: str) -> list[int]:
-    from .converge import parse_widths
+    from .tools.converge import parse_widths
     try:
         return parse_widths(text)
     except TPUsageError as err:
@@ -165,16 +165,16 @@ def cmd_execute(args) -> str:
 
 
 def cmd_compile(args) -> str:
-    from .report import render_compiled
+    from .limit.report import render_compiled
     compiled = _load(args).compile(symbolic=args.symbolic, tol=args.tol, max_qmc_points=args.max_qmc_points,
                                    max_quad_points=args.max_quad_points, max_expand_size=args.max_expand_size)
     return render_compiled(compiled, compiled.limit(), args.emit)
 
 
 def cmd_converge(args) -> str:
-    from .converge import converge, render_text
+    from .tools.converge import converge, render_text
     if args.plot:
-        from .plot import require_matplotlib
+        from .tools.plot import require_matplotlib
         require_matplotlib()                     # fail before the long run, not after
     program = _load(args)
     progress = sys.stderr if args.progress or sys.stderr.isatty() else None
@@ -182,7 +182,7 @@ def cmd_converge(args) -> str:
         result = converge(program, args.widths, trials=args.trials, seed=args.seed,
                           matrix_dist=args.matrix_dist, dtype=args.dtype, progress=progress)
     if args.plot:
-        from .plot import plot_convergence
+        from .tools.plot import plot_convergence
         plot_convergence(result, args.plot)
     if args.json:
         return json.dumps(result.to_dict(), indent=2)
@@ -190,7 +190,7 @@ def cmd_converge(args) -> str:
 
 
 def cmd_kernel(args) -> str:
-    from .kernel import kernel, load_inputs
+    from .tools.kernel import kernel, load_inputs
     X = load_inputs(args.inputs)
     with _options(args):
         result = kernel(args.file, X, n=args.width, trials=args.trials, seed=args.seed,
@@ -208,7 +208,7 @@ def cmd_kernel(args) -> str:
 
 
 def cmd_tailbound(args) -> str:
-    from .tailbound import analyze, compare, render_rows
+    from .tools.tailbound import analyze, compare, render_rows
     program = _load(args)
     chain = analyze(program, args.output, args.lam)
     return render_rows(chain, compare(program, args.output, args.widths, args.ts, args.trials, args.seed, args.lam))

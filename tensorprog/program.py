@@ -9,9 +9,9 @@ import numpy as np
 
 from . import ir
 from .errors import TPLoadError
-from .execute import ExecResult, execute
-from .lower import lower
-from .parser import parse_text
+from .finite.run import ExecResult, execute
+from .lang.lower import lower
+from .lang.parser import parse_text
 
 
 class Program:
@@ -39,12 +39,12 @@ class Program:
         largest tensor quadrature grid (beyond it, QMC); ``max_expand_size``: the largest
         symbolic expansion tried for a closed form (beyond it, numerics).  A [budget]
         warning names the option whenever a limit was reached."""
-        from .compile import compile_program
+        from .limit.compiler import compile_program
         options = dict(tol=tol, max_qmc_points=max_qmc_points, seed=seed,
                        max_quad_points=max_quad_points, max_expand_size=max_expand_size)
         if not symbolic:
             return compile_program(self.ir, **options)
-        from .symbolic import symbolic_covariances
+        from .limit.symbolic_params import symbolic_covariances
         covs, values = symbolic_covariances(self.ir)
         return compile_program(self.ir, symbolic=True, symbolic_covs=covs, param_values=values, **options)
 

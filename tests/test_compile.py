@@ -143,7 +143,7 @@ def test_zdot_term_is_needed_after_a_backward_pass():
     program = tp.load("programs/sgd_two_layer.tp")
     full = program.compile().limit().outputs["f1"]
     gia = tp.load("programs/sgd_two_layer.tp").ir
-    from tensorprog.compile import compile_program
+    from tensorprog.limit.compiler import compile_program
     wrong = compile_program(gia, zdot=False).limit().outputs["f1"]
     run = program.execute(n=4096, trials=12, seed=5).outputs["f1"]
     se = run.std / math.sqrt(12)

@@ -1,4 +1,4 @@
-"""``tpc converge`` and ``tensorprog.converge``: finite width against the limit, with the rate.
+"""``tpc converge`` and ``tensorprog.tools.converge``: finite width against the limit, with the rate.
 
 The tolerances are statistical and stated where they are used.  The cheap program
 ``vector x ~ normal(); out m = mean(x*x); out s = mean(x)**2`` has known finite-width
@@ -24,7 +24,7 @@ import pytest
 
 import tensorprog as tp
 from tensorprog.cli import main
-from tensorprog.converge import ConvergeResult, converge, parse_widths, render_text
+from tensorprog.tools.converge import ConvergeResult, converge, parse_widths, render_text
 from tensorprog.errors import TPUsageError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -195,7 +195,7 @@ def test_too_wide_fails_before_running_the_small_widths():
 def test_plot_overlays_matrix_laws(tmp_path):
     import matplotlib
     matplotlib.use("Agg")
-    from tensorprog.plot import plot_convergence
+    from tensorprog.tools.plot import plot_convergence
     p = tp.load(RELU, L=2)
     results = [converge(p, [16, 32, 64], trials=4, matrix_dist=law) for law in ("normal", "rademacher")]
     path = plot_convergence(results, tmp_path / "laws.png", title="two laws", outputs=["kxy"])
@@ -211,7 +211,7 @@ def test_plot_overlays_matrix_laws(tmp_path):
 
 
 def test_missing_matplotlib_is_a_clear_error(monkeypatch, tmp_path, capsys):
-    from tensorprog.plot import plot_convergence
+    from tensorprog.tools.plot import plot_convergence
     monkeypatch.setitem(sys.modules, "matplotlib", None)           # import matplotlib -> ImportError
     r = converge(tp.parse(CHEAP), [8, 16], trials=2)
     with pytest.raises(TPUsageError, match=r"pip install 'tensorprog\[plot\]'"):

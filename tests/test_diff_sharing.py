@@ -15,11 +15,12 @@ import pytest
 import sympy as sp
 
 import tensorprog as tp
-from tensorprog import fnsym, ir
-from tensorprog.fn_numpy import eval_fn
-from tensorprog.lower import Lowerer, _declared_names
-from tensorprog.lower_diff import MIN_SHARED
-from tensorprog.parser import parse_text
+from tensorprog.symbolic import functions as fnsym
+from tensorprog import ir
+from tensorprog.finite.evaluate import eval_fn
+from tensorprog.lang.lower import Lowerer, _declared_names
+from tensorprog.lang.diff import MIN_SHARED
+from tensorprog.lang.parser import parse_text
 
 GRAD = Path(__file__).resolve().parent.parent / "programs" / "bn_gradient.tp"
 

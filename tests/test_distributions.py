@@ -14,19 +14,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tensorprog.distributions import (
-    DEFAULT_DF,
-    FAMILIES,
-    MATRIX_ONLY,
-    DistributionError,
-    DistSpec,
-    make_spec,
-    matrix_bytes,
-    psd_factor,
-    sample_matrix,
-    sample_vectors,
-    with_family,
-)
+from tensorprog.distributions import (DEFAULT_DF, FAMILIES, MATRIX_ONLY, DistributionError, DistSpec, make_spec, matrix_bytes, psd_factor, sample_matrix, sample_vectors, with_family)
 
 Z = 5.0  # tolerance in standard errors
 

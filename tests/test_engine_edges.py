@@ -14,11 +14,11 @@ import sympy as sp
 from scipy import integrate
 
 import tensorprog as tp
-from tensorprog.expect import Estimate, Law, expect, expect_batch, expect_many
-from tensorprog.expect_exact import closed_form_blocker, odd_in_a_kinked_sign, wick
-from tensorprog.expect_linalg import Matrix
-from tensorprog.expect_reduce import distribute
-from tensorprog.nonlin import AbsF, Relu
+from tensorprog.expect.engine import Estimate, Law, expect, expect_batch, expect_many
+from tensorprog.expect.exact import closed_form_blocker, odd_in_a_kinked_sign, wick
+from tensorprog.expect.linalg import Matrix
+from tensorprog.expect.reduce import distribute
+from tensorprog.symbolic.heads import AbsF, Relu
 
 x, y, z, w, u = sp.symbols("x y z w u", real=True)
 R = sp.Rational
@@ -175,7 +175,7 @@ def test_nested_kinks_are_recognised_as_having_no_closed_form():
         e = Relu(1 - e)
     est = expect(e, [x], [[1]])
     assert est.method == "quadrature" and est.budget == ()
-    from tensorprog.expect_exact import canon
+    from tensorprog.expect.exact import canon
     assert odd_in_a_kinked_sign(canon(Relu(Relu(x) - 1), (x,)), (x,)) is not None
     assert odd_in_a_kinked_sign(canon(Relu(x - 1) * Relu(y), (x, y)), (x, y)) is None
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import tensorprog as tp
-from tensorprog.schedule import make_plan
+from tensorprog.finite.schedule import make_plan
 
 
 def arccos1(rho: float) -> float:

@@ -10,8 +10,8 @@ import pytest
 import sympy as sp
 from scipy import integrate, special, stats
 
-from tensorprog.expect import Estimate, Law, expect, expect_many
-from tensorprog.nonlin import AbsF, Delta, Gelu, LeakyRelu, Relu, Sign, Step
+from tensorprog.expect.engine import Estimate, Law, expect, expect_many
+from tensorprog.symbolic.heads import AbsF, Delta, Gelu, LeakyRelu, Relu, Sign, Step
 
 x, y, z, u, w = sp.symbols("x y z u w", real=True)
 R = sp.Rational
@@ -367,7 +367,7 @@ def test_input_errors():
 
 
 def test_expect_batch_over_a_dataset():
-    from tensorprog.expect import expect_batch
+    from tensorprog.expect.engine import expect_batch
     X = np.random.default_rng(2).normal(size=(6, 3))
     K = X @ X.T / 3
     pairs = [(i, j) for i in range(6) for j in range(6)]

@@ -26,7 +26,7 @@ import sympy as sp
 
 import tensorprog as tp
 from tensorprog.cli import main
-from tensorprog.limit import defect, summarize
+from tensorprog.limit.result import defect, summarize
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNEL = str(ROOT / "programs" / "cond_kernel.tp")

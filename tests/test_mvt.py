@@ -15,7 +15,7 @@ import sympy as sp
 from scipy import integrate, special, stats
 
 import tensorprog as tp
-from tensorprog.expect_laws import Coord, Law
+from tensorprog.expect.laws import Coord, Law
 
 
 def s_moment(n: int, nu: float) -> float:

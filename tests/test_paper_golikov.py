@@ -131,7 +131,7 @@ LAWS = ["normal", "uniform", "rademacher", "laplace", "student_t"]
 def test_universality_five_matrix_laws_one_limit():
     """Theorem 3.3.7: the erf NTK (forward + backward with transposes) has one limit for every
     iid law; student_t(6) lacks the 'all moments' hypothesis and the compiler says so."""
-    from tensorprog.converge import converge
+    from tensorprog.tools.converge import converge
     p = load("golikov_ntk_erf")
     ref = ntk_two_pass("erf", 4, 1, 1, 0.5, 1)
     n = 192

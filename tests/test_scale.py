@@ -12,11 +12,11 @@ import pytest
 
 import tensorprog as tp
 from tensorprog import distributions as D
-from tensorprog import parallel
-from tensorprog.blocked import BlockedMatrix, matrix_key
+from tensorprog.finite import parallel
+from tensorprog.distributions.blocked import BlockedMatrix, matrix_key
 from tensorprog.cli import main
-from tensorprog.execute import Executor, options, resolve_jobs
-from tensorprog.progress import Progress
+from tensorprog.finite.run import Executor, options, resolve_jobs
+from tensorprog.finite.progress import Progress
 
 RELU = "programs/relu_nngp.tp"
 ONE_LAYER = """

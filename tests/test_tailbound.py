@@ -1,4 +1,4 @@
-"""tensorprog.tailbound: Theorem 4.3.1 of Golikov's thesis (ch. 4) for programs of its class.
+"""tensorprog.tools.tailbound: Theorem 4.3.1 of Golikov's thesis (ch. 4) for programs of its class.
 
 Checked here: the constants (K, C_0), the recursion (4.41)-(4.42) against its unrolled form and
 against Proposition 1.5.4 / eq. 4.44 (exact when v̊^l = (rho lambda)^{2l}), the reduction of a
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import tensorprog as tp
-from tensorprog import tailbound as tb
+from tensorprog.tools import tailbound as tb
 
 ROOT = Path(__file__).resolve().parent.parent
 TAIL = ROOT / "programs" / "golikov_tailbound.tp"
@@ -183,8 +183,9 @@ def test_refusals_of_the_call():
 
 
 def test_cli_main(capsys):
-    assert tb.main([str(TAIL), "--output", "c_tanh", "--widths", "32", "--t", "0.05", "--trials", "40"]) == 0
+    from tensorprog.cli import main
+    assert main(["tailbound", str(TAIL), "--output", "c_tanh", "--widths", "32", "--t", "0.05", "--trials", "40"]) == 0
     out = capsys.readouterr().out
     assert "c^3 of Theorem 4.3.1's class" in out and "(vacuous)" in out
-    assert tb.main([str(ROOT / "programs" / "golikov_wigner.tp"), "--output", "m2", "--widths", "32"]) == 2
+    assert main(["tailbound", str(ROOT / "programs" / "golikov_wigner.tp"), "--output", "m2", "--widths", "32"]) == 2
     assert "outside Theorem 4.3.1's class" in capsys.readouterr().err

@@ -1,0 +1,199 @@
+"""The expectation engine: E[f] over centred jointly Gaussian symbols and independent laws.
+
+``expect(expr, gaussians, cov, laws)`` reduces E[expr] before computing anything:
+
+1. linearity over the top-level sum, and factorisation of every product into factors
+   over independent groups of base variables (blocks of Σ, each non-Gaussian law):
+   E[f(x) g(y)] = E f(x) · E g(y);
+2. Dirac masses δ(w·z + h) are conditioned away (``expect_linalg.condition``);
+3. a factor odd in one independent symmetric group has mean 0 (``expect_reduce``);
+4. closed forms (method ``"exact"``): polynomials by Wick and the law moments, finite
+   sums over Rademacher values, the Gaussian rules of ``expect_exact`` (arc-cosine,
+   arcsine, MGF, Dirac), and polynomial × sign for one continuous law;
+5. whatever is left becomes a numeric *job* (``expect_numeric``): Gauss quadrature in
+   low dimension, randomized QMC beyond; jobs over the same law share one grid.
+The result is Σ (exact coefficients) × Π (jobs); its error is the first-order
+propagation Σ_k |∂F/∂J_k|·err_k of the jobs' reported errors.  A closed form in free
+parameters of ``cov`` is returned simplified, with ``value`` NaN.
+
+``expect_many`` shares the numeric grids of several expressions; ``expect_batch``
+(``expect_batch.py``) evaluates one expression for a stack of covariance matrices.
+
+Resource limits (keyword options, each reported in ``Estimate.budget`` when it was hit):
+``max_expand_size`` bounds the symbolic expansion a closed form may need (beyond it the
+expectation goes to numerics), ``max_quad_points`` the grid of one quadrature rule (beyond
+it QMC takes over) and ``max_qmc_points`` the QMC sample of one job.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Mapping, Sequence
+
+import numpy as np
+import sympy as sp
+
+from .laws import Law, as_number
+from .linalg import MAX_EXPAND_SIZE, Matrix
+from .numeric import QUAD_BUDGET, numeric_expect
+from .reduce import Ctx, Engine
+from ..symbolic.heads import AbsF, LeakyRelu, Relu, Sign, Step
+
+__all__ = ["Law", "Estimate", "expect", "expect_many"]
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """E[f] with an honest bound on |value − truth| and how it was obtained.
+
+    ``budget`` names the keyword options whose limit this estimate reached:
+    ``"max_quad_points"`` / ``"max_qmc_points"`` when a numeric part stopped at its grid /
+    sample budget with its error above the target ``tol``, ``"max_expand_size"`` when a
+    closed form was not attempted because the symbolic expansion would exceed its bound
+    (the value is then numeric, at the stated error).  ``heavy_tail`` is True when a QMC
+    part looks like an integrand of infinite variance: its error bar is then unreliable."""
+    value: float
+    error: float
+    method: str                  # "exact" | "quadrature" | "qmc"
+    exact: sp.Expr | None        # the closed form when method == "exact"
+    budget: tuple[str, ...] = ()
+    heavy_tail: bool = False
+
+
+def _setup(exprs: Sequence, gaussians: Sequence, cov: object, laws: Mapping) -> tuple[list, Ctx]:
+    """Validate the inputs; normal laws join the Gaussians (block-diagonally)."""
+    gaussians = tuple(gaussians)
+    if len(set(gaussians)) != len(gaussians) or not all(isinstance(g, sp.Symbol) for g in gaussians):
+        raise ValueError("gaussians must be distinct sympy Symbols")
+    if isinstance(cov, sp.MatrixBase):
+        S = cov
+    else:                                   # numbers only: never parse strings
+        arr = np.asarray(cov, dtype=object)
+        arr = arr.reshape(0, 0) if arr.size == 0 else arr
+        if arr.ndim != 2:
+            raise ValueError(f"cov must be a square matrix, got shape {arr.shape}")
+        S = sp.Matrix(arr.shape[0], arr.shape[1], [as_number(v) for v in arr.ravel()])
+    if S.shape != (len(gaussians), len(gaussians)):
+        raise ValueError(f"cov has shape {S.shape}, expected {(len(gaussians),) * 2}")
+    if any(not (S[i, j] - S[j, i]).equals(0) for i in range(S.rows) for j in range(i)):
+        raise ValueError("cov must be symmetric")
+    for u, law in laws.items():
+        if not isinstance(law, Law) or u in gaussians or not isinstance(u, sp.Symbol):
+            raise ValueError(f"bad law entry {u}: {law}")
+    normal = [u for u, law in laws.items() if law.family == "normal"]
+    if normal:
+        n0 = len(gaussians)
+        extra = [as_number(laws[u].var) for u in normal]
+        S = sp.diag(S, *extra) if n0 else sp.diag(*extra)
+        gaussians = gaussians + tuple(normal)
+    others = tuple(sorted(((u, law) for u, law in laws.items() if law.family != "normal"),
+                          key=lambda t: str(t[0])))
+    known = set(gaussians) | set(laws)
+    out = []
+    for e in exprs:
+        e = as_number(e)
+        extra = e.free_symbols - known
+        if extra:
+            raise ValueError(f"{e} contains {sorted(map(str, extra))}, which are neither Gaussians nor laws")
+        out.append(e)
+    return out, Ctx(gaussians, Matrix(S), others)
+
+
+def expect_many(exprs: Sequence[sp.Expr], gaussians: Sequence[sp.Symbol], cov: sp.Matrix,
+                laws: Mapping[sp.Symbol, Law] = {}, *, exact: bool = True, tol: float = 1e-10,
+                max_qmc_points: int = 2 ** 20, seed: int = 0, max_quad_points: int = QUAD_BUDGET,
+                max_expand_size: float = MAX_EXPAND_SIZE) -> list[Estimate]:
+    """E[f] for each f in exprs (same law); numeric parts share their quadrature grids.
+
+    ``exact=False`` skips the closed forms (but still factorises, uses symmetry and
+    conditions Dirac masses).  ``tol`` is the target of the reported error, absolute
+    (relative for values above 1); ``max_qmc_points`` caps the QMC sample per job,
+    ``max_quad_points`` the grid of one quadrature rule, ``max_expand_size`` the
+    symbolic expansion (``expect_analysis.expanded_size``) tried for a closed form.
+    """
+    for name, v in (("max_qmc_points", max_qmc_points), ("max_quad_points", max_quad_points),
+                    ("max_expand_size", max_expand_size)):
+        if not v > 0:
+            raise ValueError(f"{name} must be positive, got {v}")
+    exprs, ctx = _setup(exprs, gaussians, cov, laws)
+    engine = Engine(exact, max_expand_size)
+    forms, refused = [], []
+    for e in exprs:
+        engine.expansion_refused = False
+        forms.append(engine.E(e, ctx))
+        refused.append(engine.expansion_refused)
+    values: dict[sp.Dummy, tuple] = {}
+    batches: dict[tuple, list] = {}
+    for key, J in engine.jobs.items():
+        batches.setdefault(key[1:], []).append((key[0], J))
+    for (gs, covf, laws_), items in batches.items():
+        covn = np.array(covf, dtype=float).reshape(len(gs), len(gs))
+        results = numeric_expect([e for e, _ in items], gs, covn, laws_, tol=tol,
+                                 max_qmc_points=max_qmc_points, seed=seed, max_quad_points=max_quad_points)
+        values.update({J: r for (_, J), r in zip(items, results)})
+    out = []
+    for F, r in zip(forms, refused):
+        est = _combine(F, values)
+        if r and est.method != "exact":          # the refused expansion cost exactness
+            est = replace(est, budget=tuple(sorted(set(est.budget) | {"max_expand_size"})))
+        out.append(est)
+    return out
+
+
+def expect(expr: sp.Expr, gaussians: Sequence[sp.Symbol], cov: sp.Matrix,
+           laws: Mapping[sp.Symbol, Law] = {}, *, exact: bool = True, tol: float = 1e-10,
+           max_qmc_points: int = 2 ** 20, seed: int = 0, max_quad_points: int = QUAD_BUDGET,
+           max_expand_size: float = MAX_EXPAND_SIZE) -> Estimate:
+    """E[expr] for centred Gaussians with covariance ``cov`` and independent ``laws``.
+
+    Exact (sympy closed form) where a rule applies, otherwise numeric with an error
+    estimate; see the module docstring.  Raises ValueError for unknown symbols, for
+    a symbolic ``cov`` when no closed form exists, and for infinite Dirac products.
+    """
+    return expect_many([expr], gaussians, cov, laws, exact=exact, tol=tol,
+                       max_qmc_points=max_qmc_points, seed=seed, max_quad_points=max_quad_points,
+                       max_expand_size=max_expand_size)[0]
+
+
+def _constant_heads(F: sp.Expr) -> sp.Expr:
+    """Evaluate relu/step/sign/abs/leaky_relu of symbol-free arguments like √3 − 1."""
+    def value(e: sp.Expr) -> sp.Expr:
+        a = e.args[0]
+        pos = bool(a > 0)
+        if isinstance(e, Step):
+            return sp.Integer(int(pos))
+        if isinstance(e, Sign):
+            return sp.sign(a)
+        if isinstance(e, AbsF):
+            return a if pos else -a
+        if isinstance(e, LeakyRelu):
+            return a if pos else e.args[1] * a
+        return a if pos else sp.Integer(0)
+    return F.replace(lambda e: isinstance(e, (Step, Sign, Relu, AbsF, LeakyRelu)) and e.args[0].is_number
+                     and not e.args[0].free_symbols, value)
+
+
+def _combine(F: sp.Expr, values: dict) -> Estimate:
+    """The estimate of F(J_1, ...) from the jobs' values and errors."""
+    F = _constant_heads(F)
+    jobs = [J for J in F.free_symbols if J in values]
+    if not jobs:
+        if F.free_symbols:                  # a formula in the parameters: tidy it up
+            return Estimate(float("nan"), 0.0, "exact", sp.simplify(F) if sp.count_ops(F) < 400 else F)
+        if F.has(sp.nan):
+            return Estimate(float("nan"), float("nan"), "exact", sp.nan)
+        v = complex(F.evalf(30))
+        return Estimate(v.real, 0.0, "exact", F)
+    if F.free_symbols - set(jobs):
+        raise ValueError(f"no closed form, and parameters {F.free_symbols - set(jobs)} remain")
+    sub = {J: sp.Float(values[J][0], 20) for J in jobs}
+    value = float(F.xreplace(sub).evalf(20))
+    error = sum(abs(float(sp.diff(F, J).xreplace(sub).evalf(20))) * values[J][1] for J in jobs)
+    error += 1e-16 * abs(value)
+    method = "qmc" if any(values[J][2] == "qmc" for J in jobs) else "quadrature"
+    budget = tuple(sorted({b for J in jobs for b in values[J].budget}))
+    return Estimate(value, error, method, None, budget, any(values[J].heavy_tail for J in jobs))
+
+
+from .batch import expect_batch  # noqa: E402  (re-exported; it uses expect)
+
+__all__ += ["expect_batch"]

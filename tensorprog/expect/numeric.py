@@ -1,0 +1,170 @@
+"""Numeric expectations over Gaussians (numeric Σ) and independent laws.
+
+``numeric_expect(exprs, gaussians, cov, laws)`` computes E[f] for each f over
+z ~ N(0, Σ) (Σ numeric, possibly singular) and independent laws.  Σ = L Lᵀ by an
+eigendecomposition keeping the modes with λ > 1e-12·λ_max, so z = Lξ with ξ standard
+normal in r = rank Σ dimensions (x ≡ y, or Var = 0, cost nothing); ξ is then cut down to
+the directions the integrands see through their linear forms (``linear_forms``).
+Rademacher values are summed exactly (2^m combinations, m ≤ 10; beyond, all go to
+QMC); the D continuous coordinates go to
+
+* D = 1: ``piecewise_1d`` (split at the kinks);
+* D = 2 with kinks whose arguments are piecewise affine: ``iterated_2d``;
+* D ≤ 3 without kinks: a tensor product of the 1D rules;
+* beyond (or if quadrature does not reach the target within its budget of
+  ``max_quad_points`` grid points, default ``QUAD_BUDGET``): randomized QMC (at most
+  ``max_qmc_points`` samples), keeping whichever error is smaller.
+
+Each result is a ``JobResult``: value, error, method, the budgets that stopped it above
+its target error (``"max_quad_points"``, ``"max_qmc_points"``) and whether QMC saw signs
+of an infinite variance (``heavy_tail``: its error bar is then not to be trusted).
+"""
+from __future__ import annotations
+
+import itertools
+import warnings
+from typing import NamedTuple, Sequence
+
+import numpy as np
+import sympy as sp
+
+from .analysis import affine_pieces, growth, kink_args, linear_forms
+from .laws import Coord, Law
+from .qmc import qmc
+from .quad import iterated_2d, piecewise_1d, tensor
+from ..symbolic.evaluate import compile_exprs
+
+QUAD_BUDGET = 2_000_000          # default max_quad_points: grid points of one quadrature rule
+MAX_SUMMED = 10                  # Rademacher variables summed exactly (2^10 combinations)
+
+
+class JobResult(NamedTuple):
+    value: float
+    error: float
+    method: str                  # "quadrature" | "qmc"
+    budget: tuple = ()           # knobs whose limit stopped it above the target error
+    heavy_tail: bool = False     # QMC: the integrand looks like it has infinite variance
+
+
+def _seen_directions(exprs, gaussians, L: np.ndarray) -> np.ndarray:
+    """L·Q, Q an orthonormal basis of the directions of ξ (z = Lξ) that the integrands
+    see: they depend on ξ only through A L ξ (A = ``linear_forms``), and the other
+    directions of the standard normal ξ integrate to 1 (batchnorm: the batch mean)."""
+    if not L.size:
+        return L
+    AL = linear_forms(exprs, gaussians) @ L
+    if not AL.size:
+        return L[:, :0]
+    _, sv, Vt = np.linalg.svd(AL, full_matrices=False)
+    return L @ Vt[sv > 1e-12 * max(sv.max(initial=0.0), 1e-300)].T
+
+
+def numeric_expect(exprs: Sequence[sp.Expr], gaussians: Sequence[sp.Symbol], cov: np.ndarray,
+                   laws: Sequence[tuple[sp.Symbol, Law]], *, tol: float = 1e-10,
+                   max_qmc_points: int = 2 ** 20, seed: int = 0,
+                   max_quad_points: int = QUAD_BUDGET) -> list[JobResult]:
+    """[JobResult(value, error, method, budget, heavy_tail)] of E[f] for each f (module doc)."""
+    d = len(gaussians)
+    cov = np.asarray(cov, dtype=float).reshape(d, d)
+    lam, V = np.linalg.eigh(cov) if d else (np.zeros(0), np.zeros((0, 0)))
+    scale = max(lam.max(initial=0.0), 1e-300)
+    if lam.min(initial=0.0) < -1e-9 * scale:
+        raise ValueError(f"covariance is not positive semi-definite (eigenvalue {lam.min():.3g})")
+    keep = np.nonzero(lam > 1e-12 * scale)[0][::-1]      # largest modes first (best for QMC)
+    L = _seen_directions(exprs, gaussians, V[:, keep] * np.sqrt(lam[keep]))
+    many = sum(law.discrete for _, law in laws) > MAX_SUMMED      # then sample them by QMC
+    cont = [(u, law) for u, law in laws if many or not law.discrete]
+    disc = [(u, law) for u, law in laws if law.discrete and not many]
+    symbols = tuple(gaussians) + tuple(u for u, _ in cont) + tuple(u for u, _ in disc)
+    gg = max([growth(e, g) for e in exprs for g in gaussians] + [0.0])
+    coords = [Coord(None, gg)] * L.shape[1] + [Coord(law, max(growth(e, u) for e in exprs))
+                                                for u, law in cont]
+    for (u, law), c in zip(cont, coords[L.shape[1]:]):
+        if law.df is not None and c.growth >= float(law.df):
+            warnings.warn(f"E[...] may be infinite: the integrand grows like |{u}|^{c.growth:g} and "
+                          f"{u} ~ {law.family}(df={law.df}) has E|{u}|^{c.growth:g} = ∞", RuntimeWarning)
+    tape = compile_exprs(tuple(exprs), symbols)
+    kinks = kink_args(exprs)
+    ktape = compile_exprs(tuple(kinks), symbols) if kinks else None
+    target = lambda q: tol * np.maximum(1.0, np.abs(q))
+    K = len(exprs)
+    values, errors, methods = np.zeros(K), np.zeros(K), ["quadrature"] * K
+    budget: list[set] = [set() for _ in range(K)]
+    heavy = np.zeros(K, dtype=bool)
+    combos = list(itertools.product(*[(-np.sqrt(float(law.var)), np.sqrt(float(law.var)))
+                                      for _, law in disc]))
+    for combo in combos:
+        def args(*t: np.ndarray) -> list:
+            n = np.shape(t[0]) if t else ()
+            gz = [L[i] @ np.asarray(t[:L.shape[1]]) if L.shape[1] else np.zeros(n) for i in range(d)]
+            return gz + list(t[L.shape[1]:]) + [np.full(n, v) for v in combo]
+
+        def f(*t: np.ndarray) -> np.ndarray:
+            return np.array(tape(*args(*t))).reshape(K, -1)
+
+        def kf(*t: np.ndarray) -> np.ndarray:
+            return np.array(ktape(*args(*t))).reshape(len(kinks), -1)
+        v, e, m, b, h = _dispatch(f, kf if kinks else None, coords, kinks, symbols, L, combo, len(cont),
+                                  target, max_qmc_points, seed, max_quad_points)
+        values += v / len(combos)
+        errors += e / len(combos)
+        methods = [mm if mm == "qmc" else old for mm, old in zip(m, methods)]
+        for k in range(K):
+            budget[k] |= b[k]
+        heavy |= h
+    return [JobResult(float(v), float(e), m, tuple(sorted(b)), bool(h))
+            for v, e, m, b, h in zip(values, errors, methods, budget, heavy)]
+
+
+def _dispatch(f, kf, coords, kinks, symbols, L, combo, ncont, target, max_qmc, seed, max_quad):
+    """Choose the rule for one Rademacher combination; fall back to QMC if needed.
+    Returns (values, errors, methods, [budgets hit per output], heavy-tail flags)."""
+    D, K = len(coords), len(target(np.zeros(1)))
+    none = [set() for _ in range(K)]
+    if D == 0:
+        return f().ravel() * np.ones(K), np.zeros(K), ["quadrature"] * K, none, np.zeros(K, dtype=bool)
+    res, tried = None, False
+    continuous = not any(c.discrete for c in coords)     # (discrete coordinates: QMC)
+    if continuous and D == 1:
+        res, tried = piecewise_1d(f, coords[0], kf, target, max_quad), True
+    elif continuous and D == 2 and kinks:
+        lines = _lines(kinks, symbols, L, combo, ncont)
+        if lines is not None:
+            res, tried = iterated_2d(f, coords[0], coords[1], lines, target, max_quad), True
+    elif continuous and D <= 3 and not kinks:
+        res, tried = tensor(f, coords, target, max_quad), True
+    quad_stopped = tried and (res is None or res.budget_hit)
+    if res is not None and (res[2] or np.all(res[1] <= 1e-7 * np.maximum(1.0, np.abs(res[0])))):
+        hit = res[1] > target(res[0])                             # QMC would not do better
+        return (res[0], res[1], ["quadrature"] * len(res[0]),
+                [{"max_quad_points"} if quad_stopped and h else set() for h in hit], np.zeros(K, dtype=bool))
+    info: dict = {}
+    q = qmc(f, coords, target, max_qmc, seed, info=info)
+    if res is None:
+        v, e, m = q[0], q[1], ["qmc"] * len(q[0])
+    else:
+        better = q[1] < res[1]
+        v, e = np.where(better, q[0], res[0]), np.where(better, q[1], res[1])
+        m = ["qmc" if b else "quadrature" for b in better]
+    hit = e > target(v)
+    budget = [({"max_quad_points"} if quad_stopped else set()) | ({"max_qmc_points"} if not q[2] else set())
+              if h else set() for h in hit]
+    heavy = np.asarray(info.get("heavy_tail", np.zeros(K, dtype=bool))) & np.array([mm == "qmc" for mm in m])
+    return v, e, m, budget, heavy
+
+
+def _lines(kinks, symbols, L, combo, ncont) -> np.ndarray | None:
+    """Kink lines in the two integration coordinates, or None if not piecewise affine."""
+    d, r = L.shape
+    rows = []
+    for g in kinks:
+        pieces = affine_pieces(g, symbols)
+        if pieces is None:
+            return None
+        for w, c in pieces:
+            w = np.asarray(w)
+            a = np.concatenate([w[:d] @ L if d else np.zeros(r), w[d:d + ncont]])
+            c = c + float(np.dot(w[d + ncont:], combo)) if combo else c
+            if np.any(a != 0):
+                rows.append([a[0], a[1], c])
+    return np.array(rows).reshape(-1, 3)

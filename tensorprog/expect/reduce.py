@@ -1,0 +1,305 @@
+"""The reduction of E[f] before anything is computed (used by ``expect``).
+
+E[f] over centred jointly Gaussian symbols (covariance Σ) and independent symmetric laws:
+
+1. linearity over sums, and factorisation of products over independent groups of base
+   variables (connected blocks of Σ, each law): E[f(x) g(y)] = E f(x) · E g(y); a product
+   tying several groups by a polynomial factor is expanded so that it splits;
+2. a Dirac mass δ(w·z + h) is conditioned away: E[δ(w·z + h) g] = φ_s(h)·E[g | w·z = −h],
+   with step(0) = 1/2 on that hyperplane (the symmetric limit, which keeps the chain rule
+   d step² = 2 step δ = δ consistent); a δ of one law's variable uses its density;
+3. a factor odd in one independent group of symmetric variables (or in all of its
+   groups at once) has mean 0 — unless a Student-t variable makes it non-integrable;
+4. closed forms: polynomials (Wick × law moments), finite sums over Rademacher values,
+   the Gaussian rules of ``expect_exact``, and Σ c uⁿ sign(u)ᵐ for one law (E uⁿ, E|u|ⁿ);
+5. what remains becomes a numeric *job*, a placeholder symbol J evaluated later.
+The result is a sympy expression in exact numbers and job symbols.
+
+Symbolic work is bounded: products are multiplied out one level at a time, only when that
+can separate groups, without moving factors into denominators (``distribute``), and no
+expansion beyond ``max_expand_size`` (``expect_analysis.expanded_size``) is attempted —
+the expectation then becomes a job and ``Engine.expansion_refused`` is set.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import sympy as sp
+
+from .exact import canon, closed_form_blocker, expand_within, gauss_closed_form, wick
+from .laws import Law, as_number
+from .linalg import MAX_EXPAND_SIZE, ExpansionBudget, Matrix, NoClosedForm, affine, condition
+from .analysis import expanded_size, growth, parity
+from ..symbolic.heads import Delta, Sign, Step
+
+MAX_ENUMERATION = 8           # at most 2^8 Rademacher value combinations summed exactly
+
+
+@dataclass(frozen=True)
+class Ctx:
+    """The joint law in scope: Gaussians with covariance, and independent laws."""
+    gaussians: tuple
+    cov: Matrix
+    laws: tuple                  # ((symbol, Law), ...)
+
+    def group_of(self) -> dict:
+        """symbol -> id of its independence group (connected blocks of Σ, each law)."""
+        parent = list(range(len(self.gaussians)))
+
+        def root(i: int) -> int:
+            while parent[i] != i:
+                i = parent[i]
+            return i
+        for i, j in itertools.combinations(range(len(self.gaussians)), 2):
+            if self.cov[i, j] != 0:
+                parent[root(i)] = root(j)
+        out = {g: ("g", root(i)) for i, g in enumerate(self.gaussians)}
+        out.update({u: ("l", u) for u, _ in self.laws})
+        return out
+
+
+def distribute(expr: sp.Expr, split_exp: bool = True) -> sp.Expr:
+    """expr with the sums among its factors multiplied out (and, with ``split_exp``,
+    e^{a+b} = e^a·e^b) — one level, like ``sp.expand(expr, deep=False)`` but leaving every
+    other factor where it is.  (``sp.expand`` first splits expr into numerator and
+    denominator, so x·e^{−b²}/(1 + d²) becomes x/(e^{b²} + d²e^{b²}): a form that is
+    0·∞ = NaN wherever e^{b²} overflows.)"""
+    if expr.is_Add:
+        return sp.Add(*[distribute(t, split_exp) for t in expr.args])
+    plain, sums = _factor_sums(expr, split_exp)
+    return sp.Add(*[sp.Mul(*plain, *combo) for combo in itertools.product(*sums)])
+
+
+def _factor_sums(expr: sp.Expr, split_exp: bool, max_terms: float = float("inf")) -> tuple[list, list]:
+    """The factors of a product: (plain factors, [terms of each sum factor]); a power of a
+    sum that would multiply out to more than ``max_terms`` terms stays a plain factor."""
+    plain, sums = [], []
+    for f in sp.Mul.make_args(expr):
+        if split_exp and isinstance(f, sp.exp) and f.args[0].is_Add:
+            plain += [sp.exp(a) for a in f.args[0].args]
+        elif f.is_Add:
+            sums.append(f.args)
+        elif f.is_Pow and f.base.is_Add and f.exp.is_Integer and f.exp > 1 and \
+                math.comb(len(f.base.args) + int(f.exp) - 1, int(f.exp)) <= max_terms:
+            sums.append(sp.Add.make_args(sp.expand_multinomial(f, deep=False)))
+        else:
+            plain.append(f)
+    return plain, sums
+
+
+class Engine:
+    """One evaluation: the recursive reduction, collecting numeric jobs.
+
+    ``max_expand_size`` bounds every symbolic expansion (``expect_analysis.expanded_size``);
+    beyond it no closed form is attempted and ``expansion_refused`` is set."""
+
+    def __init__(self, exact: bool, max_expand_size: float = MAX_EXPAND_SIZE):
+        self.exact = exact
+        self.max_expand_size = max_expand_size
+        self.expansion_refused = False
+        self.jobs: dict[tuple, sp.Dummy] = {}
+        self.groups: dict[Ctx, dict] = {}
+
+    def E(self, expr: sp.Expr, ctx: Ctx) -> sp.Expr:
+        """E[expr] as exact coefficients times job symbols."""
+        groups = self.groups.setdefault(ctx, ctx.group_of())
+        if not expr.free_symbols & groups.keys():
+            return expr
+        if expr.is_Add:
+            return sp.Add(*[self.E(t, ctx) for t in expr.args])
+        coeff, comps = sp.Integer(1), {}
+        parent: dict = {}
+
+        def root(g):
+            while parent.setdefault(g, g) != g:
+                g = parent[g]
+            return g
+        factors = sp.Mul.make_args(expr)
+        for f in factors:
+            gs = [root(groups[s]) for s in f.free_symbols if s in groups]
+            for g in gs[1:]:
+                parent[root(g)] = root(gs[0])
+        for f in factors:
+            gs = [groups[s] for s in f.free_symbols if s in groups]
+            if gs:
+                comps.setdefault(root(gs[0]), []).append(f)
+            else:
+                coeff *= f
+        for fs in comps.values():
+            coeff *= self.E_component(sp.Mul(*fs), ctx, groups)
+            if coeff == 0:
+                return sp.Integer(0)
+        return coeff
+
+    def E_component(self, expr: sp.Expr, ctx: Ctx, groups: dict) -> sp.Expr:
+        """E over one set of base variables that the factors of expr tie together."""
+        syms = expr.free_symbols & groups.keys()
+        laws = dict(ctx.laws)
+        if expr.has(Delta):
+            return self.dirac(expr, ctx)
+        gids = {groups[s] for s in syms}
+        flips = [{s for s in syms if groups[s] == g} for g in gids] + ([syms] if len(gids) > 1 else [])
+        for members in flips:
+            heavy = [s for s in members if s in laws and laws[s].df is not None]
+            if parity(expr, members) == -1 and all(growth(expr, s) < float(laws[s].df) for s in heavy):
+                return sp.Integer(0)
+        if len(gids) > 1:             # e.g. (x + u)² or e^{x+u}: expand, it may split
+            expanded = self.split(expr, groups)
+            if expanded is not None:
+                return self.E(expanded, ctx)
+        if self.exact:
+            out = self.closed_form(expr, syms, ctx, laws)
+            if out is not None:
+                return out
+        return self.job(expr, syms, ctx)
+
+    def split(self, expr: sp.Expr, groups: dict) -> sp.Expr | None:
+        """``distribute(expr)`` if that can separate the independent groups, else None:
+        the plain (non-sum) factors are in every term, so if they alone tie all the
+        groups together, multiplying out cannot split anything (and is not done)."""
+        plain, sums = _factor_sums(expr, True, self.max_expand_size)
+        if any(f.is_Pow and f.base.is_Add and f.exp.is_Integer and f.exp > 1 for f in plain):
+            self.expansion_refused = True             # a power of a sum too large to multiply out
+            return None
+        gids = {groups[s] for s in expr.free_symbols if s in groups}
+        parent: dict = {}
+
+        def root(g):
+            while parent.setdefault(g, g) != g:
+                g = parent[g]
+            return g
+        for f in plain:
+            gs = [root(groups[s]) for s in f.free_symbols if s in groups]
+            for g in gs[1:]:
+                parent[root(g)] = root(gs[0])
+        if len({root(g) for g in gids}) == 1:
+            return None
+        n = 1.0
+        for terms in sums:
+            n *= len(terms)
+        size = n * (len(plain) + len(sums))          # one level: the factors are shared, not copied
+        if size > self.max_expand_size:
+            self.expansion_refused = True
+            return None
+        out = sp.Add(*[sp.Mul(*plain, *combo) for combo in itertools.product(*sums)])
+        return None if out == expr else out
+
+    def closed_form(self, expr: sp.Expr, syms: set, ctx: Ctx, laws: dict) -> sp.Expr | None:
+        """The exact routes of the module docstring, or None."""
+        discrete = sorted((s for s in syms if s in laws and laws[s].discrete), key=str)
+        poly = expr.is_polynomial(*syms)
+        if discrete and not poly and len(discrete) <= MAX_ENUMERATION:
+            vals = [(-sp.sqrt(laws[s].v), sp.sqrt(laws[s].v)) for s in discrete]
+            return sp.Add(*[self.E(expr.xreplace(dict(zip(discrete, combo))), ctx)
+                            for combo in itertools.product(*vals)]) / 2 ** len(discrete)
+        gs = tuple(g for g in ctx.gaussians if g in syms)
+        idx = [ctx.gaussians.index(g) for g in gs]
+        cov = Matrix(ctx.cov.extract(idx, idx))
+        try:
+            if poly:
+                return poly_expect(expr, gs, cov, tuple(s for s in syms if s not in gs), laws,
+                                   self.max_expand_size)
+            if len(gs) == len(syms):
+                return gauss_closed_form(expr, gs, cov, self.max_expand_size)
+            if len(syms) == 1:
+                return law_closed_form(expr, next(iter(syms)), laws[next(iter(syms))], self.max_expand_size)
+        except ExpansionBudget:
+            self.expansion_refused = True
+            return None
+        except NoClosedForm:
+            return None
+        return None
+
+    def dirac(self, expr: sp.Expr, ctx: Ctx) -> sp.Expr:
+        """E[δ(a)·g] = p_a(0)·E[g | a = 0], a linear in the Gaussians (or in one law)."""
+        expr = distribute(expr, split_exp=False)
+        if expr.is_Add:
+            return self.E(expr, ctx)
+        ds = [f for f in sp.Mul.make_args(expr) if isinstance(f, Delta)]
+        if not ds:
+            raise ValueError(f"a Dirac mass must appear as a factor of the integrand: {expr}")
+        arg = ds[0].args[0]                    # step(0) = 1/2 under δ: the symmetric limit
+        rest = (expr / ds[0]).replace(Step, lambda a: (1 + Sign(a)) / 2)
+        try:
+            w, h = affine(arg, ctx.gaussians)
+        except NoClosedForm:
+            raise ValueError(f"Dirac mass of a non-linear argument: {ds[0]}") from None
+        scaled = [x for x in w if x.free_symbols]
+        if scaled and not h.has(*ctx.gaussians) and scaled[0].is_positive:
+            # δ(p·a) = δ(a)/p for p > 0 built from laws (the row scale |u| of an mvt matrix)
+            p = scaled[0]
+            w, h, rest = [sp.cancel(x / p) for x in w], sp.cancel(h / p), rest / p
+        if h.has(*ctx.gaussians) or any(x.free_symbols for x in w):
+            raise ValueError(f"Dirac mass of a non-linear argument: {ds[0]}")
+        if any(x != 0 for x in w):
+            dens, sub, gs, cov = condition(w, h, ctx.gaussians, ctx.cov)
+            return self.E(dens * rest.xreplace(sub), Ctx(gs, cov, ctx.laws))
+        laws = dict(ctx.laws)
+        for u in h.free_symbols & laws.keys():
+            wu, hu = affine(h, (u,))
+            if not laws[u].discrete and wu[0].is_number and not hu.has(u):
+                t = -hu / wu[0]
+                return self.E(laws[u].density(t) / abs(wu[0]) * rest.xreplace({u: t}), ctx)
+        raise ValueError(f"a Dirac mass of {arg} has no density to evaluate")
+
+    def job(self, expr: sp.Expr, syms: set, ctx: Ctx) -> sp.Expr:
+        """A placeholder for E[expr] to be computed numerically."""
+        gs = tuple(g for g in ctx.gaussians if g in syms)
+        idx = [ctx.gaussians.index(g) for g in gs]
+        cov = ctx.cov.extract(idx, idx)
+        laws = tuple((u, law) for u, law in ctx.laws if u in syms)
+        if cov.free_symbols or any(as_number(law.var).free_symbols for _, law in laws):
+            raise ValueError(f"no closed form for E[{expr}], and its law has free parameters "
+                             f"{sorted(map(str, cov.free_symbols))}: give numbers to evaluate it numerically")
+        key = (expr, gs, tuple(float(x) for x in cov), laws)
+        if key not in self.jobs:
+            self.jobs[key] = sp.Dummy(f"J{len(self.jobs)}")
+        return self.jobs[key]
+
+
+def poly_expect(expr: sp.Expr, gs: tuple, cov: Matrix, us: tuple, laws: dict,
+                max_size: float = MAX_EXPAND_SIZE) -> sp.Expr:
+    """E of a polynomial: Wick on the Gaussian part times the law moments
+    (ExpansionBudget if multiplying it out, or Wick's recursion over the monomials
+    β ≤ α of a term, would exceed ``max_size``)."""
+    size = expanded_size(expr)
+    if size > max_size:
+        raise ExpansionBudget(f"multiplying out the polynomial would give about {size:.3g} nodes "
+                              f"> max_expand_size={max_size:g}")
+    P = sp.Poly(expr, *gs, *us)
+    memo: dict = {}
+    out = sp.Integer(0)
+    for mono, _ in P.terms():
+        alpha = [a for a in mono[:len(gs)] if a]
+        if len(alpha) > 1 and math.prod(a + 1 for a in alpha) > max_size:
+            raise ExpansionBudget(f"Wick's recursion for a monomial of degrees {tuple(alpha)} "
+                                  f"> max_expand_size={max_size:g}")
+    for mono, c in P.terms():
+        m = wick(mono[:len(gs)], cov, memo)
+        for u, k in zip(us, mono[len(gs):]):
+            m *= laws[u].moment(k)
+        out += c * m
+    return out
+
+
+def law_closed_form(expr: sp.Expr, u: sp.Symbol, law: Law, max_size: float = MAX_EXPAND_SIZE) -> sp.Expr:
+    """E[Σ c u^n sign(u)^m] for one symmetric law, via E u^n and E|u|^n."""
+    out = sp.Integer(0)
+    e = canon(expr, (u,))
+    if (why := closed_form_blocker(e, (u,))) is not None:
+        raise NoClosedForm(why)
+    for t in sp.Add.make_args(expand_within(e, max_size)):
+        c, rest = t.as_independent(u, as_Add=False)
+        n, m = 0, 0
+        for f in sp.Mul.make_args(rest):
+            b, k = f.as_base_exp()
+            if b == u and k.is_Integer and k > 0:
+                n += int(k)
+            elif b == Sign(u) and k.is_Integer and k > 0:
+                m += int(k)
+            elif f != 1:
+                raise NoClosedForm(f"{f}")
+        out += c * (law.moment(n) if m % 2 == 0 else law.abs_moment(n) if n % 2 else 0)
+    return out

@@ -1,0 +1,119 @@
+"""``diff(e, x)`` in the front end: the coordinatewise derivative of a vector expression, computed
+in sympy on the expression's DAG and converted back to function trees, with the sub-expressions
+a derivative repeats emitted as Nonlins of their own (so a Jacobian through batchnorm stays small)."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import sympy as sp
+
+from ..symbolic import functions as fnsym
+from .. import ir
+from ..errors import TPValueError
+
+if TYPE_CHECKING:
+    from .expressions import ExprLowering
+
+
+def differentiate(low: "ExprLowering", node, expr, x: int):
+    """∂e/∂x coordinatewise, through Nonlin bindings, stopping at MatMuls and initial vectors.
+
+    The derivative is ``sp.diff`` of e expanded through its Nonlin bindings, computed on
+    the expression's DAG (:class:`DiffState`); its sub-expressions used more than once
+    become Nonlins of their own, so that a Jacobian through a B-argument Nonlin
+    (batchnorm) stays linear in size instead of repeating the batch statistics."""
+    from .expressions import RExpr, located  # (lower_expr imports this module)
+    state = _state(low)
+    stop = x if isinstance(low.eqns[x], ir.Nonlin) else None
+
+    def leaf(var: int) -> sp.Expr:
+        if var != x and isinstance(low.eqns[var], ir.Nonlin):
+            key = (var, stop)
+            got = state.expansions.get(key)
+            if got is None:
+                got = state.expansions[key] = fnsym.to_sympy(low.eqns[var].fn, leaf)
+            return got
+        return state.symbol(var)
+
+    derivative = state.differentiator(leaf(x))(fnsym.to_sympy(expr.fn, leaf))
+    state.begin(derivative, node, expr.width)
+    try:
+        built = state.builder.node(derivative)
+    except fnsym.NotABuiltin as err:
+        raise located(TPValueError, node, f"diff: the derivative contains {err}, which has no "
+                      "value at a point (e.g. the derivative of step or sign)") from None
+    low.check_tree(node, built.depth, built.size)
+    return RExpr(built.fn, "vector", expr.width, built.depth, built.size)   # a vector even where ∂e/∂x is constant
+
+
+def _state(low: "ExprLowering") -> "DiffState":
+    state = getattr(low, "_diff_state", None)
+    if state is None:
+        state = low._diff_state = DiffState(low)
+    return state
+
+
+#: a sub-expression of a derivative used twice or more (in it, or in an earlier derivative)
+#: becomes a Nonlin of its own when its tree has at least this many operations
+MIN_SHARED = 8
+
+
+class DiffState:
+    """What ``diff`` keeps across the calls of one lowering (valid because the IR is
+    single-assignment): the sympy symbol of each independent variable, the expansion of
+    each Nonlin through its bindings, one memoised differentiator per variable of
+    differentiation, and the conversion back to function trees with its memo.
+
+    Sharing (CSE): converting a derivative, a sub-expression that mentions a vector, has at
+    least :data:`MIN_SHARED` operations and occurs twice or more in it (or occurred in an
+    earlier derivative) is emitted as a Nonlin at the ``diff`` call and read through its
+    variable.  Smaller derivatives come out as the same single tree as ``from_sympy``'s."""
+
+    def __init__(self, low: "ExprLowering") -> None:
+        self.low = low
+        self.symbols: dict[int, sp.Symbol] = {}
+        self.var_of: dict[sp.Symbol, int] = {}
+        self.expansions: dict[tuple[int, int | None], sp.Expr] = {}
+        self.differentiators: dict[sp.Symbol, fnsym.Differentiator] = {}
+        self.builder = fnsym.TreeBuilder(self.var_of.__getitem__, self.share,
+                                         lambda var: low.kind_of(var) == "vector")
+        self.uses: dict[sp.Expr, int] = {}
+        self.node = None
+        self.width: str | None = None
+
+    def symbol(self, var: int) -> sp.Symbol:
+        got = self.symbols.get(var)
+        if got is None:
+            got = self.symbols[var] = sp.Symbol(f"v{var}", real=True)
+            self.var_of[got] = var
+        return got
+
+    def differentiator(self, x: sp.Symbol) -> fnsym.Differentiator:
+        got = self.differentiators.get(x)
+        if got is None:
+            got = self.differentiators[x] = fnsym.Differentiator(x)
+        return got
+
+    def begin(self, derivative: sp.Expr, node, width: str | None) -> None:
+        """Count the uses of each sub-expression of ``derivative`` not converted before."""
+        self.node, self.width = node, width
+        memo, uses = self.builder.memo, {}
+        stack = [derivative] if derivative not in memo else []
+        while stack:
+            e = stack.pop()
+            for a in e.args:
+                seen = uses.get(a, 0)
+                uses[a] = seen + 1
+                if not seen and a.args and a not in memo:
+                    stack.append(a)
+        self.uses = uses
+
+    def share(self, expr: sp.Expr, built: fnsym.Built, new: bool) -> fnsym.Built:
+        if isinstance(built.fn, (ir.Ref, ir.Const)) or not built.vector or built.size < MIN_SHARED:
+            return built
+        if new and self.uses.get(expr, 0) < 2:
+            return built
+        low = self.low
+        low.check_tree(self.node, built.depth, built.size)
+        var = low.emit(ir.Nonlin, self.node, fn=built.fn, args=ir.refs(built.fn), width=self.width)
+        return fnsym.Built(ir.Ref(var), 1, 0, True)

@@ -1,0 +1,93 @@
+"""Limits of a program's outputs: value, error bound, method and closed form."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import math
+
+import numpy as np
+import sympy as sp
+
+from ..expect.laws import as_number
+
+_RANK = {"exact": 0, "quadrature": 1, "qmc": 2}
+
+
+@dataclass(frozen=True)
+class LimitValue:
+    """The limit c̊ of one scalar.
+
+    ``error`` bounds |value − c̊|: the sum of the error estimates of every expectation
+    the scalar rests on (its own and those of the covariances and scalars upstream),
+    plus float rounding.  ``method`` is the least exact method among them.
+    ``exact`` is the closed form (a sympy expression) when every step was exact and
+    the compilation was symbolic."""
+    value: float
+    error: float
+    method: str
+    exact: sp.Expr | None = None
+
+    def describe(self) -> str:
+        if np.ndim(self.value):
+            v, err = np.asarray(self.value), np.asarray(self.error)
+            return f"[{v.size} values in {v.min():.6g}..{v.max():.6g}] ± {err.max():.2g} ({self.method})"
+        if self.method == "exact":
+            return f"{self.value:.12g} (exact{': ' + str(self.exact) if self.exact is not None else ''})"
+        return f"{self.value:.12g} ± {self.error:.2g} ({self.method})"
+
+
+def defect(value: sp.Expr) -> str | None:
+    """Why a sympy number is not a finite real float: "nan", "zoo" (complex infinity, e.g. 1/0),
+    "inf", "complex", "overflow" (finite, but beyond the float range, e.g. exp(800)) or None."""
+    if value.has(sp.nan):
+        return "nan"
+    if value.has(sp.zoo):
+        return "zoo"
+    if value.has(sp.oo, -sp.oo):
+        return "inf"
+    try:
+        number = complex(sp.N(value, 17))
+    except (TypeError, ValueError, ArithmeticError):
+        return "nan"
+    if number.real != number.real or number.imag != number.imag:
+        return "nan"
+    if number.imag and not abs(number.imag) <= 1e-12 * max(1.0, abs(number.real)):
+        return "complex"
+    return None if math.isfinite(number.real) else "overflow"
+
+
+def summarize(value: sp.Expr, estimates: Sequence, symbolic: bool, params: dict | None = None) -> LimitValue:
+    """Combine a scalar's value with the estimates it rests on (errors add: unit sensitivity).
+    ``params`` gives the values of param symbols left in a closed form.
+
+    A value that is not a finite real float raises TPNumericalError (not located: the
+    compiler's hypotheses check every scalar at its statement first, so this is a backstop)."""
+    point = value.subs(params) if params and isinstance(value, sp.Basic) else value
+    point = point if isinstance(point, sp.Basic) else as_number(point)
+    problem = defect(point)
+    if problem is not None:
+        from ..errors import TPNumericalError
+        raise TPNumericalError(f"the limit {value} is not a finite real number ({problem})")
+    number = complex(sp.N(point, 17))
+    method = max((e.method for e in estimates), key=_RANK.__getitem__, default="exact")
+    # rounding: relative to the value, and to O(1) terms that may have cancelled in it
+    error = sum(e.error for e in estimates) + 4e-16 * (abs(number.real) + 1)
+    exact = None
+    if method == "exact" and symbolic:
+        exact = sp.nsimplify(value) if value.is_Float else (
+            sp.simplify(value) if sp.count_ops(value) < 200 else value)
+    return LimitValue(number.real, float(error), method, exact)
+
+
+@dataclass
+class Limit:
+    """The limits of every ``out`` and the hypotheses the program leaves."""
+    outputs: dict[str, LimitValue]
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"outputs": {k: {"value": v.value, "error": v.error, "method": v.method,
+                                "exact": None if v.exact is None else sp.sstr(v.exact)}
+                            for k, v in self.outputs.items()},
+                "warnings": list(self.warnings)}
