@@ -1,0 +1,36 @@
+"""The compile and engine budget: one frozen dataclass, its defaults defined here only.
+
+Every expectation the compiler asks for is computed within a :class:`Budget`; each limit an
+expectation reaches is reported back on its ``Estimate`` (``budget``: the names of the fields
+reached) and becomes a ``[budget]`` warning naming the option that raises it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What one expectation may cost.
+
+    * ``tol``: target error of a numerical expectation;
+    * ``max_qmc_points``: quasi-Monte Carlo points per expectation (time grows linearly);
+    * ``max_quad_points``: the largest tensor quadrature grid (beyond it, QMC);
+    * ``max_expand_size``: the largest symbolic expansion tried for a closed form (beyond it,
+      numerics);
+    * ``seed``: the seed of the randomized QMC rules (a limit is reproducible for a seed).
+    """
+    tol: float = 1e-10
+    max_qmc_points: int = 2 ** 20
+    max_quad_points: int = 2_000_000
+    max_expand_size: int = 100_000
+    seed: int = 0
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        """The option names, in order (``tpc compile --max-qmc-points`` ... and the API keywords)."""
+        return tuple(f.name for f in fields(cls))
+
+
+#: the defaults, for modules that need one number (e.g. a quadrature grid size)
+DEFAULT = Budget()
