@@ -39,3 +39,5 @@ def test_wheel_contains_grammar(tmp_path):
     grammar = zipfile.ZipFile(wheel).read("tensorprog/grammar/tensorprog.lark").decode()
     assert grammar == (ROOT / "grammar" / "tensorprog.lark").read_text()
     assert "tensorprog/cli.py" in names
+    modules = {p.relative_to(src).as_posix() for p in (src / "tensorprog").rglob("*.py")}
+    assert modules and modules <= set(names), sorted(modules - set(names))   # every subpackage ships
