@@ -1,4 +1,4 @@
-"""The ``tpc`` command line (DESIGN.md, Interfaces), run as ``python -m tensorprog``.
+"""The ``tpc`` command line (docs/architecture.md and the README), run as ``python -m tensorprog``.
 
 Process-level behaviour (exit codes, stdout/stderr, JSON, no traceback) is checked
 on real subprocesses; to keep the suite fast they are all started at once by one

@@ -1,4 +1,4 @@
-"""The front end against LANGUAGE.md: every documented form parses and means what it says.
+"""The front end against docs/language.md: every documented form parses and means what it says.
 
 Tests look at the unrolled IR (``Program.ir``: flat equations, groups, outputs,
 dims, params) rather than at "no exception", and check a few execution semantics
@@ -301,7 +301,7 @@ def test_transpose_of_transpose():
 
 
 def test_names_that_are_not_keywords():
-    # LANGUAGE.md keywords are only: param dim vector matrix for in def out
+    # The language's keywords are only: param dim vector matrix for in def out
     p = tp.parse("vector x, T, out2, in_ ~ normal()\nif = 2\nout o = mean(x * T * out2 * in_) * if")
     assert p.outputs == ["o"]
 

@@ -1,4 +1,4 @@
-"""Golikov's thesis (shared/seeds/002): the programs/golikov_*.tp against the thesis's formulas.
+"""Golikov's thesis (seed 002, docs/gallery_002.md): the programs/golikov_*.tp against the thesis's formulas.
 
 Every expected value is computed here, independently of the compiler: closed-form arc-cosine and
 arcsine expectations for the NTK recursions of ch. 2 (eqs. 2.58-2.61, both the two-pass and the

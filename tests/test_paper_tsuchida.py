@@ -1,5 +1,5 @@
-"""Tsuchida et al.: the papers of shared/seeds/001 (rotation-invariant weights, leaky-ReLU
-kernels and their depth composition) and shared/seeds/000 (exchangeable weights, Proposition 6
+"""Tsuchida et al.: the papers of seed 001 (docs/gallery_000_001.md) (rotation-invariant weights, leaky-ReLU
+kernels and their depth composition) and seed 000 (exchangeable weights, Proposition 6
 and the bounds (10)-(11)).
 
 Every compiled limit is compared with the paper's formula computed here, independently of
