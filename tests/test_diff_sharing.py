@@ -18,7 +18,7 @@ import tensorprog as tp
 from tensorprog.symbolic import functions as fnsym
 from tensorprog import ir
 from tensorprog.finite.evaluate import eval_fn
-from tensorprog.lang.lower import Lowerer, _declared_names
+from tensorprog.lang.lower import Lowerer, declared_names
 from tensorprog.lang.diff import MIN_SHARED
 from tensorprog.lang.parser import parse_text
 
@@ -43,7 +43,7 @@ def lowered(src: str, **params) -> Lowerer:
     """The lowering of a program, with its environment (the variable bound to each name)."""
     module = parse_text(src)
     low = Lowerer({k: float(v) for k, v in params.items()}, ".", 1_000_000)
-    low.bound_somewhere = _declared_names(module.statements)
+    low.bound_somewhere = declared_names(module.statements)
     low.run(module.statements)
     return low
 

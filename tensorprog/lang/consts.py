@@ -10,9 +10,10 @@ from pathlib import Path
 
 import numpy as np
 
-_ARITH = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
-          "**": operator.pow}
-_CMP = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
+from ..ir.walk import ARITHMETIC
+
+#: the comparisons of the language, on constants only (1.0 where true, else 0.0)
+COMPARISONS = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
         ">": operator.gt, ">=": operator.ge}
 
 
@@ -28,10 +29,10 @@ def fold(op: str, a, b):
     """``a op b`` on constants (scalars or arrays), refusing NaN, inf and division by zero."""
     with np.errstate(all="raise"):
         try:
-            if op in _CMP:
-                result = _CMP[op](np.asarray(a, float), np.asarray(b, float)).astype(float)
+            if op in COMPARISONS:
+                result = COMPARISONS[op](np.asarray(a, float), np.asarray(b, float)).astype(float)
             else:
-                result = _ARITH[op](np.asarray(a, float), np.asarray(b, float))
+                result = ARITHMETIC[op](np.asarray(a, float), np.asarray(b, float))
         except (FloatingPointError, ZeroDivisionError, OverflowError) as err:
             raise ConstError(f"'{op}' on constants is undefined here ({err})") from None
         except ValueError as err:

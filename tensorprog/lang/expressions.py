@@ -1,84 +1,129 @@
 """Expressions of the front end: constant folding, typing and function trees.
 
-An expression evaluates to a constant (float / array), a string, a matrix
-(``MatVal``) or a runtime value (``RExpr``: a function tree over IR variables,
-typed ``vector`` of a given width or ``scalar``).  A vector expression is a
-Nonlin; ``mean`` makes a Moment; ``W @ v`` a MatMul.
+An expression evaluates to a :data:`~.values.Value`: a constant (float / array), a string,
+a matrix (``MatVal``) or a runtime value (``RExpr``: a function tree over IR variables, typed
+``vector`` of a given width or ``scalar``).  A vector expression becomes a Nonlin where it is
+bound; ``mean`` makes a Moment; ``W @ v`` a MatMul.
+
+:class:`Expressions` evaluates one node with the method named after its class (``ev_Number``,
+``ev_Call``, ...).  It works with two collaborators: the statement lowering, seen through the
+:class:`Scope` interface (names, loop variables, defs, params, the program's folder), and the
+shared :class:`~.builder.IRBuilder` (equations).  It owns the state of ``diff``
+(:class:`~.diff.DiffState`), created at the first ``diff`` so that sympy is imported only by
+the programs that use it.  Dependencies go one way: expressions -> diff -> values.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, ContextManager, Mapping, Protocol
 
 import numpy as np
 
 from . import consts
 from .. import ir
 from . import syntax as S
-from ..errors import TPError, TPLimitError, TPNameError, TPTypeError, TPValueError
-from ..builtins import BUILTINS
+from ..errors import TPLimitError, TPLoadError, TPNameError, TPTypeError, TPValueError
+from ..builtins import BUILTINS, CONSTANTS
+from .builder import IRBuilder
+from .values import MatVal, RExpr, Value, located, runtime
+
+if TYPE_CHECKING:
+    from .diff import DiffState
+
+#: the functions evaluated by the expression lowering itself (``call_<name>``), not builtins
+SPECIAL_FUNCTIONS = ("mean", "eye", "load", "diff")
+
+#: a def: its parameter names and its body (an expression)
+DefBody = tuple[tuple[str, ...], S.Node]
 
 
-#: deepest function tree one expression may build: both back ends walk these trees recursively
-MAX_DEPTH = 100
+class Scope(Protocol):
+    """What the expression lowering needs from the statement lowering.
+
+    * ``lookup(node, name, idx)``: the value bound to ``name[idx]`` (``idx == ()`` for a
+      plain name), or a located error;
+    * ``loop_var(name, value)``: a context binding the loop variable ``name`` to ``value``
+      while an expression (``sum``, a list comprehension) is evaluated, restoring it after;
+    * ``defs``: the defs so far, by name; ``params``: the params so far (a def reads these);
+    * ``base_dir``: the folder ``load`` reads from.
+    """
+
+    @property
+    def defs(self) -> Mapping[str, DefBody]: ...
+
+    @property
+    def params(self) -> Mapping[str, float]: ...
+
+    @property
+    def base_dir(self) -> str: ...
+
+    def lookup(self, node: S.Node, name: str, idx: tuple[int, ...]) -> Value: ...
+
+    def loop_var(self, name: str, value: float) -> ContextManager[None]: ...
 
 
-@dataclass(frozen=True)
-class RExpr:
-    fn: ir.Fn
-    kind: str            # "vector" | "scalar"
-    width: str | None    # the width of a vector
-    depth: int = 0       # of ``fn`` (a leaf is 0)
-    size: int = 1        # operations in ``fn``, defs and sums expanded
+class Expressions:
+    """The expression lowering: ``ev(node)`` gives an expression's value, emitting the
+    equations it needs (MatMul, Moment, Nonlin of a ``@`` argument) into ``equations``."""
 
+    def __init__(self, scope: Scope, equations: IRBuilder) -> None:
+        self.scope = scope
+        self.equations = equations
+        self.def_scope: dict[str, Value] | None = None     # the arguments, inside a def
+        self.active_defs: set[str] = set()
+        self.diff_state: DiffState | None = None
 
-@dataclass(frozen=True)
-class MatVal:
-    var: int
-    transposed: bool
+    @property
+    def max_nodes(self) -> int:
+        return self.equations.max_nodes
 
-
-def located(cls: type[TPError], node, message: str) -> TPError:
-    return cls(message, node.line, node.col)
-
-
-class ExprLowering:
-    """Mixin of ``Lowerer``: ``ev(node)`` gives an expression's value."""
-
-    def ev(self, node):
-        method = getattr(self, "ev_" + type(node).__name__)
+    def ev(self, node: S.Node) -> Value:
+        method: Callable[[S.Node], Value] = getattr(self, "ev_" + type(node).__name__)
         return method(node)
 
     # ---- leaves
-    def ev_Number(self, node: S.Number):
+    def ev_Number(self, node: S.Number) -> Value:
         if not np.isfinite(node.value):
             raise located(TPValueError, node, "this number is too large for a float")
         return node.value
 
-    def ev_String(self, node: S.String):
+    def ev_String(self, node: S.String) -> Value:
         return node.value
 
-    def ev_Name(self, node: S.Name):
+    def ev_Name(self, node: S.Name) -> Value:
         return self.lookup(node, node.name, ())
 
-    def ev_Index(self, node: S.Index):
+    def ev_Index(self, node: S.Index) -> Value:
         idx = tuple(self.const_int(i, "an index") for i in node.indices)
         return self.lookup(node, node.name, idx)
 
-    def ev_Transpose(self, node: S.Transpose):
+    def lookup(self, node: S.Node, name: str, idx: tuple[int, ...]) -> Value:
+        """``name[idx]``: inside a def, one of its arguments, a param or a constant only."""
+        if self.def_scope is None:
+            return self.scope.lookup(node, name, idx)
+        if not idx and name in self.def_scope:
+            return self.def_scope[name]
+        if not idx and name in self.scope.params:
+            return self.scope.params[name]
+        if not idx and name in CONSTANTS:
+            return CONSTANTS[name]
+        raise located(TPNameError, node, f"'{name}' is not an argument of this def; a def may "
+                      "use only its arguments, params and constants")
+
+    def ev_Transpose(self, node: S.Transpose) -> Value:
         value = self.ev(node.operand)
         if not isinstance(value, MatVal):
             raise located(TPTypeError, node, "'.T' applies to a matrix only")
         return MatVal(value.var, not value.transposed)
 
     # ---- arithmetic
-    def ev_Neg(self, node: S.Neg):
+    def ev_Neg(self, node: S.Neg) -> Value:
         value = self.ev(node.operand)
         if consts.is_const(value):
             return consts.as_const(-np.asarray(value))
-        r = self.runtime(node, value)
+        r = runtime(node, value)
         return self.combine(node, ir.Neg(r.fn), [r])
 
-    def ev_BinOp(self, node: S.BinOp):
+    def ev_BinOp(self, node: S.BinOp) -> Value:
         lhs, rhs = self.ev(node.lhs), self.ev(node.rhs)
         if node.op == "@":
             return self.matmul(node, lhs, rhs)
@@ -87,69 +132,51 @@ class ExprLowering:
         if node.op in ("==", "!=", "<", "<=", ">", ">="):
             raise located(TPTypeError, node, f"comparison '{node.op}' needs constants "
                           "(write step(...) for an indicator of a vector)")
-        a, b = self.runtime(node.lhs, lhs), self.runtime(node.rhs, rhs)
+        a, b = runtime(node.lhs, lhs), runtime(node.rhs, rhs)
         return self.combine(node, ir.Bin(node.op, a.fn, b.fn), [a, b])
 
-    def ev_Cond(self, node: S.Cond):
+    def ev_Cond(self, node: S.Cond) -> Value:
         test = self.ev(node.test)
         if not isinstance(test, float):
             raise located(TPTypeError, node.test, "the condition of 'if' must be a scalar constant")
         return self.ev(node.then if test != 0 else node.orelse)
 
-    def matmul(self, node: S.BinOp, lhs, rhs) -> RExpr:
+    def matmul(self, node: S.BinOp, lhs: Value, rhs: Value) -> RExpr:
+        """``W @ v`` or ``W.T @ v``: a MatMul of the matrix and (the variable holding) v."""
         if not isinstance(lhs, MatVal):
             raise located(TPTypeError, node, "the left side of '@' must be a matrix (W @ v or W.T @ v)")
         if isinstance(rhs, MatVal):
             raise located(TPTypeError, node.rhs, "a matrix used as a value: '@' takes a vector on its right")
-        arg = self.runtime(node.rhs, rhs) if not consts.is_const(rhs) else None
+        arg = runtime(node.rhs, rhs) if not consts.is_const(rhs) else None
         if arg is None or arg.kind != "vector":
             raise located(TPTypeError, node.rhs, "the right side of '@' must be a vector, not a scalar")
-        mat = self.eqns[lhs.var]
+        mat = self.equations.eqn(lhs.var)
         need, out = (mat.rows, mat.cols) if lhs.transposed else (mat.cols, mat.rows)
         if arg.width != need:
             raise located(TPTypeError, node, f"{mat.name}{'.T' if lhs.transposed else ''} maps "
                           f"{need}-vectors, but the argument has width {arg.width}")
-        x = self.materialize(node.rhs, arg)
-        return self.var_expr(self.emit(ir.MatMul, node, matrix=lhs.var, arg=x,
-                                       transposed=lhs.transposed, width=out))
+        x = self.equations.materialize(node.rhs, arg)
+        return self.equations.var_expr(self.equations.emit(ir.MatMul, node, matrix=lhs.var, arg=x,
+                                                           transposed=lhs.transposed, width=out))
 
-    def combine(self, node, fn: ir.Fn, parts: list[RExpr]) -> RExpr:
-        """``fn`` applied to ``parts``: typed, and bounded in depth and size."""
+    def combine(self, node: S.Node, fn: ir.Fn, parts: list[RExpr]) -> RExpr:
+        """``fn`` applied to ``parts``: a vector if any part is one (all of one width), else a
+        scalar; depth 1 + the deepest part, size 1 + the parts' sizes, both bounded."""
         widths = {p.width for p in parts if p.kind == "vector"}
         if len(widths) > 1:
             raise located(TPTypeError, node, f"vectors of different widths ({', '.join(sorted(widths))})")
         depth, size = 1 + max(p.depth for p in parts), 1 + sum(p.size for p in parts)
-        self.check_tree(node, depth, size)
+        self.equations.check_tree(node, depth, size)
         if widths:
             return RExpr(fn, "vector", widths.pop(), depth, size)
         return RExpr(fn, "scalar", None, depth, size)
 
-    def check_tree(self, node, depth: int, size: int) -> None:
-        if depth > MAX_DEPTH:
-            raise located(TPLimitError, node, f"this expression nests more than {MAX_DEPTH} operations deep "
-                          "(defs and sums expanded): split it into several statements")
-        if size > self.max_nodes:
-            raise located(TPLimitError, node, f"this expression has more than {self.max_nodes} operations "
-                          "once defs and sums are expanded (raise max_nodes to allow it)")
-
-    def runtime(self, node, value) -> RExpr:
-        """A value as a function tree (constants become ``Const`` leaves)."""
-        if isinstance(value, RExpr):
-            return value
-        if isinstance(value, float):
-            return RExpr(ir.Const(value), "scalar", None)
-        if isinstance(value, MatVal):
-            raise located(TPTypeError, node, "a matrix used as a value (write W @ v)")
-        if isinstance(value, np.ndarray):
-            raise located(TPTypeError, node, "a list constant cannot be used as a value here")
-        raise located(TPTypeError, node, "a string cannot be used as a value")
-
     # ---- calls
-    def ev_Call(self, node: S.Call):
-        special = getattr(self, "call_" + node.func, None)
-        if special is not None:
+    def ev_Call(self, node: S.Call) -> Value:
+        if node.func in SPECIAL_FUNCTIONS:
+            special: Callable[[S.Call], Value] = getattr(self, "call_" + node.func)
             return special(node)
-        if node.func in self.defs:
+        if node.func in self.scope.defs:
             return self.call_def(node)
         builtin = BUILTINS.get(node.func)
         if builtin is None:
@@ -158,10 +185,11 @@ class ExprLowering:
         if all(isinstance(a, float) for a in args):
             with np.errstate(all="ignore"):
                 return self.checked_const(node, builtin.numpy(*[np.float64(a) for a in args]))
-        parts = [self.runtime(arg_node, a) for arg_node, a in zip(node.args, args)]
+        parts = [runtime(arg_node, a) for arg_node, a in zip(node.args, args)]
         return self.combine(node, ir.Call(builtin.name, tuple(p.fn for p in parts)), parts)
 
-    def call_args(self, node: S.Call, arity: int) -> list:
+    def call_args(self, node: S.Call, arity: int) -> list[Value]:
+        """The values of a call's ``arity`` positional arguments (keywords refused)."""
         if node.kwargs:
             raise located(TPTypeError, node, f"{node.func}() takes no keyword arguments")
         if len(node.args) != arity:
@@ -169,43 +197,49 @@ class ExprLowering:
                           f"{'s' if arity > 1 else ''}, got {len(node.args)}")
         return [self.ev(a) for a in node.args]
 
-    def call_mean(self, node: S.Call):
+    def call_mean(self, node: S.Call) -> Value:
+        """``mean(v)`` = (1/n) Σ_α v_α: a Moment of the vector expression."""
         if self.def_scope is not None:
             raise located(TPTypeError, node, "a def is a coordinatewise function: mean() is not allowed in it")
         (value,) = self.call_args(node, 1)
         if isinstance(value, RExpr) and value.kind == "vector":
-            return self.var_expr(self.emit(ir.Moment, node, fn=value.fn, args=ir.refs(value.fn),
-                                           width=value.width))
+            return self.equations.var_expr(self.equations.emit(ir.Moment, node, fn=value.fn,
+                                                               args=ir.refs(value.fn), width=value.width))
         raise located(TPTypeError, node, "mean() needs a vector expression, not a "
                       f"{'matrix' if isinstance(value, MatVal) else 'scalar'}")
 
-    def call_eye(self, node: S.Call):
+    def call_eye(self, node: S.Call) -> Value:
+        """``eye(k)``: the k×k identity, a constant."""
         (k,) = self.call_args(node, 1)
         return self.guard(node, consts.eye, k)
 
-    def call_load(self, node: S.Call):
+    def call_load(self, node: S.Call) -> Value:
+        """``load("x.npy")``: a numeric array from the program's folder, a constant."""
         (name,) = self.call_args(node, 1)
         if not isinstance(name, str):
             raise located(TPTypeError, node, 'load() takes a file name in quotes: load("x.npy")')
         try:
-            return consts.load_array(name, self.base_dir)
+            return consts.load_array(name, self.scope.base_dir)
         except consts.ConstError as err:
-            from ..errors import TPLoadError
             raise located(TPLoadError, node, str(err)) from None
 
-    def call_diff(self, node: S.Call):
+    def call_diff(self, node: S.Call) -> Value:
+        """``diff(e, x)``: ∂e/∂x coordinatewise, for a vector expression e and a vector name x."""
         if node.kwargs or len(node.args) != 2:
             raise located(TPTypeError, node, "diff() takes two arguments: diff(expression, vector)")
         expr, wrt = self.ev(node.args[0]), self.ev(node.args[1])
-        if not (isinstance(wrt, RExpr) and wrt.kind == "vector" and isinstance(wrt.fn, ir.Ref)):
+        if not (isinstance(wrt, RExpr) and wrt.kind == "vector" and wrt.var is not None):
             raise located(TPTypeError, node.args[1], "diff(e, x): x must be the name of a vector")
         if not (isinstance(expr, RExpr) and expr.kind == "vector"):
             raise located(TPTypeError, node.args[0], "diff(e, x): e must be a vector expression")
-        from .diff import differentiate          # sympy: only for programs that use diff
-        return differentiate(self, node, expr, wrt.fn.var)
+        if self.diff_state is None:
+            from .diff import DiffState          # sympy: only for programs that use diff
+            self.diff_state = DiffState(self.equations)
+        return self.diff_state.derivative(node, expr, wrt.var)
 
-    def call_def(self, node: S.Call):
-        params, body = self.defs[node.func]
+    def call_def(self, node: S.Call) -> Value:
+        """A def applied to scalars or vectors: its body with the parameters bound to them."""
+        params, body = self.scope.defs[node.func]
         args = self.call_args(node, len(params))
         for a, arg_node in zip(args, node.args):
             if isinstance(a, (MatVal, str, np.ndarray)):
@@ -222,28 +256,34 @@ class ExprLowering:
             self.active_defs.discard(node.func)
 
     # ---- constant contexts
-    def ev_SumOver(self, node: S.SumOver):
+    def ev_SumOver(self, node: S.SumOver) -> Value:
+        """``sum(j in lo..hi: body)``, added pairwise: the tree is log2(terms) deep, not len(terms)."""
         lo, hi = self.const_range(node.range)
         if hi < lo:
             return 0.0
         self.charge(node, hi - lo + 1)
         terms = [self.with_loop_var(node.var, float(j), node.body) for j in range(lo, hi + 1)]
-        while len(terms) > 1:               # pairwise: the tree is log2(terms) deep, not len(terms)
+        while len(terms) > 1:
             pairs = [self.add(node, a, b) for a, b in zip(terms[::2], terms[1::2])]
             terms = pairs + terms[len(pairs) * 2:]
         return terms[0]
 
-    def add(self, node, a, b):
+    def add(self, node: S.Node, a: Value, b: Value) -> Value:
         if consts.is_const(a) and consts.is_const(b):
             return self.fold(node, "+", a, b)
-        x, y = self.runtime(node, a), self.runtime(node, b)
+        x, y = runtime(node, a), runtime(node, b)
         return self.combine(node, ir.Bin("+", x.fn, y.fn), [x, y])
 
-    def ev_ListLit(self, node: S.ListLit):
+    def with_loop_var(self, name: str, value: float, body: S.Node) -> Value:
+        """``body`` evaluated with the loop variable ``name`` bound to ``value``."""
+        with self.scope.loop_var(name, value):
+            return self.ev(body)
+
+    def ev_ListLit(self, node: S.ListLit) -> Value:
         items = [self.const(i, "a list element") for i in node.items]
         return self.guard(node, consts.to_array, items)
 
-    def ev_ListComp(self, node: S.ListComp):
+    def ev_ListComp(self, node: S.ListComp) -> Value:
         lo, hi = self.const_range(node.range)
         self.charge(node, hi - lo + 1)
         items = [self.with_loop_var(node.var, float(j), node.item) for j in range(lo, hi + 1)]
@@ -252,31 +292,34 @@ class ExprLowering:
                 raise located(TPTypeError, node.item, "list elements must be constants")
         return self.guard(node, consts.to_array, items)
 
-    def const(self, node, what: str):
+    def const(self, node: S.Node, what: str) -> float | np.ndarray:
+        """The value of an expression that must be a constant (``what`` names it in the error)."""
         value = self.ev(node)
         if not consts.is_const(value):
             raise located(TPTypeError, node, f"{what} must be a constant (params, numbers, lists)")
         return value
 
-    def const_int(self, node, what: str) -> int:
+    def const_int(self, node: S.Node, what: str) -> int:
         return self.guard(node, consts.as_int, self.const(node, what), what)
 
     def const_range(self, node: S.Range) -> tuple[int, int]:
         return self.const_int(node.start, "a range end"), self.const_int(node.stop, "a range end")
 
-    def fold(self, node, op: str, a, b):
+    def fold(self, node: S.Node, op: str, a, b) -> float | np.ndarray:
         return self.guard(node, consts.fold, op, a, b)
 
-    def checked_const(self, node, value):
+    def checked_const(self, node: S.Node, value) -> float | np.ndarray:
         return self.guard(node, consts.as_const, value)
 
-    def guard(self, node, func, *args):
+    def guard(self, node: S.Node, func: Callable, *args):
+        """``func(*args)``, its ``ConstError`` raised as a ``TPValueError`` located at ``node``."""
         try:
             return func(*args)
         except consts.ConstError as err:
             raise located(TPValueError, node, str(err)) from None
 
-    def charge(self, node, units: int) -> None:
+    def charge(self, node: S.Node, units: int) -> None:
+        """Refuse to unroll ``units`` times beyond ``max_nodes``."""
         if units > self.max_nodes:
             raise located(TPLimitError, node, f"this would unroll {units} times, over the limit of "
                           f"{self.max_nodes} (raise max_nodes to allow it)")

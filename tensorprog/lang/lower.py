@@ -4,51 +4,82 @@ Constants (params, loop variables, lists) are folded; declarations emit
 ``InitVector``/``Matrix`` equations; expressions emit ``MatMul``, ``Nonlin``,
 ``Moment`` and ``Scalar`` equations.  A name maps to its newest binding.
 The unrolled size is bounded (``max_nodes``) and checked before a loop runs away.
+
+The pipeline of one lowering: :class:`Lowerer` runs the statements (this module); it owns an
+:class:`~.builder.IRBuilder` (the equations) and an :class:`~.expressions.Expressions` (the
+expression lowering), to which it is the :class:`~.expressions.Scope` (names, loop
+variables, defs, params).  :func:`lower` returns the finished ``ir.Program``.
 """
 from __future__ import annotations
 
 from typing import Mapping
 
-from . import consts
 from .. import ir
 from . import syntax as S
 from ..distributions import DistributionError, make_spec
 from ..errors import TPError, TPIndexError, TPLimitError, TPNameError, TPTypeError, TPValueError
-from .expressions import ExprLowering, MatVal, RExpr, located
 from ..builtins import BUILTINS, CONSTANTS
+from .builder import IRBuilder
+from .expressions import SPECIAL_FUNCTIONS, DefBody, Expressions
+from .values import MatVal, RExpr, Value, located
 
+#: a binding of the environment: a name and its indices (``()`` for a plain name)
 Key = tuple[str, tuple[int, ...]]
+#: the previous binding of a loop variable that had none
+MISSING = object()
+#: names a program may not bind
+RESERVED = frozenset({"sum", "n"})
 
 
-class Lowerer(ExprLowering):
+class LoopBinding:
+    """A context binding ``env[key]`` to a loop variable's value, restoring the previous binding
+    (or none) on exit."""
+
+    def __init__(self, env: dict[Key, Value], key: Key, value: float) -> None:
+        self.env, self.key, self.value = env, key, value
+        self.saved: object = MISSING
+
+    def __enter__(self) -> None:
+        self.saved = self.env.get(self.key, MISSING)
+        self.env[self.key] = self.value
+
+    def __exit__(self, *exc: object) -> None:
+        if self.saved is MISSING:
+            del self.env[self.key]
+        else:
+            self.env[self.key] = self.saved
+
+
+class Lowerer:
+    """The statement lowering: runs the statements once, binding names (``env``) and emitting
+    equations into ``equations``; expressions are evaluated by ``expr``, to which this object
+    is the :class:`~.expressions.Scope`."""
+
     def __init__(self, overrides: Mapping[str, float], base_dir: str, max_nodes: int) -> None:
         self.overrides = dict(overrides)
         self.base_dir = base_dir
         self.max_nodes = max_nodes
-        self.eqns: list = []
+        self.equations = IRBuilder(max_nodes)
+        self.expr = Expressions(self, self.equations)
         self.groups: list[ir.Group] = []
         self.outputs: dict[str, ir.Output] = {}
-        self.env: dict[Key, object] = {}
+        self.env: dict[Key, Value] = {}
         self.arrays: dict[str, list[tuple[int, int]]] = {}     # declared index ranges
-        self.defs: dict[str, tuple[tuple[str, ...], S.Node]] = {}
+        self.defs: dict[str, DefBody] = {}
         self.params: dict[str, float] = {}
         self.dims: dict[str, float] = {"n": 1.0}
-        self.def_scope: dict | None = None
-        self.active_defs: set[str] = set()
         self.steps = 0
         self.bound_somewhere: set[str] = set()
 
-    # ---- environment
-    def lookup(self, node, name: str, idx: tuple[int, ...]):
-        if self.def_scope is not None:
-            if not idx and name in self.def_scope:
-                return self.def_scope[name]
-            if not idx and name in self.params:
-                return self.params[name]
-            if not idx and name in CONSTANTS:
-                return CONSTANTS[name]
-            raise located(TPNameError, node, f"'{name}' is not an argument of this def; a def may "
-                          "use only its arguments, params and constants")
+    @property
+    def eqns(self) -> list[ir.Eqn]:
+        """The equations emitted so far (variable k is bound by ``eqns[k]``)."""
+        return self.equations.eqns
+
+    # ---- environment (the Scope of expressions)
+    def lookup(self, node, name: str, idx: tuple[int, ...]) -> Value:
+        """The newest binding of ``name[idx]`` (or a constant such as ``pi``), else a located
+        error saying why the name is unbound."""
         if (name, idx) in self.env:
             return self.env[(name, idx)]
         if idx and (name, ()) in self.env and name not in self.arrays:
@@ -63,6 +94,9 @@ class Lowerer(ExprLowering):
             raise located(TPNameError, node, f"'{shown}' is used before it is bound")
         raise located(TPNameError, node, f"unknown name '{shown}'")
 
+    def loop_var(self, name: str, value: float) -> LoopBinding:
+        return LoopBinding(self.env, (name, ()), value)
+
     def check_index(self, node, name: str, idx: tuple[int, ...]) -> None:
         ranges = self.arrays.get(name)
         if not ranges or not idx:
@@ -73,51 +107,13 @@ class Lowerer(ExprLowering):
             if not lo <= i <= hi:
                 raise located(TPIndexError, node, f"index {i} is outside the declared range {lo}..{hi} of '{name}'")
 
-    def bind(self, node, name: str, idx: tuple[int, ...], value) -> None:
+    def bind(self, node, name: str, idx: tuple[int, ...], value: Value) -> None:
         if name in RESERVED:
             raise located(TPNameError, node, f"'{name}' is reserved and cannot be bound")
         self.check_index(node, name, idx)
         if name in self.dims and name != "n" or name in self.defs:
             raise located(TPNameError, node, f"'{name}' is already a {'dim' if name in self.dims else 'def'}")
         self.env[(name, idx)] = value
-
-    def with_loop_var(self, name: str, value: float, body):
-        key = (name, ())
-        saved = self.env.get(key, _MISSING)
-        self.env[key] = value
-        try:
-            return self.ev(body) if isinstance(body, S.Node) and not _is_stmt(body) else self.run(body)
-        finally:
-            if saved is _MISSING:
-                del self.env[key]
-            else:
-                self.env[key] = saved
-
-    # ---- equations
-    def emit(self, kind, node, **fields) -> int:
-        var = len(self.eqns)
-        if var >= self.max_nodes:
-            raise located(TPLimitError, node, f"the unrolled program exceeds {self.max_nodes} equations "
-                          "(raise max_nodes to allow it)")
-        self.eqns.append(kind(var=var, pos=ir.Pos(node.line, node.col), **fields))
-        return var
-
-    def var_expr(self, var: int) -> RExpr:
-        return RExpr(ir.Ref(var), self.kind_of(var), self.width_of(var))
-
-    def kind_of(self, var: int) -> str:
-        return "vector" if isinstance(self.eqns[var], ir.VECTOR_OPS) else "scalar"
-
-    def width_of(self, var: int) -> str | None:
-        return getattr(self.eqns[var], "width", None) if self.kind_of(var) == "vector" else None
-
-    def materialize(self, node, value: RExpr) -> int:
-        """The variable holding a runtime value (a new Nonlin/Scalar unless it is one already)."""
-        if isinstance(value.fn, ir.Ref) and self.kind_of(value.fn.var) == value.kind:
-            return value.fn.var
-        if value.kind == "vector":
-            return self.emit(ir.Nonlin, node, fn=value.fn, args=ir.refs(value.fn), width=value.width)
-        return self.emit(ir.Scalar, node, fn=value.fn, args=ir.refs(value.fn))
 
     # ---- statements
     def run(self, statements) -> None:
@@ -131,12 +127,12 @@ class Lowerer(ExprLowering):
                 raise located(TPLimitError, stmt, "this statement nests too deeply") from None
 
     def do_Param(self, s: S.Param) -> None:
-        value = self.overrides[s.name] if s.name in self.overrides else self.const(s.value, "a param")
+        value = self.overrides[s.name] if s.name in self.overrides else self.expr.const(s.value, "a param")
         self.params[s.name] = value
         self.bind(s, s.name, (), value)
 
     def do_Dim(self, s: S.Dim) -> None:
-        ratio = self.const(s.ratio, "a dim ratio")
+        ratio = self.expr.const(s.ratio, "a dim ratio")
         if not isinstance(ratio, float) or ratio <= 0:
             raise located(TPValueError, s.ratio, "a dim ratio must be a positive number")
         if s.name == "n" or s.name in self.dims:
@@ -152,12 +148,12 @@ class Lowerer(ExprLowering):
         return name
 
     def spec(self, d: S.Dist, for_matrix: bool, n_vectors: int = 1):
-        args = [self.const(a, "a distribution parameter") for a in d.args]
+        args = [self.expr.const(a, "a distribution parameter") for a in d.args]
         kwargs = {}
         for k, v in d.kwargs:
             if k in kwargs:
                 raise located(TPNameError, v, f"{d.family}: the keyword '{k}' is given twice")
-            kwargs[k] = self.const(v, "a distribution parameter")
+            kwargs[k] = self.expr.const(v, "a distribution parameter")
         try:
             return make_spec(d.family, args, kwargs, for_matrix=for_matrix, n_vectors=n_vectors)
         except DistributionError as err:
@@ -166,10 +162,10 @@ class Lowerer(ExprLowering):
     def expand(self, decl: S.Decl) -> list[Key]:
         if decl.range is None:
             return [(decl.name, ())]
-        lo, hi = self.const_range(decl.range)
+        lo, hi = self.expr.const_range(decl.range)
         if hi < lo:
             raise located(TPIndexError, decl, f"empty range {lo}..{hi}")
-        self.charge(decl, hi - lo + 1)
+        self.expr.charge(decl, hi - lo + 1)
         self.arrays[decl.name] = [(lo, hi)]
         return [(decl.name, (i,)) for i in range(lo, hi + 1)]
 
@@ -181,8 +177,8 @@ class Lowerer(ExprLowering):
         members = []
         for m, (name, idx) in enumerate(keys):
             shown = f"{name}[{idx[0]}]" if idx else name
-            var = self.emit(ir.InitVector, s, name=shown, group=group, member=m, width=width)
-            self.bind(s, name, idx, self.var_expr(var))
+            var = self.equations.emit(ir.InitVector, s, name=shown, group=group, member=m, width=width)
+            self.bind(s, name, idx, self.equations.var_expr(var))
             members.append(var)
         self.groups.append(ir.Group(spec, tuple(members), width))
 
@@ -191,23 +187,24 @@ class Lowerer(ExprLowering):
         spec = self.spec(s.dist, for_matrix=True)
         for name, idx in self.expand(s.decl):
             shown = f"{name}[{idx[0]}]" if idx else name
-            var = self.emit(ir.Matrix, s, name=shown, dist=spec, rows=rows, cols=cols)
+            var = self.equations.emit(ir.Matrix, s, name=shown, dist=spec, rows=rows, cols=cols)
             self.bind(s, name, idx, MatVal(var, False))
 
     def do_Assign(self, s: S.Assign) -> None:
-        idx = tuple(self.const_int(i, "an index") for i in s.indices)
-        value = self.ev(s.value)
+        idx = tuple(self.expr.const_int(i, "an index") for i in s.indices)
+        value = self.expr.ev(s.value)
         if isinstance(value, RExpr):
-            value = self.var_expr(self.materialize(s.value, value))
+            value = self.equations.var_expr(self.equations.materialize(s.value, value))
         elif isinstance(value, str):
             raise located(TPTypeError, s.value, "a string cannot be bound to a name")
         self.bind(s, s.name, idx, value)
 
     def do_For(self, s: S.For) -> None:
-        lo, hi = self.const_range(s.range)
+        lo, hi = self.expr.const_range(s.range)
         for i in range(lo, hi + 1):
             before = (len(self.eqns), self.steps)
-            self.with_loop_var(s.var, float(i), s.body)
+            with self.loop_var(s.var, float(i)):
+                self.run(s.body)
             if i == lo:
                 self.precheck(s, hi - lo + 1, len(self.eqns) - before[0], self.steps - before[1])
 
@@ -219,14 +216,14 @@ class Lowerer(ExprLowering):
             raise located(TPLimitError, s, f"this loop runs {iterations} iterations, too many to unroll")
 
     def do_Def(self, s: S.Def) -> None:
-        if s.name in BUILTINS or s.name in ("mean", "diff", "load", "eye", "sum"):
+        if s.name in BUILTINS or s.name in SPECIAL_FUNCTIONS or s.name == "sum":
             raise located(TPNameError, s, f"'{s.name}' is a builtin and cannot be redefined")
         if len(set(s.params)) != len(s.params):
             raise located(TPNameError, s, "repeated argument name in def")
         self.defs[s.name] = (s.params, s.body)
 
     def do_Out(self, s: S.Out) -> None:
-        value = self.ev(s.value) if s.value is not None else self.lookup(s, s.name, ())
+        value = self.expr.ev(s.value) if s.value is not None else self.lookup(s, s.name, ())
         if isinstance(value, float):
             value = RExpr(ir.Const(value), "scalar", None)
         if not isinstance(value, RExpr) or value.kind != "scalar":
@@ -234,21 +231,15 @@ class Lowerer(ExprLowering):
                           "(use mean(...) of a vector)")
         if s.name in self.outputs:
             raise located(TPNameError, s, f"output '{s.name}' is defined twice")
-        var = self.materialize(s.value or s, value) if not isinstance(value.fn, ir.Ref) else value.fn.var
+        var = value.var if value.var is not None else self.equations.materialize(s.value or s, value)
         if s.value is not None:
-            self.bind(s, s.name, (), self.var_expr(var))
+            self.bind(s, s.name, (), self.equations.var_expr(var))
         self.outputs[s.name] = ir.Output(s.name, var, ir.Pos(s.line, s.col))
 
 
-_MISSING = object()
-RESERVED = frozenset({"sum", "n"})
-
-
-def _is_stmt(node) -> bool:
-    return isinstance(node, (S.Param, S.Dim, S.VectorDecl, S.MatrixDecl, S.Assign, S.For, S.Def, S.Out))
-
-
-def _declared_names(statements) -> set[str]:
+def declared_names(statements) -> set[str]:
+    """The names a program binds anywhere (loop bodies included): reading one before its
+    binding is "used before it is bound", not "unknown"."""
     names: set[str] = set()
     for s in statements:
         if isinstance(s, (S.Param, S.Assign)) or isinstance(s, S.Out) and s.value is not None:
@@ -258,17 +249,18 @@ def _declared_names(statements) -> set[str]:
         elif isinstance(s, S.MatrixDecl):
             names.add(s.decl.name)
         elif isinstance(s, S.For):
-            names |= _declared_names(s.body)
+            names |= declared_names(s.body)
     return names
 
 
-def _param_names(statements) -> set[str]:
+def param_names(statements) -> set[str]:
+    """The params a program declares (loop bodies included): the names ``overrides`` may set."""
     names: set[str] = set()
     for s in statements:
         if isinstance(s, S.Param):
             names.add(s.name)
         elif isinstance(s, S.For):
-            names |= _param_names(s.body)
+            names |= param_names(s.body)
     return names
 
 
@@ -277,19 +269,19 @@ def lower(module: S.Module, overrides: Mapping[str, float] | None = None, *, fil
     """Unroll a parsed program into the IR; raise located ``TPError``s."""
     overrides = dict(overrides or {})
     try:
-        unknown = sorted(set(overrides) - _param_names(module.statements))
+        unknown = sorted(set(overrides) - param_names(module.statements))
         if unknown:
-            known = ", ".join(sorted(_param_names(module.statements))) or "none"
+            known = ", ".join(sorted(param_names(module.statements))) or "none"
             first = next((s for s in module.statements if isinstance(s, S.Param)), None)
             raise TPNameError(f"unknown parameter '{unknown[0]}' (the program's params: {known})",
                               first.line if first else 1, first.col if first else 1)
         low = Lowerer({k: float(v) for k, v in overrides.items()}, base_dir, max_nodes)
-        low.bound_somewhere = _declared_names(module.statements)
+        low.bound_somewhere = declared_names(module.statements)
         low.run(module.statements)
     except TPError as err:
         raise err.located(file, source) from None
     except RecursionError:
         raise TPLimitError("the program nests too deeply", 1, 1, file, source) from None
-    return ir.Program(tuple(low.eqns), tuple(low.groups), tuple(low.outputs.values()),
-                      dims=dict(low.dims), params=dict(low.params), file=file, source=source,
-                      base_dir=base_dir)
+    return ir.verify(ir.Program(tuple(low.eqns), tuple(low.groups), tuple(low.outputs.values()),
+                                dims=dict(low.dims), params=dict(low.params), file=file, source=source,
+                                base_dir=base_dir))

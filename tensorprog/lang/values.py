@@ -1,0 +1,66 @@
+"""The typed values of front-end expressions, shared by every stage of the lowering.
+
+An expression evaluates to one of:
+
+* a constant: a Python ``float`` or a numpy array (folded while the program is unrolled);
+* a ``str`` (the file name of ``load``);
+* a :class:`MatVal`: a matrix variable, possibly transposed (usable only left of ``@``);
+* an :class:`RExpr`: a runtime value, a function tree ``fn`` over IR variables, typed
+  ``vector`` (of a width) or ``scalar``.
+
+This module depends on the IR and the errors only.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+import numpy as np
+
+from .. import ir
+from ..errors import TPError, TPTypeError
+
+
+@dataclass(frozen=True)
+class RExpr:
+    """A runtime value: ``fn`` over IR variables, of kind ``vector`` (of ``width``) or ``scalar``."""
+    fn: ir.Fn
+    kind: str            # "vector" | "scalar"
+    width: str | None    # the width of a vector
+    depth: int = 0       # of ``fn`` (a leaf is 0)
+    size: int = 1        # operations in ``fn``, defs and sums expanded
+
+    @property
+    def var(self) -> int | None:
+        """The variable ``fn`` is, when it is a bare ``Ref`` (else ``None``)."""
+        return self.fn.var if isinstance(self.fn, ir.Ref) else None
+
+
+@dataclass(frozen=True)
+class MatVal:
+    """The matrix bound to variable ``var``, or its transpose."""
+    var: int
+    transposed: bool
+
+
+#: what an expression evaluates to
+Value = Union[float, np.ndarray, str, MatVal, RExpr]
+
+
+def located(cls: type[TPError], node, message: str) -> TPError:
+    """An error of class ``cls`` at the line and column of the syntax node ``node``."""
+    return cls(message, node.line, node.col)
+
+
+def runtime(node, value: Value) -> RExpr:
+    """A value as a function tree: a scalar constant becomes a ``Const`` leaf; a matrix,
+    a list constant or a string is refused, located at ``node``."""
+    if isinstance(value, RExpr):
+        return value
+    if isinstance(value, float):
+        return RExpr(ir.Const(value), "scalar", None)
+    if isinstance(value, MatVal):
+        raise located(TPTypeError, node, "a matrix used as a value (write W @ v)")
+    if isinstance(value, np.ndarray):
+        raise located(TPTypeError, node, "a list constant cannot be used as a value here")
+    raise located(TPTypeError, node, "a string cannot be used as a value")
