@@ -544,3 +544,44 @@ def test_matrix_bytes_bounds_peak_allocation(spec):
             assert need <= matrix_bytes(rows, cols, dtype)  # no spec: the worst case
             assert need == matrix_bytes(rows, cols, dtype, spec.family)
     assert matrix_bytes(16384, 16384, np.float64, "normal") <= 2 * 2**30 + 2**20
+
+
+# ----------------------------------------------------------------------------- family objects
+
+def test_one_object_per_family_holds_the_tables():
+    from tensorprog.distributions import BLOCKABLE, HEAVY_TAILED, LAWS, VECTOR_FAMILIES, Family, family_of
+    assert set(FAMILIES) == {"normal", "uniform", "rademacher", "student_t", "laplace", "orthogonal", "mvt"}
+    assert all(isinstance(f, Family) and f.name == name for name, f in FAMILIES.items())
+    assert MATRIX_ONLY == {"orthogonal", "mvt"} and VECTOR_FAMILIES == set(FAMILIES) - MATRIX_ONLY
+    assert HEAVY_TAILED == {"student_t", "mvt"} and BLOCKABLE == set(FAMILIES) - {"orthogonal"}
+    assert list(LAWS) == ["uniform", "rademacher", "laplace", "student_t", "mvt_scale", "normal"]
+    assert all(LAWS[name] is FAMILIES[name] for name in VECTOR_FAMILIES)      # an iid family is its entry law
+    assert LAWS["mvt_scale"] is FAMILIES["mvt"].row_scale
+    assert mspec("student_t", 5).law is FAMILIES["student_t"] is family_of("student_t")
+    with pytest.raises(DistributionError, match="unknown distribution 'cauchy'"):
+        family_of("cauchy")
+
+
+def test_family_limit_law_and_hypothesis_facts():
+    from tensorprog.expect.laws import Law
+    f = FAMILIES
+    assert [n for n in f if f[n].gaussian] == ["normal"]
+    assert [n for n in f if f[n].row_scale is not None] == ["mvt"]
+    assert sorted(n for n in f if f[n].non_gaussian_iid) == ["laplace", "rademacher", "student_t", "uniform"]
+    assert [n for n in f if f[n].breaks_transpose_iid] == ["orthogonal"]
+    assert f["orthogonal"].transposed_warning("W") == (
+        "W (orthogonal) is used transposed; the Master Theorem with transposes is proven for iid entries only")
+    assert f["normal"].transposed_warning("W") is None
+    assert f["student_t"].moment_order(5.0) == 5.0 and f["laplace"].moment_order(None) == math.inf
+    assert f["mvt"].moments_warning(6.0) == ("mvt(df=6) has finite moments only of order < 6; "
+                                             "the Master Theorem assumes all moments")
+    assert f["laplace"].exp_moment_threshold(0.5) == 2.0 and f["student_t"].exp_moment_threshold(3.0) == 0.0
+    assert f["uniform"].exp_moment_threshold(1.0) is None
+    assert Law("laplace", 2).scalar is f["laplace"] and Law("mvt_scale", 1, 6).scalar is f["mvt"].row_scale
+
+
+def test_orthogonal_cannot_be_blocked():
+    from tensorprog.distributions import BLOCKABLE
+    assert not FAMILIES["orthogonal"].blockable and "orthogonal" not in BLOCKABLE
+    with pytest.raises(ValueError, match="orthogonal matrices cannot be generated block by block"):
+        FAMILIES["orthogonal"].sample_row(rng(), np.empty(3), 1.0, None)

@@ -11,7 +11,7 @@ Scaling conventions (LANGUAGE.md, "Distributions"):
 * a **vector** has coordinates of variance ``var`` (or the joint covariance
   ``cov`` of a group of ``k`` vectors), plus ``mean`` if given.
 
-Families (all rescaled to the requested variance):
+Families (all rescaled to the requested variance; each is one object of :mod:`.families`):
 
 ============== ===============================================================
 ``normal``      Gaussian
@@ -55,25 +55,40 @@ source position (the caller adds ``FILE:LINE:COL``).
 
 The implementation is split by responsibility; this module re-exports its public names:
 
-* :mod:`.dist_spec`: :class:`DistSpec`, the family tables and the validation of
-  calls (:func:`make_spec`, :func:`with_family`);
-* :mod:`.dist_factor`: :func:`psd_factor`, the structure-keeping factor of ``cov``;
-* :mod:`.dist_sample`: :func:`sample_matrix`, :func:`sample_vectors`,
-  :func:`matrix_bytes` (``draw_dtype=np.float64``: a float32 sample draws the
-  numbers of the float64 one, so float32 and float64 runs of a seed agree).
+* :mod:`.families`: one object per family (:class:`~.family.Family`), holding everything
+  about its law: validation of its parameters, dense and blocked sampling, its limit law
+  for the expectation engine (:class:`~.family.ScalarLaw`: moments, density, quadrature)
+  and the hypotheses of the Master Theorem it breaks; the registries :data:`FAMILIES`
+  (name -> Family) and :data:`LAWS` (the engine's scalar laws, with ``mvt_scale``);
+* :mod:`.checks`: :class:`DistributionError` and the checks every family shares;
+* :mod:`.spec`: :class:`DistSpec` (``spec.law`` is its family object), :func:`make_spec`,
+  :func:`with_family`;
+* :mod:`.factor`: :func:`psd_factor`, the structure-keeping factor of ``cov``;
+* :mod:`.sample`: :func:`sample_matrix`, :func:`sample_vectors`, :func:`matrix_bytes`
+  (``draw_dtype=np.float64``: a float32 sample draws the numbers of the float64 one, so
+  float32 and float64 runs of a seed agree);
+* :mod:`.blocked`: matrices regenerated row block by row block (:data:`BLOCKABLE` families).
 """
 from __future__ import annotations
 
+from .checks import COV_TOL, DEFAULT_DF, DistributionError
 from .factor import psd_factor
+from .families import (BLOCKABLE, FAMILIES, HEAVY_TAILED, LAWS, MATRIX_ONLY, VECTOR_FAMILIES, family_of)
+from .family import Family, ScalarLaw
 from .sample import DRAW_BLOCK, matrix_bytes, sample_matrix, sample_vectors
-from .spec import (COV_TOL, DEFAULT_DF, FAMILIES, HEAVY_TAILED, MATRIX_ONLY, VECTOR_FAMILIES, DistributionError, DistSpec, make_spec, with_family)
+from .spec import DistSpec, make_spec, with_family
 
 __all__ = [
     "DistributionError",
+    "Family",
+    "ScalarLaw",
     "FAMILIES",
+    "LAWS",
+    "family_of",
     "MATRIX_ONLY",
     "VECTOR_FAMILIES",
     "HEAVY_TAILED",
+    "BLOCKABLE",
     "DEFAULT_DF",
     "COV_TOL",
     "DRAW_BLOCK",

@@ -14,8 +14,8 @@ row blocks are grouped into at most ``STRIPES`` contiguous stripes summed in a f
 order, so a transposed product does not depend on the number of threads (it does,
 to rounding only, on the block size, a deterministic function of the shape).
 
-Laws (entries of mean 0 and variance var/cols, as in :mod:`.distributions`), each
-row drawn from its own stream in this order:
+Laws (entries of mean 0 and variance var/cols, as in :mod:`.families`, whose
+``sample_row`` draws them), each row drawn from its own stream in this order:
 
 ============== ===================================================================
 ``normal``      ``standard_normal`` · sqrt(v)
@@ -33,22 +33,24 @@ draws: float32 is a precision switch only, as for the dense sampler with
 ``draw_dtype=float64``).  These are the laws of the dense sampler but other random
 numbers (another generator, drawn row by row): a blocked run is not bit-identical
 to a dense run of the same seed, only equal in distribution.  ``orthogonal``
-matrices cannot be blocked (every row depends on the whole matrix).
+matrices cannot be blocked (every row depends on the whole matrix):
+:data:`BLOCKABLE` lists the families whose ``blockable`` is true.
 """
 from __future__ import annotations
 
 import contextlib
-import math
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 import numpy as np
 
-from . import DistSpec
+from .families import BLOCKABLE
+from .spec import DistSpec
 
-#: families a blocked matrix can be drawn from
-BLOCKABLE: frozenset[str] = frozenset({"normal", "uniform", "rademacher", "laplace", "student_t", "mvt"})
+__all__ = ["BLOCKABLE", "BLOCK_BYTES", "STRIPES", "BlockedMatrix", "default_block_rows", "matrix_key",
+           "workspace_bytes"]
+
 #: target bytes of one generated row block (per thread)
 BLOCK_BYTES = 16 << 20
 #: row blocks are summed in at most this many fixed stripes (transposed products)
@@ -79,11 +81,6 @@ def workspace_bytes(rows: int, cols: int, dtype, threads: int, batch: int = 1,
     return threads * per_thread + (threads + 1) * cols * batch * item + (1 << 18)
 
 
-def _bits(gen: np.random.Generator, count: int) -> np.ndarray:
-    packed = gen.integers(0, 256, size=(count + 7) // 8, dtype=np.uint8)
-    return np.unpackbits(packed, count=count)
-
-
 class BlockedMatrix:
     """A rows × cols random matrix generated on demand, row block by row block.
 
@@ -95,8 +92,9 @@ class BlockedMatrix:
 
     def __init__(self, key: np.ndarray, spec: DistSpec, rows: int, cols: int, dtype=np.float64,
                  block_rows: int | None = None, threads: int = 1) -> None:
-        if spec.family not in BLOCKABLE:
+        if not spec.law.blockable:
             raise ValueError(f"{spec.family} matrices cannot be generated block by block")
+        self.law = spec.law
         self.key = np.asarray(key, dtype=np.uint64)
         self.spec, self.rows, self.cols = spec, int(rows), int(cols)
         self.dtype = np.dtype(dtype)
@@ -111,41 +109,10 @@ class BlockedMatrix:
 
     # ---- generation
     def _row(self, i: int, out: np.ndarray) -> None:
-        """Row i into ``out`` (float64, shape (cols,)), from its own stream."""
+        """Row i into ``out`` (float64, shape (cols,)), from its own stream (the law's
+        :meth:`~.family.Family.sample_row`)."""
         gen = np.random.Generator(np.random.Philox(key=self.key, counter=[0, 0, i, 0]))
-        dt, fam, v, cols = np.dtype(np.float64), self.spec.family, self.entry_var, self.cols
-        if fam == "normal":
-            gen.standard_normal(dtype=dt, out=out)
-            out *= dt.type(math.sqrt(v))
-        elif fam == "uniform":
-            b = math.sqrt(3.0 * v)
-            gen.random(dtype=dt, out=out)
-            out *= dt.type(2.0 * b)
-            out -= dt.type(b)
-        elif fam == "rademacher":
-            a = math.sqrt(v)
-            np.multiply(_bits(gen, cols), dt.type(2.0 * a), out=out)
-            out -= dt.type(a)
-        elif fam == "laplace":
-            gen.standard_exponential(dtype=dt, out=out)
-            signs = _bits(gen, cols).view(np.int8)
-            signs *= -2
-            signs += 1
-            out *= signs
-            out *= dt.type(math.sqrt(v / 2.0))
-        elif fam == "student_t":
-            df = self.spec.df
-            g = gen.standard_gamma(df / 2.0, size=cols, dtype=dt)
-            g *= dt.type(2.0 / (df - 2.0))
-            np.sqrt(g, out=g)
-            gen.standard_normal(dtype=dt, out=out)
-            out /= g
-            out *= dt.type(math.sqrt(v))
-        else:                                        # mvt: one chi-square per row
-            df = self.spec.df
-            chi2 = 2.0 * float(gen.standard_gamma(df / 2.0))
-            gen.standard_normal(dtype=dt, out=out)
-            out *= dt.type(math.sqrt((df - 2.0) / chi2 * v))
+        self.law.sample_row(gen, out, self.entry_var, self.spec.df)
 
     def block(self, r0: int, r1: int, out: np.ndarray | None = None) -> np.ndarray:
         """Rows r0..r1 of the matrix, shape (r1 − r0, cols)."""

@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from .spec import COV_TOL, check_cov, numeric_array
+from .checks import COV_TOL, check_cov, numeric_array
 
 
 def _pivoted_cholesky(cov: np.ndarray) -> np.ndarray:

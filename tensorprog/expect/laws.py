@@ -13,9 +13,11 @@ Every law is centred and symmetric, parametrised by its variance ``var``:
                  E|u|^n = (var(ν−2)/2)^{n/2} Γ((ν−n)/2)/Γ(ν/2) for n < ν, ∞ for n ≥ ν;
 * ``normal``     N(0, var) (the engine turns it into one more independent Gaussian).
 
-Besides the exact moments, this module gives what the numerics need: the density,
-the points where it is not smooth, a truncation range, the inverse CDF (for QMC) and a
-Gauss rule for smooth integrands.
+Every law's maths lives in its object of :data:`tensorprog.distributions.LAWS` (a
+:class:`~tensorprog.distributions.ScalarLaw`: the family object of an iid distribution
+family, or ``mvt_scale``); :class:`Law` and :class:`Coord` read them from there.  Besides
+the exact moments, the numerics need the density, the points where it is not smooth, a
+truncation range, the inverse CDF (for QMC) and a Gauss rule for smooth integrands.
 """
 from __future__ import annotations
 
@@ -25,10 +27,8 @@ from functools import lru_cache
 import numpy as np
 import sympy as sp
 from numpy.polynomial import legendre
-from scipy import special as sps
 
-FAMILIES = ("uniform", "rademacher", "laplace", "student_t", "mvt_scale", "normal")
-HEAVY = ("student_t", "mvt_scale")          # finite moments of order < df only
+from ..distributions import LAWS, ScalarLaw
 
 
 def as_number(x: object) -> sp.Expr:
@@ -50,20 +50,30 @@ class Law:
     df: float | None = None      # student_t and mvt_scale only (df > 2)
 
     def __post_init__(self) -> None:
-        if self.family not in FAMILIES:
-            raise ValueError(f"unknown law family {self.family!r} (one of {', '.join(FAMILIES)})")
+        if self.family not in LAWS:
+            raise ValueError(f"unknown law family {self.family!r} (one of {', '.join(LAWS)})")
         v = as_number(self.var)
         if v.is_number and not float(v) > 0:
             raise ValueError(f"law variance must be positive, got {self.var}")
-        if self.family in HEAVY:
+        if self.scalar.has_df:
             if self.df is None or not float(self.df) > 2:
                 raise ValueError(f"{self.family} needs df > 2 for a finite variance, got df={self.df}")
         elif self.df is not None:
             raise ValueError(f"df is only meaningful for student_t, not {self.family}")
 
     @property
+    def scalar(self) -> ScalarLaw:
+        """The law's object (its moments, density and numerics)."""
+        return LAWS[self.family]
+
+    @property
     def discrete(self) -> bool:
-        return self.family == "rademacher"
+        return self.scalar.discrete
+
+    @property
+    def gaussian(self) -> bool:
+        """N(0, var): the engine makes it one more Gaussian."""
+        return self.scalar.gaussian
 
     @property
     def v(self) -> sp.Expr:
@@ -73,27 +83,14 @@ class Law:
     def nu(self) -> sp.Expr:
         return as_number(self.df)
 
+    def _nu(self) -> sp.Expr | None:
+        return self.nu if self.scalar.has_df else None
+
     def abs_moment(self, n: int) -> sp.Expr:
         """E|u|^n, sp.oo if infinite."""
-        v, f = self.v, self.family
         if n == 0:
             return sp.Integer(1)
-        if f == "uniform":
-            return sp.sqrt(3 * v) ** n / (n + 1)
-        if f == "rademacher":
-            return sp.sqrt(v) ** n
-        if f == "laplace":
-            return sp.factorial(n) * sp.sqrt(v / 2) ** n
-        if f == "normal":
-            return sp.sqrt(2 * v) ** n * sp.gamma(sp.Rational(n + 1, 2)) / sp.sqrt(sp.pi)
-        nu = self.nu
-        if n >= nu:
-            return sp.oo
-        if f == "mvt_scale":
-            return (v * (nu - 2) / 2) ** sp.Rational(n, 2) * sp.gamma((nu - n) / 2) / sp.gamma(nu / 2)
-        sigma = sp.sqrt(v * (nu - 2) / nu)
-        return (sigma ** n * nu ** sp.Rational(n, 2) * sp.gamma(sp.Rational(n + 1, 2))
-                * sp.gamma((nu - n) / 2) / (sp.sqrt(sp.pi) * sp.gamma(nu / 2)))
+        return self.scalar.abs_moment(self.v, self._nu(), n)
 
     def moment(self, n: int) -> sp.Expr:
         """E u^n: 0 for odd n (when it exists), E|u|^n for even n; ValueError if undefined."""
@@ -105,27 +102,7 @@ class Law:
 
     def density(self, t: sp.Expr) -> sp.Expr:
         """The density at t, as a sympy expression (for a Dirac mass on the variable)."""
-        from ..symbolic.heads import AbsF, Step
-        v, f = self.v, self.family
-        if f == "uniform":
-            a = sp.sqrt(3 * v)
-            return Step(a - AbsF(t)) / (2 * a)
-        if f == "laplace":
-            b = sp.sqrt(v / 2)
-            return sp.exp(-AbsF(t) / b) / (2 * b)
-        if f == "normal":
-            return sp.exp(-t ** 2 / (2 * v)) / sp.sqrt(2 * sp.pi * v)
-        if f == "student_t":
-            nu = self.nu
-            s = sp.sqrt(v * (nu - 2) / nu)
-            return (sp.gamma((nu + 1) / 2) / (sp.sqrt(nu * sp.pi) * sp.gamma(nu / 2) * s)
-                    * (1 + (t / s) ** 2 / nu) ** (-(nu + 1) / 2))
-        if f == "mvt_scale":       # ½ p_S(|t|), p_S(s) = f_χ²(c/s²)·2c/s³ with c = var(ν−2); 0 at t = 0
-            nu, c = self.nu, v * (self.nu - 2)
-            x = c / t ** 2
-            chi2 = x ** (nu / 2 - 1) * sp.exp(-x / 2) / (2 ** (nu / 2) * sp.gamma(nu / 2))
-            return sp.Piecewise((0, sp.Eq(t, 0)), (chi2 * c / AbsF(t) ** 3, True))
-        raise ValueError("a Dirac mass of a Rademacher variable has no density")
+        return self.scalar.density(self.v, self._nu(), t)
 
 
 # ---------------------------------------------------------------- numerics
@@ -135,26 +112,22 @@ class Coord:
     def __init__(self, law: Law | None, growth: float = 0.0):
         self.growth = growth
         self.family = "normal" if law is None else law.family
+        self.law: ScalarLaw = LAWS[self.family]
         var = 1.0 if law is None else float(law.var)
         self.df = None if law is None or law.df is None else float(law.df)
-        if self.family == "uniform":
-            self.scale = float(np.sqrt(3 * var))
-        elif self.family == "laplace":
-            self.scale = float(np.sqrt(var / 2))
-        elif self.family == "student_t":
-            self.scale = float(np.sqrt(var * (self.df - 2) / self.df))
-        elif self.family == "mvt_scale":         # S = scale/√χ²_ν
-            self.scale = float(np.sqrt(var * (self.df - 2)))
-        else:
-            self.scale = float(np.sqrt(var))
+        self.scale = self.law.scale(var, self.df)
 
     @property
     def discrete(self) -> bool:
-        return self.family == "rademacher"
+        return self.law.discrete
 
     def kinks(self) -> np.ndarray:
         """Points where the density is not smooth (inside the support)."""
-        return np.array([0.0]) if self.family == "laplace" else np.array([])
+        return self.law.kinks()
+
+    def edges(self) -> np.ndarray:
+        """Points where the density jumps (±A for a uniform law)."""
+        return self.law.edges(self.scale)
 
     def anchors(self, growth: float | None = None, alt: bool = False) -> np.ndarray:
         """Sorted split points, the first and last ones ending the (truncated) support.
@@ -167,76 +140,29 @@ class Coord:
         of splits with the same ends (an independent rule, to expose features the
         first set happens to resolve badly).
         """
-        s, growth = self.scale, self.growth if growth is None else growth
-        if self.family == "normal":
-            far = [18.0, 25.0, 35.0] if growth == np.inf else []
-            pos = np.array([1.0, 2.2, 3.6, 5.2, 7.2, 9.6, 13.0] + far) * s
-        elif self.family == "uniform":
-            pos = np.array([0.5, 1.0]) * s
-        elif self.family == "laplace":
-            pos = np.array([1.0, 2.5, 5, 9, 15, 24, 36, 52, 80]) * s
-        elif self.family == "mvt_scale":     # S ≈ s/√ν; below s/(8√ν) the density is < e^{-32ν}
-            kmax = int(np.ceil(16 / max(self.df - growth, 0.5) * np.log(10) / np.log(2)))
-            pos = s / np.sqrt(self.df) * 2.0 ** np.arange(-3, min(max(kmax, 6), 80))
-        else:
-            kmax = int(np.ceil(16 / max(self.df - growth, 0.5) * np.log(10) / np.log(4)))
-            pos = s * 4.0 ** np.arange(-1, min(max(kmax, 6), 40))
-        mid = [0.0] if not alt or self.family == "laplace" else []
-        if alt:
-            pos = np.concatenate([pos[:1] / 2, np.sqrt(pos[:-2] * pos[1:-1]), pos[-1:]])
-        return np.concatenate([-pos[::-1], mid, pos])
+        return self.law.anchors(self.scale, self.df, self.growth if growth is None else growth, alt)
 
     def pdf(self, t: np.ndarray) -> np.ndarray:
-        s = self.scale
-        if self.family == "normal":
-            return np.exp(-0.5 * (t / s) ** 2) / (s * np.sqrt(2 * np.pi))
-        if self.family == "uniform":
-            return np.where(np.abs(t) <= s, 0.5 / s, 0.0)
-        if self.family == "laplace":
-            return np.exp(-np.abs(t) / s) / (2 * s)
-        if self.family == "mvt_scale":
-            a = np.abs(np.asarray(t, dtype=float))
-            with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-                x = (s / a) ** 2
-                out = np.exp(sps.xlogy(self.df / 2 - 1, x) - x / 2 - self.df / 2 * np.log(2)
-                             - sps.gammaln(self.df / 2)) * s ** 2 / a ** 3
-            return np.where(a > 0, out, 0.0)
-        nu = self.df
-        logc = sps.gammaln((nu + 1) / 2) - sps.gammaln(nu / 2) - 0.5 * np.log(nu * np.pi)
-        return np.exp(logc - (nu + 1) / 2 * np.log1p((t / s) ** 2 / nu)) / s
+        return self.law.pdf(self.scale, self.df, t)
 
     def ppf(self, u: np.ndarray) -> np.ndarray:
         """Inverse CDF, for uniforms u in (0, 1)."""
-        s = self.scale
-        if self.family == "normal":
-            return s * sps.ndtri(u)
-        if self.family == "uniform":
-            return s * (2 * u - 1)
-        if self.family == "rademacher":
-            return np.where(u < 0.5, -s, s)
-        if self.family == "laplace":
-            d = u - 0.5
-            return -s * np.sign(d) * np.log1p(-2 * np.abs(d))
-        if self.family == "mvt_scale":
-            d = np.asarray(u, dtype=float) - 0.5
-            with np.errstate(divide="ignore"):
-                return np.sign(d) * s / np.sqrt(sps.chdtri(self.df, 2 * np.abs(d)))
-        return s * sps.stdtrit(self.df, u)
+        return self.law.ppf(self.scale, self.df, u)
 
     def rule(self, n: int, alt: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """A rule (nodes, weights summing to 1) for smooth integrands: n Gauss–Legendre
         nodes on each piece between anchors (on a Gaussian this beats Gauss–Hermite by
-        far for tanh-like integrands, whose poles lie near the real axis)."""
-        if self.family == "rademacher":
-            return np.array([-self.scale, self.scale]), np.array([0.5, 0.5])
+        far for tanh-like integrands, whose poles lie near the real axis); the atoms of a
+        discrete law."""
+        if self.law.discrete:
+            return self.law.atoms(self.scale)
         return _cached_rule(self.family, self.scale, self.df, self.growth, n, alt)
 
 
 @lru_cache(maxsize=256)
 def _cached_rule(family: str, scale: float, df: float | None, growth: float, n: int, alt: bool):
-    c = Coord.__new__(Coord)
-    c.family, c.scale, c.df, c.growth = family, scale, df, growth
-    return piecewise_rule(c.anchors(alt=alt), n, c.pdf)
+    law = LAWS[family]
+    return piecewise_rule(law.anchors(scale, df, growth, alt), n, lambda t: law.pdf(scale, df, t))
 
 
 def piecewise_rule(points: np.ndarray, n: int, pdf) -> tuple[np.ndarray, np.ndarray]:
