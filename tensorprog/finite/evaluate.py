@@ -1,7 +1,12 @@
 """Function trees evaluated with numpy, and the cause of a value that is not finite.
 
 :func:`eval_fn` is the executor's evaluation of a ``Nonlin`` / ``Moment`` / ``Scalar``
-function tree, coordinatewise over arrays, under the caller's ``np.errstate``.
+function tree, coordinatewise over arrays, under the caller's ``np.errstate``.  Each tree
+is compiled once (:func:`evaluator`, a fold of :mod:`tensorprog.ir.walk`) into nested
+closures, which every later trial reuses.  Binary operators are numpy's ufuncs
+(:data:`UFUNCS`), not ``ir.ARITHMETIC``'s Python operators: the executor's scalars and
+constants are Python floats, on which ``1.0 / 0.0`` must give inf with a floating-point
+event, not raise ``ZeroDivisionError``.
 
 When a statement's value is not finite, :func:`first_nonfinite` finds why, off the hot
 path: it re-evaluates the tree bottom-up and stops at the first operation whose
@@ -12,16 +17,23 @@ zero, and ``log(x)`` of a negative x an invalid operation.
 """
 from __future__ import annotations
 
+import operator
+import weakref
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
 from .. import ir
 from ..builtins import BUILTINS
 
-OPS: dict[str, Callable] = {"+": np.add, "-": np.subtract, "*": np.multiply,
-                            "/": np.divide, "**": np.power}
+Read = Callable[[int], object]
+#: a compiled function tree: the value of the tree given how to read a variable
+Evaluator = Callable[[Read], object]
+
+#: numpy's ufunc for each operator of ``ir.ARITHMETIC`` (the same keys)
+UFUNCS: dict[str, np.ufunc] = {"+": np.add, "-": np.subtract, "*": np.multiply,
+                               "/": np.divide, "**": np.power}
 
 #: the floating-point event flags numpy passes to an ``errstate(call=...)`` handler
 _DIVIDE, _OVERFLOW, _INVALID = 1, 2, 8
@@ -32,19 +44,74 @@ INVALID = "invalid operation"
 BAD_INPUT = "non-finite input"
 
 
-def eval_fn(fn: ir.Fn, read: Callable[[int], object]):
-    """The value of a function tree, coordinatewise over numpy arrays."""
-    if isinstance(fn, ir.Ref):
-        return read(fn.var)
-    if isinstance(fn, ir.Const):
-        return fn.value
-    if isinstance(fn, ir.Neg):
-        return -eval_fn(fn.operand, read)
-    if isinstance(fn, ir.Call):
-        return BUILTINS[fn.name].numpy(*(eval_fn(a, read) for a in fn.args))
-    return OPS[fn.op](eval_fn(fn.lhs, read), eval_fn(fn.rhs, read))
+# ---- compiled evaluation (the hot path) ---------------------------------------------------
+def _ref(node: ir.Ref) -> Evaluator:
+    var = node.var
+    return lambda read: read(var)
 
 
+def _const(node: ir.Const) -> Evaluator:
+    value = node.value
+    return lambda read: value
+
+
+def _call(node: ir.Call, args: list[Evaluator]) -> Evaluator:
+    """f(a₁, ..., a_k); a variable argument is read directly (one call less)."""
+    f = BUILTINS[node.name].numpy
+    if len(args) == 1:
+        if type(node.args[0]) is ir.Ref:
+            var = node.args[0].var
+            return lambda read: f(read(var))
+        a = args[0]
+        return lambda read: f(a(read))
+    if len(args) == 2:
+        a, b = args
+        return lambda read: f(a(read), b(read))
+    return lambda read: f(*[g(read) for g in args])
+
+
+def _bin(node: ir.Bin, lhs: Evaluator, rhs: Evaluator) -> Evaluator:
+    """lhs ∘ rhs with the ufunc of ∘; a constant operand is bound in (one call less)."""
+    op = UFUNCS[node.op]
+    if type(node.rhs) is ir.Const:
+        c = node.rhs.value
+        return lambda read: op(lhs(read), c)
+    if type(node.lhs) is ir.Const:
+        c = node.lhs.value
+        return lambda read: op(c, rhs(read))
+    return lambda read: op(lhs(read), rhs(read))
+
+
+def _neg(node: ir.Neg, operand: Evaluator) -> Evaluator:
+    return lambda read: -operand(read)
+
+
+#: compile a function tree into nested closures, one per node
+COMPILE: ir.Rules[Evaluator] = ir.Rules(ref=_ref, const=_const, call=_call, bin=_bin, neg=_neg)
+
+#: id(tree) -> (a weak reference to the tree, its evaluator); an entry leaves with its tree
+_COMPILED: dict[int, tuple[weakref.ref, Evaluator]] = {}
+
+
+def evaluator(fn: ir.Fn) -> Evaluator:
+    """``fn`` compiled for :func:`eval_fn`, once per tree object (cached while it lives)."""
+    key = id(fn)
+    got = _COMPILED.get(key)
+    if got is not None and got[0]() is fn:
+        return got[1]
+    compiled = ir.fold(fn, COMPILE)
+    _COMPILED[key] = (weakref.ref(fn, lambda _gone, key=key: _COMPILED.pop(key, None)), compiled)
+    return compiled
+
+
+def eval_fn(fn: ir.Fn, read: Read):
+    """The value of a function tree, coordinatewise over numpy arrays: ``Ref(v)`` is
+    ``read(v)``, ``Const(c)`` the Python float c, ``Call(f, ...)`` the builtin's numpy
+    function, ``Bin(∘, a, b)`` the ufunc of ∘, ``Neg(a)`` −a."""
+    return evaluator(fn)(read)
+
+
+# ---- the cause of a non-finite value (the error path) -----------------------------------
 @dataclass(frozen=True)
 class Cause:
     """Why a value is not finite: the event (:data:`OVERFLOW`, :data:`DIVISION_BY_ZERO`,
@@ -73,17 +140,17 @@ def _produced(value) -> str:
     return "inf and NaN" if nan and inf else "NaN" if nan else "inf"
 
 
-def _name(fn: ir.Fn) -> str:
-    if isinstance(fn, ir.Call):
-        return fn.name
-    if isinstance(fn, ir.Neg):
-        return "a negation"
-    return f"'{fn.op}'"
+class _Found(Exception):
+    """Raised by a rule of :func:`first_nonfinite` to stop the fold at the first cause."""
+
+    def __init__(self, cause: Cause) -> None:
+        super().__init__(cause.describe())
+        self.cause = cause
 
 
-def _classify(fn: ir.Fn, operands: list, flags: int, value) -> Cause:
-    op, produced = _name(fn), _produced(value)
-    if isinstance(fn, ir.Bin) and fn.op == "/" and np.any(np.asarray(operands[1]) == 0):
+def _classify(op: str, division: bool, operands: Sequence, flags: int, value) -> Cause:
+    produced = _produced(value)
+    if division and np.any(np.asarray(operands[1]) == 0):
         return Cause(DIVISION_BY_ZERO, op, produced)             # x/0 (divide) and 0/0 (invalid)
     if flags & _DIVIDE:
         return Cause(DIVISION_BY_ZERO, op, produced)             # log(0), 0 ** -1
@@ -92,41 +159,42 @@ def _classify(fn: ir.Fn, operands: list, flags: int, value) -> Cause:
     return Cause(INVALID, op, produced)
 
 
-def first_nonfinite(fn: ir.Fn, read: Callable[[int], object]) -> Cause | None:
+def _checked(op: str, f: Callable, operands: Sequence, division: bool = False):
+    """``f(*operands)``, recording the floating-point events it raises; a non-finite result
+    (the operands are finite: the fold got here) stops the fold with its cause."""
+    flags = [0]
+
+    def record(_kind: str, flag: int) -> None:
+        flags[0] |= flag
+    with np.errstate(all="call", call=record):
+        value = f(*operands)
+    if not _finite(value):
+        raise _Found(_classify(op, division, operands, flags[0], value))
+    return value
+
+
+def _read_finite(read: Read) -> Callable[[ir.Ref], object]:
+    def ref(node: ir.Ref):
+        value = read(node.var)
+        if not _finite(value):
+            raise _Found(Cause(BAD_INPUT, f"%{node.var}", _produced(value)))
+        return value
+    return ref
+
+
+def first_nonfinite(fn: ir.Fn, read: Read) -> Cause | None:
     """The cause of the first non-finite value in ``fn`` (bottom-up, left to right), or
     None if every operation of the tree gives finite values.  For the error path only:
-    it evaluates the tree once more."""
-    found: list[Cause] = []
-
-    def walk(f: ir.Fn):
-        if isinstance(f, ir.Ref):
-            value = read(f.var)
-            if not _finite(value):
-                found.append(Cause(BAD_INPUT, f"%{f.var}", _produced(value)))
-            return value
-        if isinstance(f, ir.Const):
-            return f.value
-        operands = []
-        for a in (f.args if isinstance(f, ir.Call) else (f.operand,) if isinstance(f, ir.Neg)
-                  else (f.lhs, f.rhs)):
-            operands.append(walk(a))
-            if found:
-                return None
-        flags = [0]
-
-        def record(_kind: str, flag: int) -> None:
-            flags[0] |= flag
-        with np.errstate(all="call", call=record):
-            if isinstance(f, ir.Call):
-                value = BUILTINS[f.name].numpy(*operands)
-            elif isinstance(f, ir.Neg):
-                value = -operands[0]
-            else:
-                value = OPS[f.op](*operands)
-        if not _finite(value):
-            found.append(_classify(f, operands, flags[0], value))
-        return value
-
+    it evaluates the tree once more, operation by operation (a fold whose rules stop at
+    the first operation with finite operands and a non-finite result)."""
+    rules = ir.Rules(
+        ref=_read_finite(read), const=lambda node: node.value,
+        call=lambda node, args: _checked(node.name, BUILTINS[node.name].numpy, args),
+        bin=lambda node, lhs, rhs: _checked(f"'{node.op}'", UFUNCS[node.op], (lhs, rhs), node.op == "/"),
+        neg=lambda node, operand: _checked("a negation", operator.neg, (operand,)))
     with np.errstate(all="ignore"):
-        walk(fn)
-    return found[0] if found else None
+        try:
+            ir.fold(fn, rules)
+        except _Found as found:
+            return found.cause
+    return None

@@ -30,26 +30,13 @@ _HEAD_TO_NAME.update({sp.Abs: "abs", sp.sign: "sign", sp.Heaviside: "step"})
 
 
 def to_sympy(fn: ir.Fn, leaf: Callable[[int], sp.Expr], exact: bool = False) -> sp.Expr:
-    """The sympy expression of ``fn``; constants become Floats (or Rationals if ``exact``)."""
-    if isinstance(fn, ir.Ref):
-        return leaf(fn.var)
-    if isinstance(fn, ir.Const):
-        return constant(fn.value, exact)
-    if isinstance(fn, ir.Neg):
-        return -to_sympy(fn.operand, leaf, exact)
-    if isinstance(fn, ir.Call):
-        args = [to_sympy(a, leaf, exact) for a in fn.args]
-        return HEADS[fn.name](*args)
-    lhs, rhs = to_sympy(fn.lhs, leaf, exact), to_sympy(fn.rhs, leaf, exact)
-    if fn.op == "+":
-        return lhs + rhs
-    if fn.op == "-":
-        return lhs - rhs
-    if fn.op == "*":
-        return lhs * rhs
-    if fn.op == "/":
-        return lhs / rhs
-    return lhs ** rhs
+    """The sympy expression of ``fn``: ``Ref(v)`` is ``leaf(v)``, constants become sympy numbers
+    (:func:`constant`: Integers, Floats, or Rationals if ``exact``) before any operator applies,
+    builtins their heads (:data:`HEADS`), operators those of ``ir.ARITHMETIC`` (sympy's
+    ``+ - * / **``).  A sub-tree shared by reference is converted once."""
+    return ir.fold(fn, ir.Rules(ref=lambda node: leaf(node.var),
+                                const=lambda node: constant(node.value, exact),
+                                call=lambda node, args: HEADS[node.name](*args)))
 
 
 def constant(value: float, exact: bool) -> sp.Expr:
@@ -223,16 +210,17 @@ class Differentiator:
 
 
 def shape(fn: ir.Fn) -> tuple[int, int]:
-    """(depth, number of operations) of a function tree (leaves: depth 0, size 1), without recursion."""
-    depth, size, stack = 0, 0, [(fn, 0)]
-    while stack:
-        f, d = stack.pop()
-        size += 1
-        depth = max(depth, d)
-        if isinstance(f, ir.Call):
-            stack.extend((a, d + 1) for a in f.args)
-        elif isinstance(f, ir.Bin):
-            stack += [(f.lhs, d + 1), (f.rhs, d + 1)]
-        elif isinstance(f, ir.Neg):
-            stack.append((f.operand, d + 1))
-    return depth, size
+    """(depth, number of operations) of a function tree as a tree (a sub-tree used twice counts
+    twice): a leaf has depth 0 and size 1, a node 1 + the max depth and 1 + the total size of
+    its operands.  Linear in the number of distinct node objects (no recursion)."""
+    return ir.fold(fn, ir.Rules(ref=_leaf_shape, const=_leaf_shape, call=lambda node, args: _node_shape(args),
+                                bin=lambda node, lhs, rhs: _node_shape((lhs, rhs)),
+                                neg=lambda node, operand: _node_shape((operand,))))
+
+
+def _leaf_shape(node: ir.Fn) -> tuple[int, int]:
+    return 0, 1
+
+
+def _node_shape(operands) -> tuple[int, int]:
+    return 1 + max(d for d, _ in operands), 1 + sum(s for _, s in operands)

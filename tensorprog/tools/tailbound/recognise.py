@@ -3,7 +3,7 @@
 The output must be c^L = mean(chi(g^L) ** 2) (times a positive constant, absorbed into chi),
 reached by g^{l+1} = W_l @ phi_l(g^l) from one initial vector g^1 ~ N(0, s^2), each W_l a fresh
 n x n ``normal(var=sigma_l^2)`` matrix used once, never transposed; phi_l and chi pass the
-rules of :mod:`.tailbound_rules`.  Anything else raises :class:`TailBoundUnsupported` at the
+rules of :mod:`.rules`.  Anything else raises :class:`TailBoundUnsupported` at the
 offending equation.
 
 Normalisation (the theorem has sigma_l = s = 1): A^l phi_l = (W_l / sigma_l)(sigma_l phi_l), so
@@ -22,7 +22,7 @@ import numpy as np
 from ... import ir
 from ...errors import TPUsageError
 from .chain import Chain
-from .rules import _FnInfo, _fn_info, _numpy_fn
+from .rules import FnInfo, fn_info, numpy_fn
 
 
 class TailBoundUnsupported(TPUsageError):
@@ -37,17 +37,18 @@ def _refuse(program: ir.Program, e, why: str) -> TailBoundUnsupported:
 
 
 def _expand(program: ir.Program, fn: ir.Fn) -> ir.Fn:
-    """Inline Nonlin definitions, down to MatMuls, initial vectors and scalars."""
-    if isinstance(fn, ir.Ref):
-        e = program.eqns[fn.var]
-        return _expand(program, e.fn) if isinstance(e, ir.Nonlin) else fn
-    if isinstance(fn, ir.Call):
-        return ir.Call(fn.name, tuple(_expand(program, a) for a in fn.args))
-    if isinstance(fn, ir.Bin):
-        return ir.Bin(fn.op, _expand(program, fn.lhs), _expand(program, fn.rhs))
-    if isinstance(fn, ir.Neg):
-        return ir.Neg(_expand(program, fn.operand))
-    return fn
+    """Inline Nonlin definitions, down to MatMuls, initial vectors and scalars: each
+    ``Ref`` to a Nonlin becomes its (expanded) function, once per variable."""
+    expanded: dict[int, ir.Fn] = {}
+
+    def inline(ref: ir.Ref) -> ir.Fn:
+        e = program.eqns[ref.var]
+        if not isinstance(e, ir.Nonlin):
+            return ref
+        if ref.var not in expanded:
+            expanded[ref.var] = ir.map_refs(e.fn, inline)
+        return expanded[ref.var]
+    return ir.map_refs(fn, inline)
 
 
 def _single_base(program: ir.Program, fn: ir.Fn, e, what: str) -> int:
@@ -62,49 +63,65 @@ def _single_base(program: ir.Program, fn: ir.Fn, e, what: str) -> int:
     return bases[0]
 
 
-def _checked_info(program, e, fn, var, what) -> _FnInfo:
-    info = _fn_info(fn, var)
+def _checked_info(program, e, fn, var, what) -> FnInfo:
+    info = fn_info(fn, var)
     if info.why:
         raise _refuse(program, e, f"{what}: {info.why}")
     if info.const is not None or info.direction == 0:
         raise _refuse(program, e, f"{what} is constant")
-    f0 = float(_numpy_fn(fn)(np.zeros(1))[0])
+    f0 = float(numpy_fn(fn)(np.zeros(1))[0])
     if abs(f0) > 1e-12:
         raise _refuse(program, e, f"{what} must vanish at 0 (it is {f0:g})")
     return info
 
 
+NOT_THE_OUTPUT = "the output must be mean(chi(g) ** 2), possibly times a positive constant"
+
+
+def _scaled_ref(program: ir.Program, e: ir.Scalar) -> tuple[float, int]:
+    """(c, v) of a Scalar output c · %v, %v · c, %v / c or %v."""
+    fn = e.fn
+    if isinstance(fn, ir.Ref):
+        return 1.0, fn.var
+    if not isinstance(fn, ir.Bin):
+        raise _refuse(program, e, NOT_THE_OUTPUT)
+    lhs, rhs = fn.lhs, fn.rhs
+    if fn.op == "*" and isinstance(lhs, ir.Const) and isinstance(rhs, ir.Ref):
+        return lhs.value, rhs.var
+    if fn.op == "*" and isinstance(rhs, ir.Const) and isinstance(lhs, ir.Ref):
+        return rhs.value, lhs.var
+    if fn.op == "/" and isinstance(rhs, ir.Const) and isinstance(lhs, ir.Ref):
+        if rhs.value == 0:
+            raise _refuse(program, e, "the output divides by zero")
+        return 1.0 / rhs.value, lhs.var
+    raise _refuse(program, e, NOT_THE_OUTPUT)
+
+
+def _chi(fn: ir.Fn) -> ir.Fn | None:
+    """chi of psi = chi ** 2 or chi * chi (None if psi is neither)."""
+    if isinstance(fn, ir.Bin) and fn.op == "**" and isinstance(fn.rhs, ir.Const) and fn.rhs.value == 2.0:
+        return fn.lhs
+    if isinstance(fn, ir.Bin) and fn.op == "*" and fn.lhs == fn.rhs:
+        return fn.lhs
+    return None
+
+
 def _output_moment(program: ir.Program, output: str):
+    """The Moment mean(chi(g) ** 2) of ``output``, chi, and the output's constant factor."""
     outs = {o.name: o for o in program.outputs}
     if output not in outs:
         raise TPUsageError(f"no output named {output!r} (outputs: {', '.join(outs)})", file=program.file)
     e = program.eqns[outs[output].var]
     scale = 1.0
     if isinstance(e, ir.Scalar):
-        fn = e.fn
-        if isinstance(fn, ir.Bin) and fn.op == "*" and isinstance(fn.lhs, ir.Const) and isinstance(fn.rhs, ir.Ref):
-            scale, ref = fn.lhs.value, fn.rhs.var
-        elif isinstance(fn, ir.Bin) and fn.op == "*" and isinstance(fn.rhs, ir.Const) and isinstance(fn.lhs, ir.Ref):
-            scale, ref = fn.rhs.value, fn.lhs.var
-        elif isinstance(fn, ir.Bin) and fn.op == "/" and isinstance(fn.rhs, ir.Const) and isinstance(fn.lhs, ir.Ref):
-            if fn.rhs.value == 0:
-                raise _refuse(program, e, "the output divides by zero")
-            scale, ref = 1.0 / fn.rhs.value, fn.lhs.var
-        elif isinstance(fn, ir.Ref):
-            ref = fn.var
-        else:
-            raise _refuse(program, e, "the output must be mean(chi(g) ** 2), possibly times a positive constant")
+        scale, ref = _scaled_ref(program, e)
         if not scale > 0:
             raise _refuse(program, e, f"the constant factor of the output must be > 0 (it is {scale:g})")
         e = program.eqns[ref]
     if not isinstance(e, ir.Moment):
-        raise _refuse(program, e, "the output must be mean(chi(g) ** 2), possibly times a positive constant")
-    fn = _expand(program, e.fn)
-    if isinstance(fn, ir.Bin) and fn.op == "**" and isinstance(fn.rhs, ir.Const) and fn.rhs.value == 2.0:
-        chi = fn.lhs
-    elif isinstance(fn, ir.Bin) and fn.op == "*" and fn.lhs == fn.rhs:
-        chi = fn.lhs
-    else:
+        raise _refuse(program, e, NOT_THE_OUTPUT)
+    chi = _chi(_expand(program, e.fn))
+    if chi is None:
         raise _refuse(program, e, f"the Moment must be mean(chi(g) ** 2) (psi = chi^2 of eq. 4.39), "
                       f"not mean({ir.show_fn(e.fn)})")
     return e, chi, scale
@@ -189,8 +206,8 @@ def analyze(program, output: str, lam: float | None = None, matrix_dist: str | N
                          "the bound holds only if it is a Lipschitz constant of every sigma_l phi_l and chi")
     if abs(s2 - 1.0) > 1e-12:
         notes.append(f"g^1 has variance {s2:g}: v̊^0 = {s2:g} in C_2^1 (the thesis has 1)")
-    phi_np = [_numpy_fn(p[0]) for p in phis]
-    chi_np = _numpy_fn(chi_fn)
+    phi_np = [numpy_fn(p[0]) for p in phis]
+    chi_np = numpy_fn(chi_fn)
     q = s2
     vhat = [s2]
     for l in range(depth - 1):

@@ -17,6 +17,7 @@ from typing import Callable
 import numpy as np
 
 from ... import ir
+from ...builtins import BUILTINS
 from ...finite.evaluate import eval_fn
 
 #: builtin -> (Lipschitz constant, direction: +1 non-decreasing, value at 0)
@@ -30,7 +31,7 @@ _MONOTONE_BUILTINS = {
 
 
 @dataclass(frozen=True)
-class _FnInfo:
+class FnInfo:
     """What the rules know of a one-variable expression f(x)."""
     const: float | None      # f is this constant (None: f depends on x)
     lip: float               # a Lipschitz constant
@@ -38,76 +39,85 @@ class _FnInfo:
     why: str | None = None   # set when f is outside the rules (not Lipschitz / not monotone)
 
 
-def _bad(why: str) -> _FnInfo:
-    return _FnInfo(None, math.inf, 0, why)
+def _bad(why: str) -> FnInfo:
+    return FnInfo(None, math.inf, 0, why)
 
 
-def _fn_info(fn: ir.Fn, var: int) -> _FnInfo:
-    if isinstance(fn, ir.Const):
-        return _FnInfo(float(fn.value), 0.0, 0)
-    if isinstance(fn, ir.Ref):
-        if fn.var != var:
-            return _bad("depends on a second variable")
-        return _FnInfo(None, 1.0, +1)
-    if isinstance(fn, ir.Neg):
-        a = _fn_info(fn.operand, var)
-        if a.why:
-            return a
-        return _FnInfo(None if a.const is None else -a.const, a.lip, -a.direction)
-    if isinstance(fn, ir.Call):
-        args = [_fn_info(a, var) for a in fn.args]
-        for a in args:
-            if a.why:
-                return a
-        if all(a.const is not None for a in args):
-            from ...builtins import BUILTINS
-            value = float(BUILTINS[fn.name].numpy(*(np.float64(a.const) for a in args)))
-            return _FnInfo(value, 0.0, 0)
-        if fn.name in _MONOTONE_BUILTINS and len(args) == 1:
-            lip, d, _ = _MONOTONE_BUILTINS[fn.name]
-            return _FnInfo(None, lip * args[0].lip, d * args[0].direction)
-        if fn.name == "leaky_relu" and args[1].const is not None and args[0].const is None:
-            a = args[1].const
-            if a < 0:
-                return _bad(f"leaky_relu with a negative slope ({a:g}) is not monotone")
-            return _FnInfo(None, max(1.0, a) * args[0].lip, args[0].direction)
-        return _bad(f"{fn.name} is outside the rules (not Lipschitz, not monotone, or unknown)")
-    # Bin
-    a, b = _fn_info(fn.lhs, var), _fn_info(fn.rhs, var)
-    for x in (a, b):
-        if x.why:
-            return x
+def _first_bad(infos) -> FnInfo | None:
+    return next((a for a in infos if a.why), None)
+
+
+def _ref(node: ir.Ref, var: int) -> FnInfo:
+    """x itself: Lip 1, non-decreasing (another variable is outside the rules)."""
+    return FnInfo(None, 1.0, +1) if node.var == var else _bad("depends on a second variable")
+
+
+def _neg(a: FnInfo) -> FnInfo:
+    """−f: Lip f, the opposite direction."""
+    return a if a.why else FnInfo(None if a.const is None else -a.const, a.lip, -a.direction)
+
+
+def _call(node: ir.Call, args: list[FnInfo]) -> FnInfo:
+    """g(f): Lip g · Lip f and dir g · dir f for a monotone builtin g; leaky_relu(f, a), a ≥ 0:
+    max(1, a) Lip f; a builtin of constants: the constant."""
+    bad = _first_bad(args)
+    if bad:
+        return bad
+    if all(a.const is not None for a in args):
+        value = float(BUILTINS[node.name].numpy(*(np.float64(a.const) for a in args)))
+        return FnInfo(value, 0.0, 0)
+    if node.name in _MONOTONE_BUILTINS and len(args) == 1:
+        lip, d, _ = _MONOTONE_BUILTINS[node.name]
+        return FnInfo(None, lip * args[0].lip, d * args[0].direction)
+    if node.name == "leaky_relu" and args[1].const is not None and args[0].const is None:
+        a = args[1].const
+        if a < 0:
+            return _bad(f"leaky_relu with a negative slope ({a:g}) is not monotone")
+        return FnInfo(None, max(1.0, a) * args[0].lip, args[0].direction)
+    return _bad(f"{node.name} is outside the rules (not Lipschitz, not monotone, or unknown)")
+
+
+def _bin(node: ir.Bin, a: FnInfo, b: FnInfo) -> FnInfo:
+    """f ± g: Lip f + Lip g (directions must agree); c·f, f/c: |c| Lip f, direction times
+    sign c; f ** 1 is f; constants fold with ``ir.ARITHMETIC`` (on Python floats)."""
+    bad = _first_bad((a, b))
+    if bad:
+        return bad
     if a.const is not None and b.const is not None:
-        ops = {"+": float.__add__, "-": float.__sub__, "*": float.__mul__,
-               "/": float.__truediv__, "**": float.__pow__}
         try:
-            return _FnInfo(ops[fn.op](a.const, b.const), 0.0, 0)
+            return FnInfo(ir.ARITHMETIC[node.op](a.const, b.const), 0.0, 0)
         except (ZeroDivisionError, OverflowError, ValueError):
-            return _bad(f"a constant {fn.op} is undefined")
-    if fn.op in "+-":
-        s = 1 if fn.op == "+" else -1
+            return _bad(f"a constant {node.op} is undefined")
+    if node.op in "+-":
+        s = 1 if node.op == "+" else -1
         db = s * b.direction
         if a.direction and db and a.direction != db:
             return _bad("a sum of a non-decreasing and a non-increasing function need not be monotone")
-        return _FnInfo(None, a.lip + b.lip, a.direction or db)
-    if fn.op == "*":
+        return FnInfo(None, a.lip + b.lip, a.direction or db)
+    if node.op == "*":
         c, f = (a.const, b) if a.const is not None else (b.const, a)
         if c is None:
             return _bad("a product of two functions of the vector need not be Lipschitz")
-        return _FnInfo(None, abs(c) * f.lip, 0 if c == 0 else (1 if c > 0 else -1) * f.direction)
-    if fn.op == "/":
+        return FnInfo(None, abs(c) * f.lip, 0 if c == 0 else (1 if c > 0 else -1) * f.direction)
+    if node.op == "/":
         if b.const is None:
             return _bad("division by a function of the vector")
         if b.const == 0:
             return _bad("division by zero")
-        return _FnInfo(None, a.lip / abs(b.const), (1 if b.const > 0 else -1) * a.direction)
-    if fn.op == "**" and b.const == 1.0:
+        return FnInfo(None, a.lip / abs(b.const), (1 if b.const > 0 else -1) * a.direction)
+    if node.op == "**" and b.const == 1.0:
         return a
     return _bad("a power of the vector is not Lipschitz")
 
 
+def fn_info(fn: ir.Fn, var: int) -> FnInfo:
+    """The rules applied to f(x), x the variable ``var``, bottom-up (a fold over the tree)."""
+    return ir.fold(fn, ir.Rules(ref=lambda node: _ref(node, var),
+                                const=lambda node: FnInfo(float(node.value), 0.0, 0),
+                                call=_call, bin=_bin, neg=lambda node, a: _neg(a)))
 
-def _numpy_fn(fn: ir.Fn) -> Callable[[np.ndarray], np.ndarray]:
+
+def numpy_fn(fn: ir.Fn) -> Callable[[np.ndarray], np.ndarray]:
     """f as a numpy function of its one variable (broadcast to the argument's shape)."""
 
     def f(x):

@@ -1,0 +1,28 @@
+"""A whole program in the IR: its equations, groups of initial vectors, outputs and widths."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .nodes import Eqn, Group, Output
+from .printer import show_program
+
+
+@dataclass(frozen=True)
+class Program:
+    """The flat single-assignment list of equations (``eqns[k]`` binds ``%k``), the jointly
+    drawn groups of initial vectors, the outputs, the widths (``dims``: name -> ratio to n)
+    and the params the program was lowered with, and where its source came from."""
+    eqns: tuple[Eqn, ...]
+    groups: tuple[Group, ...]
+    outputs: tuple[Output, ...]
+    dims: dict[str, float] = field(default_factory=dict)   # width name -> ratio to n
+    params: dict[str, float] = field(default_factory=dict)
+    file: str = "<string>"
+    source: str = ""
+    base_dir: str = "."
+
+    def eqn(self, var: int) -> Eqn:
+        return self.eqns[var]
+
+    def __str__(self) -> str:
+        return show_program(self)
