@@ -92,25 +92,25 @@ def one(n: int, dtype: str, mode: str, max_seconds: float, seed: int) -> dict:
     import numpy as np
     import tensorprog as tp
     from tensorprog.distributions.blocked import BlockedMatrix, matrix_key
-    from tensorprog.finite.run import Executor
+    from tensorprog.finite.plan import plan_run
     program = tp.parse(PROGRAM)
     blocked = mode == "blocked"
     itemsize = np.dtype(dtype).itemsize
     row = {"n": n, "log2n": round(math.log2(n), 2), "dtype": dtype, "mode": mode,
            "entries": n * n, "matrix_gib": n * n * itemsize / 2**30, "load": os.getloadavg()[0]}
     try:
-        ex = Executor(program.ir, n, seed, dtype, None, blocked=blocked)
+        plan = plan_run(program.ir, n, seed, dtype, None, blocked=blocked)
     except tp.TPLimitError as err:
         row.update(status="refused", message=err.message.split(";")[0])
         return row
-    row["peak_estimate_gib"] = ex.peak / 2**30
+    row["peak_estimate_gib"] = plan.peak / 2**30
     est = None
     if blocked:                                   # time a slice of rows, extrapolate
         w_var = next(e.var for e in program.ir.eqns if type(e).__name__ == "Matrix")
         spec = program.ir.eqns[w_var].dist
         rows = max(64, min(n, int(2**28 // n)))   # about 2^28 entries
-        part = BlockedMatrix(matrix_key(seed, 0, w_var), spec, rows, n, dtype, threads=ex.threads)
-        part.block_rows = ex._block_rows(n, n)
+        part = BlockedMatrix(matrix_key(seed, 0, w_var), spec, rows, n, dtype, threads=plan.threads)
+        part.block_rows = plan.rows_per_block(n, n)
         x = np.ones(n, dtype)
         t0, c0 = time.perf_counter(), cpu_seconds()
         part.matmul(x)

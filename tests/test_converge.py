@@ -157,8 +157,10 @@ def test_progress_callable_and_stream(capsys):
     seen = []
     converge(tp.parse(CHEAP), [8, 16], trials=2, progress=lambda w, t, s: seen.append((w, t, s)))
     assert [(w, t) for w, t, _ in seen] == [(8, 2), (16, 2)] and all(s >= 0 for *_, s in seen)
-    converge(tp.parse(CHEAP), [8], trials=1, progress=sys.stderr)
-    assert capsys.readouterr().err.startswith("width 8: 1 trial, ")
+    assert capsys.readouterr().err == ""                  # a callable instead of the bar
+    converge(tp.parse(CHEAP), [8], trials=1, progress=True)
+    err = capsys.readouterr().err
+    assert err.startswith("\rwidths:") and "1/1" in err and "n=8" in err
 
 
 def test_one_trial_and_one_width_give_json_without_nan():
@@ -238,10 +240,10 @@ def test_cli_json(runs):
     assert kxy["limit"] == pytest.approx(relu_nngp_limit(), abs=1e-12) and kxy["method"] == "exact"
     assert all(len(kxy[k]) == 4 for k in ("widths", "means", "stds", "sems", "rms"))
     assert -1.0 < kxy["rate"] < -0.1
-    # --progress: one line per width on stderr, nothing else
-    lines = r.stderr.splitlines()
-    assert [line.split(":")[0] for line in lines] == ["width 32", "width 64", "width 128", "width 256"]
-    assert all(line.endswith(" s") and "16 trials" in line for line in lines)
+    # --progress: a bar over the widths on stderr, nothing else
+    lines = [line for line in r.stderr.splitlines() if line]     # its redraws (text mode: \r -> \n)
+    assert lines and all(line.startswith("widths:") for line in lines)
+    assert "4/4" in lines[-1] and all(f"n={w}" in r.stderr for w in (32, 64, 128, 256))
 
 
 def test_cli_plot_writes_png(tmp_path, capsys):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import math
 import pickle
+import sys
 
 import numpy as np
 import pytest
@@ -15,8 +16,9 @@ from tensorprog import distributions as D
 from tensorprog.finite import parallel
 from tensorprog.distributions.blocked import BlockedMatrix, matrix_key
 from tensorprog.cli import main
-from tensorprog.finite.run import Executor, options, resolve_jobs
-from tensorprog.finite.progress import Progress
+from tensorprog.finite import options
+from tensorprog.finite import progress as progress_bars
+from tensorprog.finite.run import Executor, plan_run, resolve_jobs
 
 RELU = "programs/relu_nngp.tp"
 ONE_LAYER = """
@@ -191,7 +193,7 @@ def test_blocked_statistics_match_the_limit(dtype):
 
 def test_float32_blocked_runs_in_float32():
     p = tp.parse("vector x ~ normal()\nmatrix W ~ student_t(6)\nh = W @ x\nout q = mean(h * h)")
-    ex = Executor(p.ir, 64, 0, "float32", None, blocked=True)
+    ex = Executor(plan_run(p.ir, 64, 0, "float32", None, blocked=True))
     w = ex.matrix(0, 1)
     assert isinstance(w, BlockedMatrix) and w.dense().dtype == np.float32
     x = np.ones(64, np.float32)
@@ -216,7 +218,7 @@ def test_blocked_chosen_automatically_only_when_dense_does_not_fit():
     assert not p.execute(n=256).blocked
     r = p.execute(n=256, memory_limit=64 << 20)                      # dense W would fit
     assert not r.blocked
-    dense = Executor(p.ir, 2048, 0, "float64", None).peak            # ~32 MiB of W + sampling
+    dense = plan_run(p.ir, 2048, 0, "float64", None).peak            # ~32 MiB of W + sampling
     r = p.execute(n=2048, memory_limit=dense - 1, block_rows=64)
     assert r.blocked and np.isfinite(r.outputs["q"].mean)
     with pytest.raises(tp.TPLimitError, match="--blocked"):
@@ -224,7 +226,7 @@ def test_blocked_chosen_automatically_only_when_dense_does_not_fit():
     # beyond memory and absurdly long: refused, unless forced (the estimate is then tiny)
     with pytest.raises(tp.TPLimitError, match=r"GiB.*blocked=True \(--blocked\)"):
         tp.load(RELU).execute(n=10**6)
-    assert Executor(tp.load(RELU).ir, 10**6, 0, "float64", None, blocked=True).peak < 2**30
+    assert plan_run(tp.load(RELU).ir, 10**6, 0, "float64", None, blocked=True).peak < 2**30
     # only vectors, and they do not fit: refused even blocked
     with pytest.raises(tp.TPLimitError, match="even with blocked matrices"):
         p.execute(n=10**6, blocked=True, memory_limit=10 << 20)
@@ -254,21 +256,21 @@ def test_progress_off_when_not_a_terminal(capsys):
 
 def test_progress_forced_writes_lines(capsys):
     tp.load(RELU).execute(n=32, trials=3, progress=True)
-    err = capsys.readouterr().err.splitlines()
-    assert [line.split(",")[0] for line in err] == ["1/3 trials done", "2/3 trials done", "3/3 trials done"]
-    assert all(line.endswith(" s") for line in err)
+    err = capsys.readouterr().err
+    assert err.startswith("\rtrials:") and "3/3" in err and err.endswith("\n")   # left in place
     assert main(["execute", RELU, "-n", "32", "--trials", "2", "--jobs", "2", "--progress"]) == 0
     out, err = capsys.readouterr()
-    assert "2/2 trials done" in err and "kxy" in out and "trials done" not in out
+    assert "2/2" in err and "kxy" in out and "trials:" not in out
 
 
-def test_progress_on_a_terminal_rewrites_one_line_and_shows_blocked_steps():
+def test_progress_on_a_terminal_rewrites_one_line_and_shows_blocked_steps(monkeypatch):
     term = Terminal()
-    bar = Progress(2, stream=term, delay=0.0, interval=0.0)
-    bar.enabled = True
+    monkeypatch.setattr(sys, "stderr", term)
+    monkeypatch.setattr(progress_bars, "DELAY", 0.0)
+    monkeypatch.setattr(progress_bars, "MININTERVAL", 0.0)
     p = tp.parse(ONE_LAYER)
-    p.execute(n=256, trials=2, blocked=True, block_rows=8, progress=bar)
+    p.execute(n=256, trials=2, blocked=True, block_rows=8)         # progress=None: on a terminal
     text = term.getvalue()
-    assert text.startswith("\r") and "\n" not in text and text.endswith("\r\x1b[K")   # erased at the end
-    assert "2/2 trials done" in text
-    assert "trial 1/2: step" in text and "blocked" in text and "%" in text
+    assert text.startswith("\r") and "\n" not in text and text.endswith("\r")   # erased at the end
+    assert "2/2" in text
+    assert "trial 1: step" in text and "blocked" in text and "%" in text

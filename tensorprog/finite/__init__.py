@@ -1,10 +1,19 @@
 """Finite width: run the IR with numpy at width n over independent, seeded trials.
 
-* :mod:`.run`: :func:`execute` and :class:`ExecResult`, the entry point;
-* :mod:`.executor`: one program at one width, trial by trial (the hot loop);
-* :mod:`.evaluate`: function trees evaluated with numpy, and the cause of a non-finite value;
-* :mod:`.schedule`: which equations run together, and when arrays die;
-* :mod:`.memory`: dense or blocked matrices, planned before anything is allocated;
-* :mod:`.workers` and :mod:`.parallel`: trials in worker processes;
-* :mod:`.options`: the execution defaults; :mod:`.progress`: progress on stderr.
+The pipeline, one module per stage:
+
+* :mod:`.exec_options`: :class:`ExecOptions` (``jobs``, ``blocked``, ``progress``,
+  ``block_rows``) and :func:`options`, their defaults for a block of code
+  (``with tensorprog.finite.options(jobs=2): ...``);
+* :mod:`.plan`: :func:`~.plan.plan_run`, everything decided before a trial runs: sizes,
+  laws, the schedule (:mod:`.schedule`: which equations run together, when arrays die)
+  and dense or blocked matrices (:mod:`.memory`);
+* :mod:`.executor`: the interpreter of a plan, trial by trial, with a rule per equation
+  kind (the hot loop); :mod:`.evaluate`: function trees with numpy, and the cause of a
+  non-finite value;
+* :mod:`.workers` and :mod:`.parallel`: trials in worker processes; :mod:`.progress`: bars;
+* :mod:`.run`: :func:`~.run.execute` and :func:`~.run.map_trials`, the entry points.
 """
+from .exec_options import UNSET, ExecOptions, options
+
+__all__ = ["ExecOptions", "UNSET", "options"]

@@ -12,18 +12,14 @@ from __future__ import annotations
 
 import os
 import resource
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .. import distributions as D
 from .. import ir
 from ..distributions.blocked import BLOCKABLE, workspace_bytes
-from ..errors import TPLimitError, TPUsageError
-from .schedule import generated_entries, matrix_uses, peak_bytes
-
-if TYPE_CHECKING:
-    from .executor import Executor
+from ..errors import TPError, TPLimitError, TPUsageError
+from .schedule import Plan, generated_entries, matrix_uses, peak_bytes
 
 #: automatic blocked mode is refused (forcing it is not) above this many generated
 #: random entries per trial: ~2^36 is minutes to tens of minutes on 2 cores
@@ -58,49 +54,78 @@ def _address_space_left() -> int:
     return max(soft - mapped, 0)
 
 
-def choose_mode(ex: Executor, limit: int, blocked: bool | None) -> tuple[bool, int]:
-    """``(blocked, peak)`` for the run of ``ex`` (program, plan, sizes, specs, dtype and threads
-    set): dense if asked or if it fits within ``limit`` bytes, else blocked if allowed and it
-    fits; otherwise a located TPUsageError / TPLimitError saying what to change."""
-    used = [e for e in ex.program.eqns if isinstance(e, ir.Matrix) and e.var in ex.plan.needed]
-    unblockable = [e for e in used if ex.specs[e.var].family not in BLOCKABLE]
+def default_limit() -> int:
+    """The memory limit of a run when none is given: 90% of :func:`available_memory`."""
+    return available_memory() * 9 // 10
+
+
+def _located(program: ir.Program, cls: type[TPError], message: str, where: ir.Eqn | None) -> TPError:
+    line, col = (where.pos.line, where.pos.col) if where else (0, 0)
+    return cls(message, line, col, program.file, program.source)
+
+
+def choose_mode(program: ir.Program, schedule: Plan, sizes: dict[str, int], specs: dict[int, D.DistSpec],
+                dtype: np.dtype, limit: int, blocked: bool | None, threads: int,
+                block_rows: int | None) -> tuple[bool, int]:
+    """``(blocked, peak)``: dense if asked or if the peak of one trial fits within ``limit``
+    bytes, else blocked if allowed and it fits; otherwise a located TPUsageError /
+    TPLimitError saying what to change.  ``threads`` and ``block_rows`` (None: chosen from
+    the matrix) size the workspace of a blocked product."""
+    used = [e for e in program.eqns if isinstance(e, ir.Matrix) and e.var in schedule.needed]
+    unblockable = [e for e in used if specs[e.var].family not in BLOCKABLE]
     if blocked:
         if unblockable:
             e = unblockable[0]
-            raise ex._error(TPUsageError, f"{ex.specs[e.var].family} matrices cannot be generated "
-                            "block by block (every row depends on the whole matrix): run this "
-                            "program dense (without blocked / --blocked)", e)
+            raise _located(program, TPUsageError, f"{specs[e.var].family} matrices cannot be generated "
+                           "block by block (every row depends on the whole matrix): run this "
+                           "program dense (without blocked / --blocked)", e)
     else:
-        def dense_bytes(e, rows: int, cols: int) -> int:
-            return D.matrix_bytes(rows, cols, ex.dtype, ex.specs[e.var], draw_dtype=np.float64)
-        peak, where = peak_bytes(ex.program, ex.plan, ex.sizes, ex.dtype.itemsize, dense_bytes)
-        if peak <= limit:
+        peak = _dense_peak(program, schedule, sizes, specs, dtype, limit, blocked is False, unblockable)
+        if peak is not None:
             return False, peak
-        message = (f"executing at this width needs about {peak / 2**30:.2f} GiB per trial, "
-                   f"more than the {limit / 2**30:.2f} GiB available")
-        if blocked is False:
-            raise ex._error(TPLimitError, message + "; use a smaller width, --dtype float32, "
-                            "or blocked matrices (--blocked)", where)
-        if unblockable:
-            e = unblockable[0]
-            raise ex._error(TPLimitError, message + f"; {ex.specs[e.var].family} matrices "
-                            f"(line {e.pos.line}) cannot be generated block by block, so use "
-                            "a smaller width or --dtype float32", where)
-        entries = generated_entries(ex.program, ex.plan, ex.sizes)
-        if entries > AUTO_BLOCKED_MAX_ENTRIES:
-            raise ex._error(TPLimitError, message + f"; with blocked matrices (regenerated block "
-                            f"by block) a trial would draw {entries:.2g} random numbers, too long "
-                            "to start unasked: use a smaller width, or force it with "
-                            "blocked=True (--blocked)", where)
-    uses = matrix_uses(ex.plan)
+    return True, _blocked_peak(program, schedule, sizes, dtype, limit, threads, block_rows)
 
-    def blocked_bytes(e, rows: int, cols: int) -> int:
+
+def _dense_peak(program: ir.Program, schedule: Plan, sizes: dict[str, int], specs: dict[int, D.DistSpec],
+                dtype: np.dtype, limit: int, dense_only: bool, unblockable: list[ir.Eqn]) -> int | None:
+    """The dense peak if it fits within ``limit``; None if blocked matrices may be tried
+    instead; otherwise the TPLimitError that says why neither runs."""
+    def dense_bytes(e: ir.Matrix, rows: int, cols: int) -> int:
+        return D.matrix_bytes(rows, cols, dtype, specs[e.var], draw_dtype=np.float64)
+    peak, where = peak_bytes(program, schedule, sizes, dtype.itemsize, dense_bytes)
+    if peak <= limit:
+        return peak
+    message = (f"executing at this width needs about {peak / 2**30:.2f} GiB per trial, "
+               f"more than the {limit / 2**30:.2f} GiB available")
+    if dense_only:
+        raise _located(program, TPLimitError, message + "; use a smaller width, --dtype float32, "
+                       "or blocked matrices (--blocked)", where)
+    if unblockable:
+        e = unblockable[0]
+        raise _located(program, TPLimitError, message + f"; {specs[e.var].family} matrices "
+                       f"(line {e.pos.line}) cannot be generated block by block, so use "
+                       "a smaller width or --dtype float32", where)
+    entries = generated_entries(program, schedule, sizes)
+    if entries > AUTO_BLOCKED_MAX_ENTRIES:
+        raise _located(program, TPLimitError, message + f"; with blocked matrices (regenerated block "
+                       f"by block) a trial would draw {entries:.2g} random numbers, too long "
+                       "to start unasked: use a smaller width, or force it with "
+                       "blocked=True (--blocked)", where)
+    return None
+
+
+def _blocked_peak(program: ir.Program, schedule: Plan, sizes: dict[str, int], dtype: np.dtype,
+                  limit: int, threads: int, block_rows: int | None) -> int:
+    """The peak with blocked matrices (only their workspace counts), or a TPLimitError."""
+    uses = matrix_uses(schedule)
+
+    def blocked_bytes(e: ir.Matrix, rows: int, cols: int) -> int:
         batch = max(uses.get(e.var, [1]))
-        return workspace_bytes(rows, cols, ex.dtype, ex.threads, batch, ex._block_rows(rows, cols))
-    peak, where = peak_bytes(ex.program, ex.plan, ex.sizes, ex.dtype.itemsize, blocked_bytes)
+        return workspace_bytes(rows, cols, dtype, threads, batch, block_rows)
+    peak, where = peak_bytes(program, schedule, sizes, dtype.itemsize, blocked_bytes)
     if peak > limit:
-        raise ex._error(TPLimitError, f"executing at this width needs about {peak / 2**30:.2f} GiB "
-                        f"per trial even with blocked matrices (the vectors alone), more than the "
-                        f"{limit / 2**30:.2f} GiB available; use a smaller width or --dtype float32",
-                        where)
-    return True, peak
+        raise _located(program, TPLimitError, f"executing at this width needs about {peak / 2**30:.2f} GiB "
+                       f"per trial even with blocked matrices (the vectors alone), more than the "
+                       f"{limit / 2**30:.2f} GiB available; use a smaller width or --dtype float32",
+                       where)
+    return peak

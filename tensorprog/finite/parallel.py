@@ -5,27 +5,22 @@ on the process that ran it: ``jobs=J`` returns bit-identical values to ``jobs=1`
 Workers are forked where the platform can (Linux: no re-import of ``__main__``,
 so a script without an ``if __name__ == "__main__"`` guard still works) and
 spawned elsewhere; each limits its BLAS to ``threads`` threads so that
-jobs × threads does not exceed the cores (``threadpoolctl`` if it is installed,
-else the OpenBLAS ``*_set_num_threads`` entry points found in the loaded
-libraries, plus the usual environment variables for libraries loaded later).
+jobs × threads does not exceed the cores (``threadpoolctl`` for the libraries already
+loaded, plus the usual environment variables for libraries loaded later).
 """
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import multiprocessing
 import os
-import re
 import sys
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Callable, Iterable, Iterator
 
+from threadpoolctl import threadpool_info, threadpool_limits
+
 _ENV_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
              "BLIS_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
-_SETTERS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
-            "openblas_set_num_threads64_", "openblas_set_num_threads")
-_GETTERS = ("scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads",
-            "openblas_get_num_threads64_", "openblas_get_num_threads")
 
 
 def cpu_count() -> int:
@@ -36,49 +31,19 @@ def cpu_count() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _openblas_libraries() -> list[ctypes.CDLL]:
-    try:
-        with open("/proc/self/maps") as f:
-            paths = sorted(set(re.findall(r"(/\S*openblas\S*\.so\S*)", f.read())))
-    except OSError:
-        return []
-    libs = []
-    for path in paths:
-        try:
-            libs.append(ctypes.CDLL(path, mode=getattr(os, "RTLD_NOLOAD", 0) | ctypes.RTLD_GLOBAL))
-        except OSError:
-            continue
-    return libs
-
-
 def blas_threads() -> int | None:
-    """The thread count of the (first) loaded OpenBLAS, or None if unknown."""
-    for lib in _openblas_libraries():
-        for name in _GETTERS:
-            fn = getattr(lib, name, None)
-            if fn is not None:
-                fn.restype = ctypes.c_int
-                return int(fn())
+    """The thread count of the (first) loaded BLAS, or None if none is found."""
+    for pool in threadpool_info():
+        if pool.get("user_api") == "blas":
+            return int(pool["num_threads"])
     return None
 
 
 def set_blas_threads(threads: int) -> None:
-    """Limit the BLAS thread pools of this process to ``threads`` (best effort)."""
+    """Limit the thread pools (BLAS, OpenMP) of this process to ``threads``, for good."""
     for var in _ENV_VARS:
         os.environ[var] = str(threads)
-    try:
-        from threadpoolctl import threadpool_limits
-        threadpool_limits(threads)
-        return
-    except Exception:            # not installed, or an unknown library layout
-        pass
-    for lib in _openblas_libraries():
-        for name in _SETTERS:
-            fn = getattr(lib, name, None)
-            if fn is not None:
-                fn.argtypes = [ctypes.c_int]
-                fn(int(threads))
-                break
+    threadpool_limits(limits=int(threads))
 
 
 def _restore_env(saved: dict[str, str | None]) -> None:
@@ -92,14 +57,13 @@ def _restore_env(saved: dict[str, str | None]) -> None:
 @contextlib.contextmanager
 def limited_blas(threads: int) -> Iterator[None]:
     """Within the block, BLAS uses at most ``threads`` threads (restored afterwards)."""
-    before = blas_threads()
     env = {v: os.environ.get(v) for v in _ENV_VARS}
-    set_blas_threads(threads)
+    for var in _ENV_VARS:
+        os.environ[var] = str(threads)
     try:
-        yield
+        with threadpool_limits(limits=int(threads)):
+            yield
     finally:
-        if before is not None:
-            set_blas_threads(before)
         _restore_env(env)
 
 

@@ -1,85 +1,66 @@
-"""Progress of long finite-width runs, on stderr.
+"""Progress of long finite-width runs: ``tqdm`` bars on stderr.
 
-``progress=None`` (the default) shows it only when the stream is a terminal, and
-only once the run has lasted ``delay`` seconds: one line rewritten in place
-(``3/16 trials done, 12.4 s`` or, inside a huge blocked product,
-``trial 1/2: step 2/3, W @ 2 vector(s), blocked, 45%, 80.1 s``) and erased at the end, so
-that it never mixes with the results.  ``progress=True`` forces it; on a stream
-that is not a terminal it then writes whole lines: one per finished trial and, in
-long blocked products, one every ``interval`` seconds.  ``progress=False`` (or a
-stream that is not a terminal, unforced) writes nothing.
+``progress=None`` (the default) shows a bar only when stderr is a terminal, and only
+once the run has lasted :data:`DELAY` seconds; it is erased at the end, so that it
+never mixes with the results.  ``progress=True`` forces it (also on a stream that is
+not a terminal) and leaves it in place; ``progress=False`` hides it.  Inside a huge
+blocked product the bar notes the step, e.g. ``trial 1: step 2/3, W @ 2 vector(s),
+blocked, 45%``.
 """
 from __future__ import annotations
 
 import sys
 import threading
 import time
-from typing import TextIO
+from types import TracebackType
+
+from tqdm.auto import tqdm
+
+#: an automatic bar (``progress=None``) appears only once the run has lasted this many seconds
+DELAY = 1.0
+#: the least seconds between two redraws of a bar
+MININTERVAL = 0.1
 
 
-def is_terminal(stream) -> bool:
-    try:
-        return bool(stream.isatty())
-    except (AttributeError, ValueError):
-        return False
+class ProgressBar:
+    """A bar over ``total`` items (trials, widths) on stderr, shown as ``progress`` says."""
 
-
-class Progress:
-    """A progress line for ``total`` trials (see the module docstring)."""
-
-    def __init__(self, total: int, enabled: bool | None = None, stream: TextIO | None = None,
-                 label: str = "trial", delay: float = 1.0, interval: float = 5.0) -> None:
-        self.stream = sys.stderr if stream is None else stream
-        self.tty = is_terminal(self.stream)
-        self.enabled = self.tty if enabled is None else bool(enabled)
-        self.delay = delay if enabled is None else 0.0
-        self.total, self.label, self.interval = int(total), label, interval
-        self.done = 0
-        self.start = time.perf_counter()
-        self._last = -float("inf")
-        self._shown = False
+    def __init__(self, total: int, progress: bool | None, desc: str = "trials", unit: str = "trial") -> None:
+        forced = progress is not None
+        self.bar = tqdm(total=int(total), desc=desc, unit=unit, file=sys.stderr,
+                        disable=None if progress is None else not progress, leave=bool(progress),
+                        delay=0.0 if forced else DELAY, mininterval=MININTERVAL)
+        self.enabled = not self.bar.disable
+        self._delay = 0.0 if forced else DELAY
+        self._start = time.monotonic()
+        self._noted = -float("inf")
         self._lock = threading.Lock()
 
-    def elapsed(self) -> float:
-        return time.perf_counter() - self.start
+    def advance(self) -> None:
+        """One more item done."""
+        self.bar.update(1)
 
-    def _write(self, text: str, final_line: bool) -> None:
-        if self.tty:
-            self.stream.write("\r" + text + "\x1b[K")
-        elif final_line:
-            self.stream.write(text + "\n")
-        else:
-            return
-        self.stream.flush()
-        self._shown = True
-
-    def trial_done(self, trial: int | None = None) -> None:
-        """One more trial finished (``trial``: its index, for the message)."""
+    def note(self, text: str, throttle: bool = True) -> None:
+        """Show ``text`` after the counts (at most every :data:`MININTERVAL` s if ``throttle``)."""
         if not self.enabled:
             return
         with self._lock:
-            self.done += 1
-            now = self.elapsed()
-            if now < self.delay:
+            now = time.monotonic()
+            if now - self._start < self._delay or (throttle and now - self._noted < MININTERVAL):
                 return
-            if self.tty and now - self._last < 0.1 and self.done < self.total:
-                return
-            self._last = now
-            self._write(f"{self.done}/{self.total} {self.label}s done, {now:.1f} s", final_line=True)
+            self._noted = now
+            self.bar.set_postfix_str(text)
 
     def step(self, trial: int, index: int, steps: int, what: str, fraction: float) -> None:
         """Inside trial ``trial`` (0-based), step ``index`` of ``steps`` is ``fraction`` done."""
-        if not self.enabled:
-            return
-        with self._lock:
-            now = self.elapsed()
-            if now < self.delay or now - self._last < (0.2 if self.tty else self.interval):
-                return
-            self._last = now
-            self._write(f"{self.label} {trial + 1}/{self.total}: step {index + 1}/{steps}, {what}, "
-                        f"{100 * fraction:.0f}%, {now:.1f} s", final_line=True)
+        self.note(f"trial {trial + 1}: step {index + 1}/{steps}, {what}, {100 * fraction:.0f}%")
 
     def close(self) -> None:
-        if self.enabled and self.tty and self._shown:
-            self.stream.write("\r\x1b[K")
-            self.stream.flush()
+        self.bar.close()
+
+    def __enter__(self) -> ProgressBar:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()

@@ -18,34 +18,44 @@ same statistics as a dense run, not the same numbers.
 A float32 run draws the float64 random numbers of the same seed and rounds them
 (``draw_dtype=float64`` of the samplers; blocked rows likewise), so it equals the
 float64 run to float32 precision: ``dtype`` is a precision switch only.  A non-finite
-value is reported at its statement with its cause (:mod:`.fn_numpy`): overflow,
+value is reported at its statement with its cause (:mod:`.evaluate`): overflow,
 division by zero or invalid operation, found by re-evaluating only on that error path.
 
-The implementation is split by responsibility; this module is the public entry
-(:func:`execute`, :class:`ExecResult`) and re-exports the names of the others:
+The pipeline, one module per stage; this one is the entry (:func:`execute`,
+:func:`map_trials`, :class:`ExecResult`) and re-exports the names of the others:
 
-* :mod:`.executor`: :class:`Executor`, one program at one width, trial by trial (the hot loop);
-* :mod:`.exec_memory`: dense or blocked, the per-trial peak (:func:`available_memory`,
-  ``AUTO_BLOCKED_MAX_ENTRIES``);
-* :mod:`.exec_workers`: trials in worker processes (:func:`resolve_jobs`, errors as values);
-* :mod:`.exec_options`: :func:`options`, the defaults of ``jobs``, ``blocked`` and ``progress``.
+* :mod:`.exec_options`: :class:`ExecOptions` and :func:`options` (``jobs``, ``blocked``,
+  ``progress``, ``block_rows``: explicit > ``options`` block > default);
+* :mod:`.plan`: :func:`plan_run`, the :class:`RunPlan` decided before a trial runs (with
+  :mod:`.schedule` and :mod:`.memory`);
+* :mod:`.executor`: :class:`Executor`, the interpreter of a plan, trial by trial (the hot loop);
+* :mod:`.workers` and :mod:`.parallel`: trials in worker processes; :mod:`.progress`: the bars.
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
 from dataclasses import dataclass, field
+from typing import Callable, TypeVar
 
 import numpy as np
 
 from .. import ir
 from ..errors import TPUsageError
-from .memory import AUTO_BLOCKED_MAX_ENTRIES, available_memory
-from .options import _UNSET, _option, options
-from .workers import resolve_jobs
-from .executor import Executor
 from .evaluate import eval_fn
+from .exec_options import UNSET, ExecOptions, options, resolve
+from .executor import Executor
+from .memory import AUTO_BLOCKED_MAX_ENTRIES, available_memory
+from .parallel import cpu_count, imap_unordered
+from .plan import RunPlan, plan_run
+from .progress import ProgressBar
+from .workers import Failure, TrialRunner, resolve_jobs
 
-__all__ = ["execute", "ExecResult", "OutputStats", "Executor", "options", "run_one", "resolve_jobs",
-           "available_memory", "AUTO_BLOCKED_MAX_ENTRIES", "eval_fn"]
+__all__ = ["execute", "map_trials", "ExecResult", "OutputStats", "Executor", "RunPlan", "plan_run",
+           "ExecOptions", "options", "UNSET", "run_one", "resolve_jobs", "available_memory",
+           "AUTO_BLOCKED_MAX_ENTRIES", "eval_fn"]
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -77,34 +87,71 @@ class ExecResult:
                             for k, o in self.outputs.items()}}
 
 
-def run_one(ex: "Executor", trial: int):
+def run_one(ex: Executor, trial: int) -> dict[str, object]:
     """The default work of a trial: its outputs."""
     return ex.run_trial(trial)
 
 
 def execute(program: ir.Program, n: int, trials: int = 1, seed: int = 0,
             matrix_dist: str | None = None, dtype=np.float64,
-            memory_limit: int | None = None, *, jobs=_UNSET, blocked=_UNSET, progress=_UNSET,
-            block_rows: int | None = None) -> ExecResult:
+            memory_limit: int | None = None, *, jobs=UNSET, blocked=UNSET, progress=UNSET,
+            block_rows=UNSET) -> ExecResult:
     """Run ``program`` at width ``n`` for ``trials`` independent trials.
 
     ``jobs`` worker processes run trials side by side (0: one per core; capped by the
     trials and by memory); the values are bit-identical to ``jobs=1``.  ``blocked``:
     None (default) uses blocked matrices only when the dense ones do not fit, True forces
-    them, False forbids them.  ``progress``: None shows progress on stderr when it is a
-    terminal, True always, False never (or a :class:`~.progress.Progress`).  Defaults for
-    the three come from :func:`options`."""
+    them, False forbids them.  ``progress``: None shows a bar on stderr when it is a
+    terminal, True always, False never.  Defaults come from :func:`options`."""
     if isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or trials < 1:
         raise TPUsageError("trials must be at least 1", file=program.file)
-    jobs = _option("jobs", jobs, 1)
-    progress = _option("progress", progress, None)
-    ex = Executor(program, n, seed, dtype, matrix_dist, memory_limit, blocked=blocked,
-                  block_rows=block_rows)
-    per_trial = ex.map_trials(run_one, trials, jobs, progress)
-    result = ExecResult(n, trials, seed, dtype=np.dtype(dtype).name, matrix_dist=matrix_dist,
-                        blocked=ex.blocked)
+    opts = resolve(jobs=jobs, blocked=blocked, progress=progress, block_rows=block_rows)
+    plan = plan_run(program, n, seed, dtype, matrix_dist, memory_limit, blocked=opts.blocked,
+                    block_rows=opts.block_rows)
+    per_trial = map_trials(plan, run_one, trials, opts.jobs, opts.progress)
+    result = ExecResult(n, trials, seed, dtype=plan.dtype.name, matrix_dist=matrix_dist,
+                        blocked=plan.blocked)
     for o in program.outputs:
         values = [r[o.name] for r in per_trial]
         std = float(np.std(values, ddof=1)) if trials > 1 else 0.0
         result.outputs[o.name] = OutputStats(float(np.mean(values)), std, values)
     return result
+
+
+def map_trials(plan: RunPlan, func: Callable[[Executor, int], T], trials: int, jobs=1,
+               progress: bool | None = None, desc: str = "trials") -> list[T]:
+    """``[func(Executor(plan), t) for t in range(trials)]``, with ``jobs`` worker processes (0:
+    one per core; capped by the trials and by memory: per-trial peak × jobs ≤ the limit).
+    Every worker interprets the same plan, so values are bit-identical to jobs=1; ``func``
+    must be picklable where workers are spawned (not forked).  ``progress`` as for
+    :func:`execute` (a bar named ``desc``); the first failing trial's error is raised."""
+    jobs = resolve_jobs(jobs, trials, plan.peak, plan.memory_limit, plan.program.file)
+    plan = dataclasses.replace(plan, threads=max(1, cpu_count() // jobs))
+    with ProgressBar(trials, progress, desc) as bar:
+        if jobs == 1:
+            ex = Executor(plan, on_step=bar.step if bar.enabled else None)
+            out = []
+            for t in range(trials):
+                out.append(func(ex, t))
+                bar.advance()
+            return out
+        return _in_workers(plan, func, trials, jobs, bar)
+
+
+def _in_workers(plan: RunPlan, func: Callable[[Executor, int], T], trials: int, jobs: int,
+                bar: ProgressBar) -> list[T]:
+    """:func:`map_trials` in ``jobs`` worker processes; the error is the one jobs=1 raises
+    (that of the first failing trial, once every earlier trial is done)."""
+    runner = TrialRunner(func, functools.partial(Executor, plan))
+    out: list = [None] * trials
+    finished = [False] * trials
+    failed: dict[int, Failure] = {}
+    for t, value in imap_unordered(runner.factory, range(trials), jobs, plan.threads):
+        if isinstance(value, Failure):
+            failed[t] = value
+        else:
+            out[t], finished[t] = value, True
+            bar.advance()
+        if failed and all(finished[:min(failed)]):
+            raise failed[min(failed)].error()
+    return out

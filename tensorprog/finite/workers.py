@@ -1,61 +1,63 @@
 """Trials in worker processes: how many workers, what each one runs, how its errors come back.
 
 Trial t draws from its own streams (``SeedSequence(seed, spawn_key=(t, var))``), so a
-worker that builds its own :class:`~.executor.Executor` (same program, width, seed and
-mode) computes exactly the values of a serial run; only the number of workers changes:
-at most one per trial, and at most as many as fit in memory side by side.
+worker that interprets the same :class:`~.plan.RunPlan` computes exactly the values of a
+serial run; only the number of workers changes: at most one per trial, and at most as
+many as fit in memory side by side.  This module knows nothing of the interpreter: a
+:class:`TrialRunner` is handed the function that builds it.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Callable, Generic, TypeVar
 
 import numpy as np
 
 from ..errors import TPError, TPUsageError
 from .parallel import cpu_count
 
-if TYPE_CHECKING:
-    from .executor import Executor
-
-
-class _TrialRunner:
-    """The per-process callable of a parallel run: builds its Executor once, then runs
-    ``func(executor, trial)``.  Errors come back as values (a TPError's position does not
-    survive pickling)."""
-
-    def __init__(self, func, program, n, seed, dtype, matrix_dist, blocked, threads, block_rows) -> None:
-        self.func = func
-        self.args = (program, n, seed, dtype, matrix_dist)
-        self.kwargs = {"memory_limit": 1 << 62, "blocked": blocked, "threads": threads,
-                       "block_rows": block_rows}
-        self.ex: Executor | None = None
-
-    def __call__(self, trial: int):
-        try:
-            if self.ex is None:
-                from .executor import Executor  # executor imports this module
-                self.ex = Executor(*self.args, **self.kwargs)
-            return self.func(self.ex, trial)
-        except TPError as err:
-            return _Failure(type(err), err.message, err.line, err.col, err.file, err.source)
-
-    def build(self):                         # the factory: this object itself, in the worker
-        return self
+E = TypeVar("E")
 
 
 @dataclass(frozen=True)
-class _Failure:
-    """A TPError of a worker, as a picklable value (:meth:`error` rebuilds it, position included)."""
-    cls: type
+class Failure:
+    """A TPError of a worker, as a picklable value (:meth:`error` rebuilds it, position included:
+    a TPError's position does not survive pickling)."""
+    cls: type[TPError]
     message: str
     line: int
     col: int
     file: str
     source: str | None
 
+    @classmethod
+    def of(cls, err: TPError) -> Failure:
+        return cls(type(err), err.message, err.line, err.col, err.file, err.source)
+
     def error(self) -> TPError:
         return self.cls(self.message, self.line, self.col, self.file, self.source)
+
+
+class TrialRunner(Generic[E]):
+    """The per-process callable of a parallel run: ``build()`` makes its interpreter once (in
+    the worker), then each call runs ``func(interpreter, trial)``; a TPError comes back as a
+    :class:`Failure`.  ``func`` and ``build`` must be picklable where workers are spawned."""
+
+    def __init__(self, func: Callable[[E, int], object], build: Callable[[], E]) -> None:
+        self.func, self.build = func, build
+        self.interpreter: E | None = None
+
+    def __call__(self, trial: int) -> object:
+        try:
+            if self.interpreter is None:
+                self.interpreter = self.build()
+            return self.func(self.interpreter, trial)
+        except TPError as err:
+            return Failure.of(err)
+
+    def factory(self) -> TrialRunner[E]:
+        """The per-process factory of :func:`~.parallel.imap_unordered`: this runner itself."""
+        return self
 
 
 def resolve_jobs(jobs, trials: int, peak: int, limit: int, file: str = "<string>") -> int:

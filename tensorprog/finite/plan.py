@@ -1,0 +1,87 @@
+"""The plan of a finite-width run: everything decided before a trial runs.
+
+:func:`plan_run` checks the arguments, sizes every dimension (``round(ratio · n)``, at
+least 1), applies ``matrix_dist`` to every matrix law, schedules the equations
+(:mod:`.schedule`) and chooses dense or blocked matrices within the memory limit
+(:mod:`.memory`).  The result, a frozen :class:`RunPlan`, is plain data: an
+:class:`~.executor.Executor` interprets it, in this process or in a worker.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import distributions as D
+from .. import ir
+from ..distributions.blocked import default_block_rows
+from ..errors import TPUsageError
+from .memory import choose_mode, default_limit
+from .parallel import cpu_count
+from .schedule import Plan, make_plan
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """One program at one width: sizes, matrix laws, schedule and memory mode.
+
+    ``peak``: the bytes one trial needs at most; ``threads``: threads generating the
+    stripes of a blocked matrix; ``block_rows``: rows per block (None: from the shape)."""
+    program: ir.Program
+    seed: int
+    dtype: np.dtype
+    sizes: dict[str, int]
+    specs: dict[int, D.DistSpec]
+    schedule: Plan
+    blocked: bool
+    peak: int
+    memory_limit: int
+    threads: int
+    block_rows: int | None = None
+
+    def rows_per_block(self, rows: int, cols: int) -> int:
+        """Rows per generated block of a blocked rows × cols matrix."""
+        return self.block_rows or default_block_rows(rows, cols, self.dtype)
+
+
+def plan_run(program: ir.Program, n: int, seed: int, dtype, matrix_dist: str | None,
+             memory_limit: int | None = None, blocked: bool | None = None, threads: int | None = None,
+             block_rows: int | None = None) -> RunPlan:
+    """The :class:`RunPlan` of ``program`` at width ``n``.  ``blocked``: None chooses (dense if
+    it fits, else blocked), True forces blocked matrices, False dense ones; ``memory_limit``
+    (default: 90% of the available memory) bounds one trial; ``threads`` (default: every
+    core) generate a blocked matrix's stripes.  Errors are TPUsageError / TPLimitError."""
+    dtype = _check(program, n, seed, dtype, blocked)
+    sizes = {w: max(1, int(round(r * n))) for w, r in program.dims.items()}
+    specs = matrix_specs(program, matrix_dist)
+    schedule = make_plan(program)
+    threads = cpu_count() if threads is None else max(1, int(threads))
+    limit = default_limit() if memory_limit is None else memory_limit
+    blocked, peak = choose_mode(program, schedule, sizes, specs, dtype, limit, blocked, threads, block_rows)
+    return RunPlan(program, seed, dtype, sizes, specs, schedule, blocked, peak, limit, threads, block_rows)
+
+
+def _check(program: ir.Program, n: int, seed: int, dtype, blocked: bool | None) -> np.dtype:
+    """The checked arguments of :func:`plan_run`; the dtype as a numpy dtype."""
+    if n < 1:
+        raise TPUsageError("the width n must be at least 1", file=program.file)
+    if seed < 0:
+        raise TPUsageError(f"the seed must be a non-negative integer, not {seed}", file=program.file)
+    dtype = np.dtype(dtype)
+    if dtype not in (np.float64, np.float32):
+        raise TPUsageError(f"dtype must be float64 or float32, not {dtype}", file=program.file)
+    if blocked not in (None, True, False):
+        raise TPUsageError(f"blocked must be True, False or None (automatic), not {blocked!r}",
+                           file=program.file)
+    return dtype
+
+
+def matrix_specs(program: ir.Program, family: str | None) -> dict[int, D.DistSpec]:
+    """Matrix var -> its law, with the family swapped to ``family`` (variance kept) if given."""
+    specs = {e.var: e.dist for e in program.eqns if isinstance(e, ir.Matrix)}
+    if family is None:
+        return specs
+    try:
+        return {v: D.with_family(s, family) for v, s in specs.items()}
+    except D.DistributionError as err:
+        raise TPUsageError(f"--matrix-dist: {err}", file=program.file) from None
