@@ -8,6 +8,7 @@ import sys
 from typing import Sequence
 
 from .errors import TPError, TPUsageError
+from .expect.budget import Budget
 
 
 def _define(text: str) -> tuple[str, float]:
@@ -40,19 +41,19 @@ def _parser() -> argparse.ArgumentParser:
     ex.add_argument("--matrix-dist", default=None, help="swap the family of every matrix")
     ex.add_argument("--dtype", choices=["float64", "float32"], default="float64")
     _scale_flags(ex)
-    ex.add_argument("--progress", action="store_true", default=None,
-                    help="progress on stderr (default: only when stderr is a terminal)")
     ex.add_argument("--json", action="store_true")
     co = command("compile", "the Master Theorem recurrence and the limit of every out")
     co.add_argument("--symbolic", action="store_true", help="exact closed forms where they exist")
     co.add_argument("--emit", choices=["text", "json", "latex"], default="text")
-    co.add_argument("--tol", type=float, default=1e-10, help="target error of numerical expectations")
-    co.add_argument("--max-qmc-points", type=_positive, default=2**20,
-                    help="quasi-Monte Carlo points per expectation at most (default 2^20)")
-    co.add_argument("--max-quad-points", type=_positive, default=2_000_000,
-                    help="largest tensor quadrature grid; beyond it, QMC (default 2e6)")
-    co.add_argument("--max-expand-size", type=_positive, default=100_000,
-                    help="largest symbolic expansion tried for a closed form (default 1e5 terms)")
+    budget = Budget()                      # the defaults live in tensorprog/expect/budget.py only
+    co.add_argument("--tol", type=float, default=budget.tol,
+                    help="target error of numerical expectations (default %(default)g)")
+    co.add_argument("--max-qmc-points", type=_positive, default=budget.max_qmc_points,
+                    help="quasi-Monte Carlo points per expectation at most (default %(default)d)")
+    co.add_argument("--max-quad-points", type=_positive, default=budget.max_quad_points,
+                    help="largest tensor quadrature grid; beyond it, QMC (default %(default)d)")
+    co.add_argument("--max-expand-size", type=_positive, default=budget.max_expand_size,
+                    help="largest symbolic expansion tried for a closed form (default %(default)d terms)")
     cv = command("converge", "finite width against the limit at several widths, with the fitted rate")
     cv.add_argument("--widths", type=_widths, required=True, metavar="N1,N2,...",
                     help="comma-separated widths, e.g. 256,512,1024")
@@ -63,8 +64,6 @@ def _parser() -> argparse.ArgumentParser:
     _scale_flags(cv)
     cv.add_argument("--plot", metavar="OUT.png", default=None,
                     help="write a log-log plot of the deviation against the width (needs matplotlib)")
-    cv.add_argument("--progress", action="store_true",
-                    help="one line per width on stderr (default: only when stderr is a terminal)")
     cv.add_argument("--json", action="store_true")
     tb = command("tailbound", "Theorem 4.3.1's tail bound (Golikov's thesis, ch. 4) against the empirical tail")
     tb.add_argument("--output", required=True, help="an output c = mean(chi(g)**2) of the class")
@@ -96,11 +95,14 @@ def _scale_flags(p: argparse.ArgumentParser, jobs: bool = True) -> None:
     p.add_argument("--blocked", action=argparse.BooleanOptionalAction, default=None,
                    help="regenerate matrices block by block instead of storing them (other random "
                         "numbers, same laws); default: only when the dense matrices do not fit")
+    p.add_argument("--progress", action="store_true", default=None,
+                   help="a progress bar on stderr (default: only when stderr is a terminal)")
 
 
-def _options(args):
-    from .finite.run import options
-    opts = {"blocked": args.blocked}
+def _options(args, **extra):
+    """The execution options of the command line (``extra``: more of them) for a ``with`` block."""
+    from .finite import options
+    opts = {"blocked": args.blocked, **extra}
     if getattr(args, "jobs", None) is not None:
         opts["jobs"] = args.jobs
     return options(**opts)
@@ -177,10 +179,9 @@ def cmd_converge(args) -> str:
         from .tools.plot import require_matplotlib
         require_matplotlib()                     # fail before the long run, not after
     program = _load(args)
-    progress = sys.stderr if args.progress or sys.stderr.isatty() else None
     with _options(args):
         result = converge(program, args.widths, trials=args.trials, seed=args.seed,
-                          matrix_dist=args.matrix_dist, dtype=args.dtype, progress=progress)
+                          matrix_dist=args.matrix_dist, dtype=args.dtype, progress=args.progress)
     if args.plot:
         from .tools.plot import plot_convergence
         plot_convergence(result, args.plot)
@@ -192,7 +193,7 @@ def cmd_converge(args) -> str:
 def cmd_kernel(args) -> str:
     from .tools.kernel import kernel, load_inputs
     X = load_inputs(args.inputs)
-    with _options(args):
+    with _options(args, progress=args.progress):
         result = kernel(args.file, X, n=args.width, trials=args.trials, seed=args.seed,
                         matrix_dist=args.matrix_dist, dtype=args.dtype, **dict(args.defines))
     if args.out:

@@ -8,7 +8,9 @@ from typing import Mapping
 import numpy as np
 
 from . import ir
-from .errors import TPLoadError
+from .errors import TPLoadError, TPUsageError
+from .expect.budget import Budget
+from .finite.exec_options import UNSET
 from .finite.run import ExecResult, execute
 from .lang.lower import lower
 from .lang.parser import parse_text
@@ -25,32 +27,36 @@ class Program:
         return [o.name for o in self.ir.outputs]
 
     def execute(self, n: int, trials: int = 1, seed: int = 0, matrix_dist: str | None = None,
-                dtype=np.float64, memory_limit: int | None = None, **options) -> ExecResult:
-        """Finite width: run at width ``n`` over ``trials`` independent seeds.  ``options``:
-        ``jobs``, ``blocked``, ``progress`` (see :func:`tensorprog.execute.execute`)."""
-        return execute(self.ir, n, trials, seed, matrix_dist, dtype, memory_limit, **options)
+                dtype=np.float64, memory_limit: int | None = None, *, jobs=UNSET, blocked=UNSET,
+                progress=UNSET, block_rows=UNSET) -> ExecResult:
+        """Finite width: run at width ``n`` over ``trials`` independent seeds.  ``jobs``,
+        ``blocked``, ``progress`` (and ``block_rows``): see :func:`tensorprog.finite.run.execute`;
+        those not given come from :func:`tensorprog.finite.options`."""
+        return execute(self.ir, n, trials, seed, matrix_dist, dtype, memory_limit, jobs=jobs,
+                       blocked=blocked, progress=progress, block_rows=block_rows)
 
-    def compile(self, symbolic: bool = False, tol: float = 1e-10, max_qmc_points: int = 2**20,
-                seed: int = 0, max_quad_points: int = 2_000_000, max_expand_size: int = 100_000):
+    def compile(self, symbolic: bool = False, **budget: float):
         """Infinite width: the Master Theorem recurrence (``.limit()`` gives the values).
 
-        ``tol``: target error of each numerical expectation; ``max_qmc_points``: the
-        budget of quasi-Monte Carlo points per expectation; ``max_quad_points``: the
-        largest tensor quadrature grid (beyond it, QMC); ``max_expand_size``: the largest
-        symbolic expansion tried for a closed form (beyond it, numerics).  A [budget]
-        warning names the option whenever a limit was reached."""
+        ``symbolic``: closed forms where they exist (params that enter only initial covariances
+        stay symbols).  ``budget``: the fields of :class:`tensorprog.expect.budget.Budget`, whose
+        defaults are there: ``tol``, the target error of each numerical expectation;
+        ``max_qmc_points``, the budget of quasi-Monte Carlo points per expectation;
+        ``max_quad_points``, the largest tensor quadrature grid (beyond it, QMC);
+        ``max_expand_size``, the largest symbolic expansion tried for a closed form (beyond
+        it, numerics); ``seed``, the seed of the randomized QMC rules.  A [budget] warning
+        names the option whenever a limit was reached.  An unknown keyword raises TPUsageError."""
         from .limit.compiler import compile_program
-        options = dict(tol=tol, max_qmc_points=max_qmc_points, seed=seed,
-                       max_quad_points=max_quad_points, max_expand_size=max_expand_size)
+        limits = _budget(budget, self.ir.file)
         if not symbolic:
-            return compile_program(self.ir, **options)
+            return compile_program(self.ir, budget=limits)
         from .limit.symbolic_params import symbolic_covariances
         covs, values = symbolic_covariances(self.ir)
-        return compile_program(self.ir, symbolic=True, symbolic_covs=covs, param_values=values, **options)
+        return compile_program(self.ir, symbolic=True, budget=limits, symbolic_covs=covs, param_values=values)
 
-    def limit(self, **options):
-        """``compile(**options).limit()``."""
-        return self.compile(**options).limit()
+    def limit(self, symbolic: bool = False, **budget: float):
+        """``compile(symbolic, **budget).limit()``."""
+        return self.compile(symbolic, **budget).limit()
 
     def summary(self) -> dict[str, int]:
         """Number of equations of each kind."""
@@ -61,6 +67,19 @@ class Program:
 
     def __str__(self) -> str:
         return str(self.ir)
+
+
+def _budget(options: Mapping[str, float], file: str) -> Budget:
+    """The Budget of ``compile``'s keywords (TPUsageError for an unknown one or a bad value)."""
+    unknown = sorted(set(options) - set(Budget.names()))
+    if unknown:
+        raise TPUsageError(f"compile() got unknown option{'s' if len(unknown) > 1 else ''} "
+                           f"{', '.join(unknown)}; the options are symbolic, {', '.join(Budget.names())}",
+                           file=file)
+    try:
+        return Budget(**options)
+    except ValueError as err:
+        raise TPUsageError(str(err), file=file) from None
 
 
 def parse(text: str, file: str = "<string>", base_dir: str | None = None,

@@ -14,7 +14,9 @@ import sympy as sp
 from scipy import integrate
 
 import tensorprog as tp
-from tensorprog.expect.engine import Estimate, Law, expect, expect_batch, expect_many
+from tensorprog.expect.batch import expect_batch
+from tensorprog.expect.budget import Budget
+from tensorprog.expect.engine import Estimate, Law, expect, expect_many
 from tensorprog.expect.exact import closed_form_blocker, odd_in_a_kinked_sign, wick
 from tensorprog.expect.linalg import Matrix
 from tensorprog.expect.reduce import distribute
@@ -64,7 +66,7 @@ def test_exp_of_sin_in_a_program():
 def test_kink_of_a_non_polynomial_argument_in_two_dimensions():
     """relu(x·tanh(y)): the 2-D quadrature asks for the kink lines, and the argument is not piecewise
     affine (affine_pieces used to call sp.Poly on it and raise PolynomialError)."""
-    est = expect(Relu(x * sp.tanh(y)), [x, y], [[1, 0], [0, 1]], tol=1e-8)
+    est = expect(Relu(x * sp.tanh(y)), [x, y], [[1, 0], [0, 1]], budget=Budget(tol=1e-8))
     # x·tanh(y) is symmetric, so E relu = E|x tanh y|/2 = E|x| E|tanh y|/2
     truth = math.sqrt(2 / math.pi) * quad1(lambda t: abs(math.tanh(t)), pts=[0.0]) / 2
     assert abs(est.value - truth) <= max(est.error, 1e-8)
@@ -98,7 +100,7 @@ def test_job_with_exp_of_minus_square_on_a_laplace_law_is_finite():
 def test_a_tied_product_is_not_multiplied_out():
     """(x + u)·tanh(x·u): the plain factor tanh(xu) ties x and u in every term, so splitting the sum
     cannot separate them: one job, not two."""
-    est = expect((x + u) * sp.cosh(x * u / 2), [x], [[1]], {u: Law("uniform", 1)}, tol=1e-9)
+    est = expect((x + u) * sp.cosh(x * u / 2), [x], [[1]], {u: Law("uniform", 1)}, budget=Budget(tol=1e-9))
     A = math.sqrt(3)
     f = lambda t, s: (t + s) * math.cosh(t * s / 2) * math.exp(-t * t / 2) / math.sqrt(2 * math.pi) / (2 * A)
     truth = integrate.dblquad(f, -A, A, -12, 12, epsabs=1e-12)[0]
@@ -202,7 +204,7 @@ def test_inverse_powers_of_a_quadratic_form_go_to_numerics_quickly():
     e = (hs[0] - m) * (hs[1] - m) * (1 - (hs[0] - m) ** 2 / (s2 + R(1, 100))) * (s2 + R(1, 100)) ** R(-3, 2)
     cov = [[1 if i == j else R(1, 2) for j in range(4)] for i in range(4)]
     t0 = time.perf_counter()
-    est = expect(e, hs, cov, tol=1e-4, max_qmc_points=2 ** 16)
+    est = expect(e, hs, cov, budget=Budget(tol=1e-4, max_qmc_points=2 ** 16))
     assert time.perf_counter() - t0 < 20
     assert est.method in ("quadrature", "qmc") and np.isfinite(est.value)
 
@@ -225,13 +227,13 @@ def test_max_expand_size_sends_a_closed_form_to_numerics_and_says_so():
     truth = (math.sqrt(0.75) + (math.pi - math.acos(0.5)) * 0.5) / (2 * math.pi)
     exact = expect(Relu(x) * Relu(y), [x, y], cov)
     assert exact.method == "exact" and exact.budget == () and abs(exact.value - truth) < 1e-15
-    est = expect(Relu(x) * Relu(y), [x, y], cov, max_expand_size=5)
+    est = expect(Relu(x) * Relu(y), [x, y], cov, budget=Budget(max_expand_size=5))
     assert est.method != "exact" and "max_expand_size" in est.budget
     assert abs(est.value - truth) <= max(est.error, 1e-12)
-    est = expect(x ** 40 * y ** 40, [x, y], cov, max_expand_size=100)    # Wick over 41² monomials
+    est = expect(x ** 40 * y ** 40, [x, y], cov, budget=Budget(max_expand_size=100))    # Wick over 41² monomials
     assert est.method != "exact" and "max_expand_size" in est.budget
     with pytest.raises(ValueError, match="max_expand_size"):
-        expect(x, [x], [[1]], max_expand_size=0)
+        expect(x, [x], [[1]], budget=Budget(max_expand_size=0))
 
 
 def test_max_quad_points_bounds_the_grid_and_says_so():
@@ -239,27 +241,27 @@ def test_max_quad_points_bounds_the_grid_and_says_so():
     truth = quad1(lambda t: math.tanh(t + 1) ** 2)
     ok = expect(f, [x], [[1]])
     assert ok.method == "quadrature" and ok.budget == () and abs(ok.value - truth) <= max(ok.error, 1e-13)
-    est = expect(f, [x], [[1]], max_quad_points=10, max_qmc_points=2 ** 12)
+    est = expect(f, [x], [[1]], budget=Budget(max_quad_points=10, max_qmc_points=2 ** 12))
     assert est.method == "qmc" and set(est.budget) == {"max_quad_points", "max_qmc_points"}
     assert abs(est.value - truth) <= est.error
-    loose = expect(f, [x], [[1]], max_quad_points=10, max_qmc_points=2 ** 12, tol=0.1)
+    loose = expect(f, [x], [[1]], budget=Budget(max_quad_points=10, max_qmc_points=2 ** 12, tol=0.1))
     assert loose.budget == ()                 # the budget stopped it, but within the target: no report
     with pytest.raises(ValueError, match="max_quad_points"):
-        expect(f, [x], [[1]], max_quad_points=0)
+        expect(f, [x], [[1]], budget=Budget(max_quad_points=0))
 
 
 def test_budgets_through_expect_many_and_expect_batch():
-    ests = expect_many([sp.tanh(x) ** 2, sp.cos(x) * sp.tanh(x) ** 2], [x], [[1]], max_quad_points=10,
-                       max_qmc_points=2 ** 12)
+    ests = expect_many([sp.tanh(x) ** 2, sp.cos(x) * sp.tanh(x) ** 2], [x], [[1]],
+                       budget=Budget(max_quad_points=10, max_qmc_points=2 ** 12))
     assert all("max_quad_points" in e.budget for e in ests)
     covs = np.array([[[1.0, r], [r, 1.0]] for r in (0.1, 0.5)])
-    info: dict = {}
-    v, e, m = expect_batch(sp.tanh(x) * sp.tanh(y) * sp.exp(-AbsF(x - y)), [x, y], covs, max_quad_points=10,
-                           max_qmc_points=2 ** 12, info=info)
-    assert "max_quad_points" in info["budget"] and np.all(np.isfinite(v))
-    info = {}
-    v, e, m = expect_batch(Relu(x) * Relu(y), [x, y], covs, max_expand_size=5, info=info)
-    assert "max_expand_size" in info["budget"]
+    res = expect_batch(sp.tanh(x) * sp.tanh(y) * sp.exp(-AbsF(x - y)), [x, y], covs,
+                       budget=Budget(max_quad_points=10, max_qmc_points=2 ** 12))
+    v, e, m = res.values, res.errors, res.methods
+    assert "max_quad_points" in res.budget and np.all(np.isfinite(v))
+    res = expect_batch(Relu(x) * Relu(y), [x, y], covs, budget=Budget(max_expand_size=5))
+    v, e, m = res.values, res.errors, res.methods
+    assert "max_expand_size" in res.budget
     truth = [(math.sqrt(1 - r * r) + (math.pi - math.acos(r)) * r) / (2 * math.pi) for r in (0.1, 0.5)]
     assert np.all(np.abs(v - truth) <= np.maximum(e, 1e-12))
 
@@ -276,9 +278,9 @@ def test_qmc_flags_an_integrand_of_infinite_variance():
     xs = sp.symbols("x1:5", real=True)
     cov = [[1 if i == j else R(1, 2) for j in range(4)] for i in range(4)]
     rest = sp.cos(xs[1] * xs[2] * xs[3])
-    heavy = expect(AbsF(xs[0]) ** R(-7, 10) * rest, xs, cov, tol=1e-6, max_qmc_points=2 ** 18)
-    light = expect(AbsF(xs[0]) ** R(-4, 10) * rest, xs, cov, tol=1e-6, max_qmc_points=2 ** 18)
+    heavy = expect(AbsF(xs[0]) ** R(-7, 10) * rest, xs, cov, budget=Budget(tol=1e-6, max_qmc_points=2 ** 18))
+    light = expect(AbsF(xs[0]) ** R(-4, 10) * rest, xs, cov, budget=Budget(tol=1e-6, max_qmc_points=2 ** 18))
     assert heavy.method == light.method == "qmc"
     assert heavy.heavy_tail and not light.heavy_tail
-    smooth = expect(sp.tanh(xs[0] + xs[1]) * rest, xs, cov, tol=1e-6, max_qmc_points=2 ** 18)
+    smooth = expect(sp.tanh(xs[0] + xs[1]) * rest, xs, cov, budget=Budget(tol=1e-6, max_qmc_points=2 ** 18))
     assert not smooth.heavy_tail

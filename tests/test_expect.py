@@ -10,6 +10,7 @@ import pytest
 import sympy as sp
 from scipy import integrate, special, stats
 
+from tensorprog.expect.budget import Budget
 from tensorprog.expect.engine import Estimate, Law, expect, expect_many
 from tensorprog.symbolic.heads import AbsF, Delta, Gelu, LeakyRelu, Relu, Sign, Step
 
@@ -320,11 +321,11 @@ def test_qmc_six_dimensions():
     exprs = [sp.Mul(*g), sp.Mul(*[sp.cos(t) for t in g]), Relu(g[0]) * Relu(g[1]) * g[2] ** 2]
     truths = [hafnian_moment(S), np.mean(np.exp(-0.5 * np.einsum("ki,ij,kj->k", signs, S, signs))),
               expect(exprs[2], g, M(S.tolist())).value]
-    ests = expect_many(exprs, g, M(S.tolist()), exact=False, tol=1e-6, max_qmc_points=2 ** 18)
+    ests = expect_many(exprs, g, M(S.tolist()), exact=False, budget=Budget(tol=1e-6, max_qmc_points=2 ** 18))
     for est, truth in zip(ests, truths):
         assert est.method == "qmc" and abs(est.value - truth) < 5 * est.error, (est, truth)
         assert est.error < 5e-3 * max(1, abs(truth))
-    again = expect_many(exprs, g, M(S.tolist()), exact=False, tol=1e-6, max_qmc_points=2 ** 18)
+    again = expect_many(exprs, g, M(S.tolist()), exact=False, budget=Budget(tol=1e-6, max_qmc_points=2 ** 18))
     assert again == ests
     # functions of one linear form are integrated over that single direction
     s, var = sum(g), float(S.sum())
@@ -367,17 +368,19 @@ def test_input_errors():
 
 
 def test_expect_batch_over_a_dataset():
-    from tensorprog.expect.engine import expect_batch
+    from tensorprog.expect.batch import expect_batch
     X = np.random.default_rng(2).normal(size=(6, 3))
     K = X @ X.T / 3
     pairs = [(i, j) for i in range(6) for j in range(6)]
     covs = np.array([[[K[i, i], K[i, j]], [K[i, j], K[j, j]]] for i, j in pairs])
-    vals, errs, methods = expect_batch(Relu(x) * Relu(y), [x, y], covs)
+    res = expect_batch(Relu(x) * Relu(y), [x, y], covs)
+    vals, errs, methods = res.values, res.errors, res.methods
     assert set(methods) == {"exact"}
     for (i, j), v in zip(pairs, vals):
         rho = np.clip(K[i, j] / np.sqrt(K[i, i] * K[j, j]), -1, 1)
         assert v == pytest.approx(arccos1(K[i, i], K[j, j], rho), abs=1e-12)     # incl. ρ = 1 (i = j)
-    vals, errs, methods = expect_batch(sp.tanh(x) * sp.tanh(y), [x, y], covs)
+    res = expect_batch(sp.tanh(x) * sp.tanh(y), [x, y], covs)
+    vals, errs, methods = res.values, res.errors, res.methods
     assert set(methods) == {"quadrature"} and errs.max() < 1e-9
     for p in (0, 7, 20):
         i, j = pairs[p]
@@ -389,11 +392,12 @@ def test_expect_batch_over_a_dataset():
 def test_many_rademacher_and_high_dimensional_laws():
     us = sp.symbols("r0:12", real=True)
     laws = {r: Law("rademacher") for r in us}
-    est = expect(sp.tanh(sum(us) / 4) ** 2, [], M([]), laws, tol=1e-5)
+    est = expect(sp.tanh(sum(us) / 4) ** 2, [], M([]), laws, budget=Budget(tol=1e-5))
     n = len(us)
     truth = sum(math.comb(n, k) * math.tanh((2 * k - n) / 4) ** 2 for k in range(n + 1)) / 2 ** n
     assert est.method == "qmc" and abs(est.value - truth) < 5 * est.error
-    est = expect(sp.tanh(x + u + w) ** 2, [x], M([[1]]), {u: Law("uniform"), w: Law("laplace")}, tol=1e-9)
+    est = expect(sp.tanh(x + u + w) ** 2, [x], M([[1]]), {u: Law("uniform"), w: Law("laplace")},
+                 budget=Budget(tol=1e-9))
     assert est.method == "quadrature" and est.error < 1e-9
 
 

@@ -96,9 +96,9 @@ def test_finite_width_kernel_converges(data):
 
 
 def test_finite_kernel_jobs_are_bit_identical(data, tmp_path):
-    """Trials in worker processes (tp.kernel under execute.options(jobs=2), and tpc kernel -j 2)
+    """Trials in worker processes (tp.kernel under tensorprog.finite.options(jobs=2), and tpc kernel -j 2)
     give the same matrices as one process."""
-    from tensorprog.finite.run import options
+    from tensorprog.finite import options
     X = data[:5]
     one = tp.kernel(TEMPLATE, X, L=2, n=128, trials=3, seed=4)
     with options(jobs=2):

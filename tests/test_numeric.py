@@ -156,8 +156,8 @@ def test_qmc_is_reproducible_and_honest():
     f = lambda *t: np.atleast_2d(np.maximum(sum(t), 0.0))           # E relu(N(0, 6)) = √(6/2π)
     a = qmc(f, coords, lambda q: 1e-12 + 0 * q, 2 ** 18, seed=3)
     b = qmc(f, coords, lambda q: 1e-12 + 0 * q, 2 ** 18, seed=3)
-    assert a[0][0] == b[0][0] and a[1][0] == b[1][0]
-    assert abs(a[0][0] - np.sqrt(6 / (2 * np.pi))) < 5 * a[1][0] and a[1][0] < 1e-3
+    assert a.values[0] == b.values[0] and a.errors[0] == b.errors[0]
+    assert abs(a.values[0] - np.sqrt(6 / (2 * np.pi))) < 5 * a.errors[0] and a.errors[0] < 1e-3
 
 
 @pytest.mark.parametrize("budget", [300, 800, 3000])

@@ -82,7 +82,7 @@ def growth(expr: sp.Expr, u: sp.Symbol) -> float:
             out = 0.0
         elif isinstance(e, sp.log):
             out = 1e-9 if g(e.args[0]) > 0 else 0.0
-        elif isinstance(e, sp.exp) and _bounded_above(e.args[0]):
+        elif isinstance(e, sp.exp) and bounded_above(e.args[0]):
             out = 0.0
         else:
             out = 0.0 if all(g(a) == 0 for a in e.args) else np.inf
@@ -91,10 +91,10 @@ def growth(expr: sp.Expr, u: sp.Symbol) -> float:
     return g(expr)
 
 
-def _bounded_above(e: sp.Expr) -> bool:
+def bounded_above(e: sp.Expr) -> bool:
     """A sufficient syntactic test for e ≤ const (e.g. 1 − c·|x|, −x², −relu(x)·y²)."""
     if e.is_Add:
-        return all(a.is_number or _bounded_above(a) for a in e.args)
+        return all(a.is_number or bounded_above(a) for a in e.args)
     c, rest = e.as_coeff_Mul()
     return bool(c < 0) and _nonnegative(rest) if e.is_Mul else bool(e.is_number and e <= 0)
 

@@ -1,37 +1,54 @@
 """E[f] for one expression and many covariance matrices at once (e.g. all pairs of a dataset).
 
-``expect_batch(expr, gaussians, covs)`` with ``covs`` of shape (P, d, d):
+``expect_batch(expr, gaussians, covs, *, exact=True, budget=DEFAULT)`` with ``covs`` of shape
+(P, d, d) returns a :class:`BatchResult`:
 
 1. closed form: the covariance entries that vary over the batch become symbols
    c_ij (the others keep their common value), the engine derives E[f] once as a
-   function of them, and ``numeric.evaluate`` computes it for all P at once; points
-   where the generic formula is singular (e.g. 0/0 at ρ = ±1) are redone one by one;
+   function of them, and ``symbolic.evaluate.evaluate`` computes it for all P at once;
+   points where the generic formula is singular (e.g. 0/0 at ρ = ±1) are redone as a
+   batch of their own (or one by one);
 2. otherwise, for a smooth integrand of d ≤ 3 Gaussians, one tensor rule in whitened
    coordinates ξ (z = L_p ξ, L_p from each Σ_p's eigendecomposition) serves the whole
-   batch, refined until every entry meets the target (error as in ``expect_quad``);
-3. anything else falls back to ``expect`` for each matrix.
+   batch, refined until every entry meets the target (error as in :mod:`.quad`);
+3. anything else falls back to :func:`.engine.expect` for each matrix.
 
-The resource limits of ``expect`` (``max_qmc_points``, ``max_quad_points``,
-``max_expand_size``) apply; pass a dict as ``info`` to learn which were hit
-(``info["budget"]``, a sorted tuple of their names) and whether a QMC part looked
-heavy-tailed (``info["heavy_tail"]``).
+The :class:`.budget.Budget` of ``expect`` applies (``tol``, ``max_qmc_points``,
+``max_quad_points``, ``max_expand_size``, ``seed``); ``BatchResult.budget`` names the
+limits reached over the batch and ``BatchResult.heavy_tail`` says whether a QMC part
+looked heavy-tailed.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 import sympy as sp
 
+from .analysis import kink_args
+from .budget import DEFAULT, Budget
 from .engine import expect
 from .laws import Coord, as_number
-from .linalg import MAX_EXPAND_SIZE, Matrix
-from .analysis import kink_args
-from .quad import ORDERS, _estimate
+from .linalg import Matrix
+from .quad import ORDERS, estimate_error
 from .reduce import Ctx, Engine
 from ..symbolic.evaluate import compile_exprs, evaluate
 
-QUAD_BUDGET = 2_000_000          # default max_quad_points: points of one rule; points × matrices per chunk
+
+@dataclass(frozen=True)
+class BatchResult:
+    """E[expr] for each of P covariance matrices.
+
+    ``values``, ``errors``: arrays (P,); ``methods``: per matrix, ``"exact"``,
+    ``"quadrature"`` or ``"qmc"``; ``budget``: the sorted names of the :class:`.budget.Budget`
+    fields reached anywhere in the batch (as ``Estimate.budget``); ``heavy_tail``: some QMC
+    part looked like an integrand of infinite variance (as ``Estimate.heavy_tail``)."""
+    values: np.ndarray
+    errors: np.ndarray
+    methods: list[str]
+    budget: tuple[str, ...] = ()
+    heavy_tail: bool = False
 
 
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
@@ -63,59 +80,86 @@ def _symbolic_cov(covs: np.ndarray) -> tuple[sp.Matrix, dict]:
 
 
 def expect_batch(expr: sp.Expr, gaussians: Sequence[sp.Symbol], covs: np.ndarray, *,
-                 exact: bool = True, tol: float = 1e-10, max_qmc_points: int = 2 ** 20, seed: int = 0,
-                 max_quad_points: int = QUAD_BUDGET, max_expand_size: float = MAX_EXPAND_SIZE,
-                 info: dict | None = None, _retry: bool = True) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """(values, errors, methods) of E[expr] for z ~ N(0, covs[p]), p = 0..P−1 (module doc)."""
-    info = {} if info is None else info
-    info.setdefault("budget", ())
-    info.setdefault("heavy_tail", False)
-    options = dict(tol=tol, max_qmc_points=max_qmc_points, seed=seed, max_quad_points=max_quad_points,
-                   max_expand_size=max_expand_size)
-
-    def note(budget=(), heavy=False):
-        info["budget"] = tuple(sorted(set(info["budget"]) | set(budget)))
-        info["heavy_tail"] = bool(info["heavy_tail"] or heavy)
-
-    def one(c: np.ndarray):
-        e = expect(expr, gaussians, sp.Matrix(c.tolist()), exact=exact, **options)
-        note(e.budget, e.heavy_tail)
-        return e
+                 exact: bool = True, budget: Budget = DEFAULT) -> BatchResult:
+    """E[expr] for z ~ N(0, covs[p]), p = 0..P−1, each within ``budget`` (module doc)."""
     covs = np.asarray(covs, dtype=float)
     gaussians = tuple(gaussians)
     P, d = covs.shape[0], len(gaussians)
     if covs.shape != (P, d, d):
         raise ValueError(f"covs has shape {covs.shape}, expected (P, {d}, {d})")
+    return _batch(expr, gaussians, covs, exact, budget, retry=True)
+
+
+def _batch(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, exact: bool, budget: Budget,
+           retry: bool) -> BatchResult:
+    """The three routes of the module doc, in order; a refused expansion is reported whatever
+    route gives the values."""
+    refused = False
     if exact:
-        S, values = _symbolic_cov(covs)
-        engine = Engine(True, max_expand_size)
-        try:
-            F = engine.E(expr, Ctx(gaussians, Matrix(S), ()))
-        except ValueError:
-            F = None
-        if engine.expansion_refused:
-            note(("max_expand_size",))
-        if F is not None and not engine.jobs:
-            out = np.broadcast_to(evaluate(F, values) if values else float(F.evalf(20)), (P,)).copy()
-            errs, methods = np.zeros(P), ["exact"] * P
-            bad = np.nonzero(~np.isfinite(out))[0]
-            if _retry and len(bad) > 1:      # the singular points as a batch of their own
-                v, e, m = expect_batch(expr, gaussians, covs[bad], exact=exact, info=info, _retry=False,
-                                       **options)
-                out[bad], errs[bad] = v, e
-                for k, p in enumerate(bad):
-                    methods[p] = m[k]
-                return out, errs, methods
-            for p in bad:
-                e = one(covs[p])
-                out[p], errs[p], methods[p] = e.value, e.error, e.method
-            return out, errs, methods
-    if d <= 3 and not kink_args([expr]) and expr.free_symbols <= set(gaussians):
-        res = _tensor_batch(expr, gaussians, covs, tol, max_quad_points)
+        F, values, refused = _generic_form(expr, gaussians, covs, budget.max_expand_size)
+        if F is not None:
+            return _refused(_closed_form(F, values, expr, gaussians, covs, budget, retry), refused)
+    if len(gaussians) <= 3 and not kink_args([expr]) and expr.free_symbols <= set(gaussians):
+        res = _tensor_batch(expr, gaussians, covs, budget)
         if res is not None:
-            return res
-    ests = [one(c) for c in covs]
-    return (np.array([e.value for e in ests]), np.array([e.error for e in ests]), [e.method for e in ests])
+            return _refused(BatchResult(res[0], res[1], ["quadrature"] * len(covs)), refused)
+    return _refused(_one_by_one(expr, gaussians, covs, exact, budget), refused)
+
+
+def _generic_form(expr: sp.Expr, gaussians: tuple, covs: np.ndarray,
+                  max_expand_size: float) -> tuple[sp.Expr | None, dict, bool]:
+    """(F, values, refused): E[expr] in closed form as a function F of the covariance entries
+    that vary over the batch (``values``: symbol -> its P values), or None if some part of it
+    needs numerics; ``refused``: an expansion beyond ``max_expand_size`` was not attempted."""
+    S, values = _symbolic_cov(covs)
+    engine = Engine(True, max_expand_size)
+    try:
+        F = engine.E(expr, Ctx(gaussians, Matrix(S), ()))
+    except ValueError:
+        F = None
+    return (F if not engine.jobs else None), values, engine.expansion_refused
+
+
+def _closed_form(F: sp.Expr, values: dict, expr: sp.Expr, gaussians: tuple, covs: np.ndarray,
+                 budget: Budget, retry: bool) -> BatchResult:
+    """F evaluated for all P; the points where it is not finite (a 0/0 of the generic formula)
+    are redone: as a batch of their own when there are several (once), else one by one."""
+    P = len(covs)
+    out = np.broadcast_to(evaluate(F, values) if values else float(F.evalf(20)), (P,)).copy()
+    res = BatchResult(out, np.zeros(P), ["exact"] * P)
+    bad = np.nonzero(~np.isfinite(out))[0]
+    if retry and len(bad) > 1:
+        return _fill(res, bad, _batch(expr, gaussians, covs[bad], True, budget, retry=False))
+    if len(bad):
+        return _fill(res, bad, _one_by_one(expr, gaussians, covs[bad], True, budget))
+    return res
+
+
+def _one_by_one(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, exact: bool,
+                budget: Budget) -> BatchResult:
+    """``expect`` for each matrix."""
+    ests = [expect(expr, gaussians, sp.Matrix(c.tolist()), exact=exact, budget=budget) for c in covs]
+    return BatchResult(np.array([e.value for e in ests]), np.array([e.error for e in ests]),
+                       [e.method for e in ests], tuple(sorted({b for e in ests for b in e.budget})),
+                       any(e.heavy_tail for e in ests))
+
+
+def _fill(res: BatchResult, idx: np.ndarray, sub: BatchResult) -> BatchResult:
+    """res with its entries idx taken from sub, and sub's budgets and heavy-tail flag added."""
+    values, errors, methods = res.values.copy(), res.errors.copy(), list(res.methods)
+    values[idx], errors[idx] = sub.values, sub.errors
+    for k, p in enumerate(idx):
+        methods[p] = sub.methods[k]
+    return BatchResult(values, errors, methods, tuple(sorted(set(res.budget) | set(sub.budget))),
+                       res.heavy_tail or sub.heavy_tail)
+
+
+def _refused(res: BatchResult, refused: bool) -> BatchResult:
+    """res, naming ``max_expand_size`` among its budgets if an expansion was refused."""
+    if not refused:
+        return res
+    return BatchResult(res.values, res.errors, res.methods,
+                       tuple(sorted(set(res.budget) | {"max_expand_size"})), res.heavy_tail)
 
 
 def _rule(d: int, n: int, alt: bool = False) -> tuple[np.ndarray, np.ndarray]:
@@ -128,10 +172,11 @@ def _rule(d: int, n: int, alt: bool = False) -> tuple[np.ndarray, np.ndarray]:
     return xi, W.ravel()
 
 
-def _apply(tape, L: np.ndarray, xi: np.ndarray, W: np.ndarray, ps: np.ndarray, budget: int = QUAD_BUDGET):
-    """(Q, roundoff floor) for the matrices ps, in chunks that fit the budget."""
+def _apply(tape, L: np.ndarray, xi: np.ndarray, W: np.ndarray, ps: np.ndarray,
+           max_points: int) -> tuple[np.ndarray, np.ndarray]:
+    """(Q, roundoff floor) for the matrices ps, in chunks of at most max_points points × matrices."""
     q, floor = np.zeros(len(ps)), np.zeros(len(ps))
-    chunk = max(1, budget // xi.shape[1])
+    chunk = max(1, max_points // xi.shape[1])
     for start in range(0, len(ps), chunk):
         vals = tape(*np.einsum("pij,jn->ipn", L[ps[start:start + chunk]], xi))[0]
         q[start:start + chunk] = vals @ W
@@ -139,10 +184,13 @@ def _apply(tape, L: np.ndarray, xi: np.ndarray, W: np.ndarray, ps: np.ndarray, b
     return q, floor
 
 
-def _tensor_batch(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, tol: float, budget: int = QUAD_BUDGET):
-    """One tensor rule in whitened coordinates for all matrices; as in ``expect_quad``,
-    orders grow until |Q_n − Q_n'| meets the target, then the rule on interleaved
-    splits cross-checks Q_n.  None if some matrix does not converge within the budget."""
+def _tensor_batch(expr: sp.Expr, gaussians: tuple, covs: np.ndarray,
+                  budget: Budget) -> tuple[np.ndarray, np.ndarray] | None:
+    """(values, errors) by one tensor rule in whitened coordinates for all matrices; as in
+    :mod:`.quad`, orders grow until the error estimate of |Q_n − Q_n'| meets the target
+    ``budget.tol`` (relative above 1), then the rule on interleaved splits cross-checks Q_n.
+    None if some matrix does not converge within ``budget.max_quad_points`` grid points."""
+    tol, max_points = budget.tol, budget.max_quad_points
     P, d = covs.shape[0], len(gaussians)
     lam, V = np.linalg.eigh(covs)
     L = V * np.sqrt(np.clip(lam, 0.0, None))[:, None, :]           # (P, d, d), Σ_p = L_p L_pᵀ
@@ -151,12 +199,12 @@ def _tensor_batch(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, tol: float,
     prev, d_prev = np.zeros(P), np.full(P, np.inf)          # d_prev = ∞: no rate known yet
     todo = np.arange(P)
     for k, n in enumerate(ORDERS):
-        if len(Coord(None).rule(n)[0]) ** d > budget or not len(todo):
+        if len(Coord(None).rule(n)[0]) ** d > max_points or not len(todo):
             break
-        q, floor = _apply(tape, L, *_rule(d, n), todo, budget)
+        q, floor = _apply(tape, L, *_rule(d, n), todo, max_points)
         if k:
             diff = np.abs(q - prev[todo])
-            errors[todo] = _estimate(diff, d_prev[todo]) + floor
+            errors[todo] = estimate_error(diff, d_prev[todo]) + floor
             values[todo], final[todo], d_prev[todo] = q, n, diff
         prev[todo] = q
         todo = todo[errors[todo] > tol * np.maximum(1.0, np.abs(values[todo]))]
@@ -164,6 +212,6 @@ def _tensor_batch(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, tol: float,
         return None
     for n in np.unique(final):
         ps = np.nonzero(final == n)[0]
-        q_alt, floor = _apply(tape, L, *_rule(d, n, alt=True), ps, budget)
+        q_alt, floor = _apply(tape, L, *_rule(d, n, alt=True), ps, max_points)
         errors[ps] = np.maximum(errors[ps], np.abs(values[ps] - q_alt) + floor)
-    return values, errors, ["quadrature"] * P
+    return values, errors

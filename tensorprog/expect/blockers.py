@@ -1,12 +1,12 @@
 """Cheap proofs that an integrand has no closed form, before multiplying anything out.
 
-Expanding a rewritten integrand (:mod:`.expect_canon`) can be exponential in its nesting
+Expanding a rewritten integrand (:mod:`.canon`) can be exponential in its nesting
 depth (2^depth terms for relu(1 − relu(1 − …))).  Two linear-time scans find a factor
-that no rule of :mod:`.expect_exact` accepts and that the expansion cannot remove:
+that no rule of :mod:`.exact` accepts and that the expansion cannot remove:
 :func:`closed_form_blocker` (a function other than sign/erf/exp/δ, exp of a non-polynomial,
 a non-integer power) and :func:`odd_in_a_kinked_sign` (a sign of a non-affine argument with
 an odd power); :func:`expand_within` refuses an expansion above the size budget
-(``expect_analysis.expanded_size``) with ``ExpansionBudget``.
+(``analysis.expanded_size``, bounded by ``Budget.max_expand_size``) with ``ExpansionBudget``.
 """
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ import numpy as np
 import sympy as sp
 
 from .analysis import expanded_size
-from .canon import _looks_affine
+from .canon import looks_affine
 from .linalg import ExpansionBudget
+from ..symbolic.evaluate import compile_exprs
 from ..symbolic.heads import Delta, Sign
 
 
@@ -57,8 +58,7 @@ def odd_in_a_kinked_sign(e: sp.Expr, syms: tuple, points: int = 24) -> str | Non
     that is not affine (checked numerically: a(p+q) − a(p) − a(q) + a(0) ≠ 0 at random
     points) becomes a free ±1 variable s_k; e is odd in s_k iff flipping s_k changes its
     value at random points.  Call it without Dirac masses (conditioning may linearize)."""
-    from ..symbolic.evaluate import compile_exprs  # a late import: numeric is a leaf module
-    cands = [a for a in e.atoms(Sign) if a.has(*syms) and not _looks_affine(a.args[0], syms)]
+    cands = [a for a in e.atoms(Sign) if a.has(*syms) and not looks_affine(a.args[0], syms)]
     if not cands:
         return None
     others = tuple(sorted(e.free_symbols - set(syms), key=str))

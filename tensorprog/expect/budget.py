@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields
 class Budget:
     """What one expectation may cost.
 
-    * ``tol``: target error of a numerical expectation;
+    * ``tol``: target error of a numerical expectation (absolute; relative for values above 1);
     * ``max_qmc_points``: quasi-Monte Carlo points per expectation (time grows linearly);
     * ``max_quad_points``: the largest tensor quadrature grid (beyond it, QMC);
     * ``max_expand_size``: the largest symbolic expansion tried for a closed form (beyond it,
@@ -25,6 +25,13 @@ class Budget:
     max_quad_points: int = 2_000_000
     max_expand_size: int = 100_000
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        """Each ``max_*`` limit must be positive (ValueError naming it otherwise)."""
+        for name in ("max_qmc_points", "max_quad_points", "max_expand_size"):
+            value = getattr(self, name)
+            if not value > 0:
+                raise ValueError(f"{name} must be positive, got {value}")
 
     @classmethod
     def names(cls) -> tuple[str, ...]:

@@ -7,7 +7,7 @@
 with each sign's argument scaled to leading coefficient 1 (sign(−2x) = −sign(x)) when it
 is affine; a sign of a non-affine argument is kept unexpanded (it has no closed form, and
 expanding it would multiply out every kink nested inside).  Convention: sign(0) = 0, so
-step(0) = Heaviside(0) = 1/2.  The rules that integrate the result: :mod:`.expect_exact`.
+step(0) = Heaviside(0) = 1/2.  The rules that integrate the result: :mod:`.exact`.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def _sign(a: sp.Expr, syms: tuple[sp.Symbol, ...]) -> sp.Expr:
     terms for relu(1 − relu(1 − …))), and a non-affine sign has no closed form anyway."""
     if a.is_number:
         return sp.sign(a)
-    if not _looks_affine(a, syms):
+    if not looks_affine(a, syms):
         return Sign(a)
     a = sp.expand(a)
     if a.is_number:
@@ -40,15 +40,15 @@ def _sign(a: sp.Expr, syms: tuple[sp.Symbol, ...]) -> sp.Expr:
     return sp.sign(lead) * Sign(sp.expand(a / lead))
 
 
-def _looks_affine(e: sp.Expr, syms: tuple) -> bool:
+def looks_affine(e: sp.Expr, syms: tuple) -> bool:
     """A structural test (no expansion): sums and scalings of the symbols and constants."""
     if not e.has(*syms) or e in syms:
         return True
     if e.is_Add:
-        return all(_looks_affine(a, syms) for a in e.args)
+        return all(looks_affine(a, syms) for a in e.args)
     if e.is_Mul:
         dep = [a for a in e.args if a.has(*syms)]
-        return len(dep) == 1 and _looks_affine(dep[0], syms)
+        return len(dep) == 1 and looks_affine(dep[0], syms)
     return False
 
 

@@ -1,28 +1,30 @@
 """The expectation engine: E[f] over centred jointly Gaussian symbols and independent laws.
 
-``expect(expr, gaussians, cov, laws)`` reduces E[expr] before computing anything:
+``expect(expr, gaussians, cov, laws, *, exact=True, budget=DEFAULT)`` reduces E[expr]
+(:mod:`.reduce`) before computing anything:
 
 1. linearity over the top-level sum, and factorisation of every product into factors
    over independent groups of base variables (blocks of Σ, each non-Gaussian law):
    E[f(x) g(y)] = E f(x) · E g(y);
-2. Dirac masses δ(w·z + h) are conditioned away (``expect_linalg.condition``);
-3. a factor odd in one independent symmetric group has mean 0 (``expect_reduce``);
+2. Dirac masses δ(w·z + h) are conditioned away (``linalg.condition``);
+3. a factor odd in one independent symmetric group has mean 0;
 4. closed forms (method ``"exact"``): polynomials by Wick and the law moments, finite
-   sums over Rademacher values, the Gaussian rules of ``expect_exact`` (arc-cosine,
+   sums over Rademacher values, the Gaussian rules of :mod:`.exact` (arc-cosine,
    arcsine, MGF, Dirac), and polynomial × sign for one continuous law;
-5. whatever is left becomes a numeric *job* (``expect_numeric``): Gauss quadrature in
+5. whatever is left becomes a numeric *job* (:mod:`.numeric`): Gauss quadrature in
    low dimension, randomized QMC beyond; jobs over the same law share one grid.
 The result is Σ (exact coefficients) × Π (jobs); its error is the first-order
 propagation Σ_k |∂F/∂J_k|·err_k of the jobs' reported errors.  A closed form in free
 parameters of ``cov`` is returned simplified, with ``value`` NaN.
 
-``expect_many`` shares the numeric grids of several expressions; ``expect_batch``
-(``expect_batch.py``) evaluates one expression for a stack of covariance matrices.
+``expect_many`` shares the numeric grids of several expressions; :func:`.batch.expect_batch`
+(built on this module) evaluates one expression for a stack of covariance matrices.
 
-Resource limits (keyword options, each reported in ``Estimate.budget`` when it was hit):
-``max_expand_size`` bounds the symbolic expansion a closed form may need (beyond it the
-expectation goes to numerics), ``max_quad_points`` the grid of one quadrature rule (beyond
-it QMC takes over) and ``max_qmc_points`` the QMC sample of one job.
+Resource limits: one :class:`.budget.Budget` (fields reached are named in ``Estimate.budget``):
+``tol`` is the target error of the numeric parts, ``max_expand_size`` bounds the symbolic
+expansion a closed form may need (beyond it the expectation goes to numerics),
+``max_quad_points`` the grid of one quadrature rule (beyond it QMC takes over),
+``max_qmc_points`` the QMC sample of one job, and ``seed`` seeds the QMC rules.
 """
 from __future__ import annotations
 
@@ -32,9 +34,10 @@ from typing import Mapping, Sequence
 import numpy as np
 import sympy as sp
 
+from .budget import DEFAULT, Budget
 from .laws import Law, as_number
-from .linalg import MAX_EXPAND_SIZE, Matrix
-from .numeric import QUAD_BUDGET, numeric_expect
+from .linalg import Matrix
+from .numeric import JobResult, numeric_expect
 from .reduce import Ctx, Engine
 from ..symbolic.heads import AbsF, LeakyRelu, Relu, Sign, Step
 
@@ -45,7 +48,7 @@ __all__ = ["Law", "Estimate", "expect", "expect_many"]
 class Estimate:
     """E[f] with an honest bound on |value − truth| and how it was obtained.
 
-    ``budget`` names the keyword options whose limit this estimate reached:
+    ``budget`` names the :class:`.budget.Budget` fields whose limit this estimate reached:
     ``"max_quad_points"`` / ``"max_qmc_points"`` when a numeric part stopped at its grid /
     sample budget with its error above the target ``tol``, ``"max_expand_size"`` when a
     closed form was not attempted because the symbolic expansion would exceed its bound
@@ -99,37 +102,24 @@ def _setup(exprs: Sequence, gaussians: Sequence, cov: object, laws: Mapping) -> 
 
 
 def expect_many(exprs: Sequence[sp.Expr], gaussians: Sequence[sp.Symbol], cov: sp.Matrix,
-                laws: Mapping[sp.Symbol, Law] = {}, *, exact: bool = True, tol: float = 1e-10,
-                max_qmc_points: int = 2 ** 20, seed: int = 0, max_quad_points: int = QUAD_BUDGET,
-                max_expand_size: float = MAX_EXPAND_SIZE) -> list[Estimate]:
+                laws: Mapping[sp.Symbol, Law] = {}, *, exact: bool = True,
+                budget: Budget = DEFAULT) -> list[Estimate]:
     """E[f] for each f in exprs (same law); numeric parts share their quadrature grids.
 
     ``exact=False`` skips the closed forms (but still factorises, uses symmetry and
-    conditions Dirac masses).  ``tol`` is the target of the reported error, absolute
-    (relative for values above 1); ``max_qmc_points`` caps the QMC sample per job,
-    ``max_quad_points`` the grid of one quadrature rule, ``max_expand_size`` the
-    symbolic expansion (``expect_analysis.expanded_size``) tried for a closed form.
+    conditions Dirac masses).  ``budget.tol`` is the target of the reported error, absolute
+    (relative for values above 1); ``budget.max_qmc_points`` caps the QMC sample per job,
+    ``budget.max_quad_points`` the grid of one quadrature rule, ``budget.max_expand_size``
+    the symbolic expansion (``analysis.expanded_size``) tried for a closed form.
     """
-    for name, v in (("max_qmc_points", max_qmc_points), ("max_quad_points", max_quad_points),
-                    ("max_expand_size", max_expand_size)):
-        if not v > 0:
-            raise ValueError(f"{name} must be positive, got {v}")
     exprs, ctx = _setup(exprs, gaussians, cov, laws)
-    engine = Engine(exact, max_expand_size)
+    engine = Engine(exact, budget.max_expand_size)
     forms, refused = [], []
     for e in exprs:
         engine.expansion_refused = False
         forms.append(engine.E(e, ctx))
         refused.append(engine.expansion_refused)
-    values: dict[sp.Dummy, tuple] = {}
-    batches: dict[tuple, list] = {}
-    for key, J in engine.jobs.items():
-        batches.setdefault(key[1:], []).append((key[0], J))
-    for (gs, covf, laws_), items in batches.items():
-        covn = np.array(covf, dtype=float).reshape(len(gs), len(gs))
-        results = numeric_expect([e for e, _ in items], gs, covn, laws_, tol=tol,
-                                 max_qmc_points=max_qmc_points, seed=seed, max_quad_points=max_quad_points)
-        values.update({J: r for (_, J), r in zip(items, results)})
+    values = _run_jobs(engine.jobs, budget)
     out = []
     for F, r in zip(forms, refused):
         est = _combine(F, values)
@@ -139,19 +129,30 @@ def expect_many(exprs: Sequence[sp.Expr], gaussians: Sequence[sp.Symbol], cov: s
     return out
 
 
+def _run_jobs(jobs: Mapping[tuple, sp.Dummy], budget: Budget) -> dict[sp.Dummy, JobResult]:
+    """The numeric value of every job symbol; jobs over the same law (Gaussians, Σ, laws)
+    go to ``numeric_expect`` together and share its grids."""
+    values: dict[sp.Dummy, JobResult] = {}
+    batches: dict[tuple, list] = {}
+    for key, J in jobs.items():
+        batches.setdefault(key[1:], []).append((key[0], J))
+    for (gs, covf, laws), items in batches.items():
+        covn = np.array(covf, dtype=float).reshape(len(gs), len(gs))
+        results = numeric_expect([e for e, _ in items], gs, covn, laws, budget)
+        values.update({J: r for (_, J), r in zip(items, results)})
+    return values
+
+
 def expect(expr: sp.Expr, gaussians: Sequence[sp.Symbol], cov: sp.Matrix,
-           laws: Mapping[sp.Symbol, Law] = {}, *, exact: bool = True, tol: float = 1e-10,
-           max_qmc_points: int = 2 ** 20, seed: int = 0, max_quad_points: int = QUAD_BUDGET,
-           max_expand_size: float = MAX_EXPAND_SIZE) -> Estimate:
+           laws: Mapping[sp.Symbol, Law] = {}, *, exact: bool = True,
+           budget: Budget = DEFAULT) -> Estimate:
     """E[expr] for centred Gaussians with covariance ``cov`` and independent ``laws``.
 
     Exact (sympy closed form) where a rule applies, otherwise numeric with an error
     estimate; see the module docstring.  Raises ValueError for unknown symbols, for
     a symbolic ``cov`` when no closed form exists, and for infinite Dirac products.
     """
-    return expect_many([expr], gaussians, cov, laws, exact=exact, tol=tol,
-                       max_qmc_points=max_qmc_points, seed=seed, max_quad_points=max_quad_points,
-                       max_expand_size=max_expand_size)[0]
+    return expect_many([expr], gaussians, cov, laws, exact=exact, budget=budget)[0]
 
 
 def _constant_heads(F: sp.Expr) -> sp.Expr:
@@ -172,7 +173,7 @@ def _constant_heads(F: sp.Expr) -> sp.Expr:
                      and not e.args[0].free_symbols, value)
 
 
-def _combine(F: sp.Expr, values: dict) -> Estimate:
+def _combine(F: sp.Expr, values: Mapping[sp.Dummy, JobResult]) -> Estimate:
     """The estimate of F(J_1, ...) from the jobs' values and errors."""
     F = _constant_heads(F)
     jobs = [J for J in F.free_symbols if J in values]
@@ -185,15 +186,10 @@ def _combine(F: sp.Expr, values: dict) -> Estimate:
         return Estimate(v.real, 0.0, "exact", F)
     if F.free_symbols - set(jobs):
         raise ValueError(f"no closed form, and parameters {F.free_symbols - set(jobs)} remain")
-    sub = {J: sp.Float(values[J][0], 20) for J in jobs}
+    sub = {J: sp.Float(values[J].value, 20) for J in jobs}
     value = float(F.xreplace(sub).evalf(20))
-    error = sum(abs(float(sp.diff(F, J).xreplace(sub).evalf(20))) * values[J][1] for J in jobs)
+    error = sum(abs(float(sp.diff(F, J).xreplace(sub).evalf(20))) * values[J].error for J in jobs)
     error += 1e-16 * abs(value)
-    method = "qmc" if any(values[J][2] == "qmc" for J in jobs) else "quadrature"
+    method = "qmc" if any(values[J].method == "qmc" for J in jobs) else "quadrature"
     budget = tuple(sorted({b for J in jobs for b in values[J].budget}))
     return Estimate(value, error, method, None, budget, any(values[J].heavy_tail for J in jobs))
-
-
-from .batch import expect_batch  # noqa: E402  (re-exported; it uses expect)
-
-__all__ += ["expect_batch"]

@@ -24,15 +24,16 @@ MGF, Dirac masses and their products with polynomials. Anything else raises
 ``NoClosedForm`` — before multiplying anything out when a cheap scan proves it
 (``closed_form_blocker``: a factor no rule accepts; ``odd_in_a_kinked_sign``: the sign
 of a non-affine argument, as nested kinks give), and ``ExpansionBudget`` when the
-expansion would exceed ``max_size`` (``expect_analysis.expanded_size``).  Convention: sign(0) = 0, so step(0) = 1/2 under a Dirac mass on the
+expansion would exceed ``max_size`` (``Budget.max_expand_size``, measured by
+``analysis.expanded_size``).  Convention: sign(0) = 0, so step(0) = 1/2 under a Dirac mass on the
 same hyperplane (the symmetric limit); an exactly degenerate ℓ ≡ 0 gives step(0) = 0.
 
 The implementation is split by responsibility; this module holds the rules (``_Solver``) and
 :func:`gauss_closed_form`, and re-exports the names of the others:
 
-* :mod:`.expect_wick`: :func:`wick`, the moments of monomials;
-* :mod:`.expect_canon`: :func:`canon`, the rewrite through sign and erf;
-* :mod:`.expect_blockers`: :func:`closed_form_blocker`, :func:`odd_in_a_kinked_sign`,
+* :mod:`.wick`: :func:`wick`, the moments of monomials;
+* :mod:`.canon`: :func:`canon`, the rewrite through sign and erf;
+* :mod:`.blockers`: :func:`closed_form_blocker`, :func:`odd_in_a_kinked_sign`,
   :func:`expand_within`, the checks before multiplying out.
 """
 from __future__ import annotations
@@ -44,7 +45,7 @@ import sympy as sp
 
 from .blockers import closed_form_blocker, expand_within, odd_in_a_kinked_sign
 from .canon import canon
-from .linalg import MAX_EXPAND_SIZE, Matrix, NoClosedForm, affine, condition, reduce_basis, tidy
+from .linalg import Matrix, NoClosedForm, affine, condition, reduce_basis, tidy
 from .wick import wick
 from ..symbolic.heads import Delta, Sign
 
@@ -53,11 +54,10 @@ __all__ = ["gauss_closed_form", "wick", "canon", "closed_form_blocker", "odd_in_
 
 
 @lru_cache(maxsize=4096)
-def gauss_closed_form(expr: sp.Expr, syms: tuple, cov: Matrix,
-                      max_size: float = MAX_EXPAND_SIZE) -> sp.Expr:
+def gauss_closed_form(expr: sp.Expr, syms: tuple, cov: Matrix, max_size: float) -> sp.Expr:
     """E[expr] over z = syms ~ N(0, cov), in closed form (NoClosedForm otherwise;
     ExpansionBudget if the rewritten integrand would multiply out beyond ``max_size``,
-    measured by ``expect_analysis.expanded_size``)."""
+    measured by ``analysis.expanded_size``)."""
     expr, syms, cov = reduce_basis(expr, syms, cov)
     if not syms:
         return expr
@@ -67,7 +67,7 @@ def gauss_closed_form(expr: sp.Expr, syms: tuple, cov: Matrix,
 class _Solver:
     """The rules of the module docstring for one (basis, nonsingular covariance)."""
 
-    def __init__(self, syms: tuple, cov: Matrix, max_size: float = MAX_EXPAND_SIZE):
+    def __init__(self, syms: tuple, cov: Matrix, max_size: float):
         self.syms, self.cov, self.max_size = syms, cov, max_size
         self.memo: dict = {}
         self.wick_memo: dict = {}

@@ -19,12 +19,7 @@ class NoClosedForm(Exception):
 
 class ExpansionBudget(NoClosedForm):
     """A closed form was not attempted: multiplying the integrand out would exceed the
-    ``max_expand_size`` bound (the caller falls back to numerics and says so)."""
-
-
-#: Default bound on ``expect_analysis.expanded_size`` of an integrand the exact rules
-#: multiply out (about a second of sympy time; nested kinks reach it at depth 5).
-MAX_EXPAND_SIZE = 100_000
+    ``Budget.max_expand_size`` bound (the caller falls back to numerics and says so)."""
 
 
 def is_zero(e: sp.Expr, scale: float = 1.0) -> bool:

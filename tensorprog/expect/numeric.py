@@ -1,6 +1,6 @@
 """Numeric expectations over Gaussians (numeric Σ) and independent laws.
 
-``numeric_expect(exprs, gaussians, cov, laws)`` computes E[f] for each f over
+``numeric_expect(exprs, gaussians, cov, laws, budget)`` computes E[f] for each f over
 z ~ N(0, Σ) (Σ numeric, possibly singular) and independent laws.  Σ = L Lᵀ by an
 eigendecomposition keeping the modes with λ > 1e-12·λ_max, so z = Lξ with ξ standard
 normal in r = rank Σ dimensions (x ≡ y, or Var = 0, cost nothing); ξ is then cut down to
@@ -11,9 +11,11 @@ QMC); the D continuous coordinates go to
 * D = 1: ``piecewise_1d`` (split at the kinks);
 * D = 2 with kinks whose arguments are piecewise affine: ``iterated_2d``;
 * D ≤ 3 without kinks: a tensor product of the 1D rules;
-* beyond (or if quadrature does not reach the target within its budget of
-  ``max_quad_points`` grid points, default ``QUAD_BUDGET``): randomized QMC (at most
-  ``max_qmc_points`` samples), keeping whichever error is smaller.
+* beyond (or if quadrature does not reach the target within ``budget.max_quad_points``
+  grid points): randomized QMC (at most ``budget.max_qmc_points`` samples, seeded by
+  ``budget.seed``), keeping whichever error is smaller.
+
+The target error of each E[f] is ``budget.tol``, absolute (relative for |E[f]| > 1).
 
 Each result is a ``JobResult``: value, error, method, the budgets that stopped it above
 its target error (``"max_quad_points"``, ``"max_qmc_points"``) and whether QMC saw signs
@@ -29,12 +31,12 @@ import numpy as np
 import sympy as sp
 
 from .analysis import affine_pieces, growth, kink_args, linear_forms
+from .budget import Budget
 from .laws import Coord, Law
 from .qmc import qmc
 from .quad import iterated_2d, piecewise_1d, tensor
 from ..symbolic.evaluate import compile_exprs
 
-QUAD_BUDGET = 2_000_000          # default max_quad_points: grid points of one quadrature rule
 MAX_SUMMED = 10                  # Rademacher variables summed exactly (2^10 combinations)
 
 
@@ -42,7 +44,7 @@ class JobResult(NamedTuple):
     value: float
     error: float
     method: str                  # "quadrature" | "qmc"
-    budget: tuple = ()           # knobs whose limit stopped it above the target error
+    budget: tuple = ()           # Budget fields whose limit stopped it above the target error
     heavy_tail: bool = False     # QMC: the integrand looks like it has infinite variance
 
 
@@ -60,9 +62,7 @@ def _seen_directions(exprs, gaussians, L: np.ndarray) -> np.ndarray:
 
 
 def numeric_expect(exprs: Sequence[sp.Expr], gaussians: Sequence[sp.Symbol], cov: np.ndarray,
-                   laws: Sequence[tuple[sp.Symbol, Law]], *, tol: float = 1e-10,
-                   max_qmc_points: int = 2 ** 20, seed: int = 0,
-                   max_quad_points: int = QUAD_BUDGET) -> list[JobResult]:
+                   laws: Sequence[tuple[sp.Symbol, Law]], budget: Budget) -> list[JobResult]:
     """[JobResult(value, error, method, budget, heavy_tail)] of E[f] for each f (module doc)."""
     d = len(gaussians)
     cov = np.asarray(cov, dtype=float).reshape(d, d)
@@ -86,10 +86,10 @@ def numeric_expect(exprs: Sequence[sp.Expr], gaussians: Sequence[sp.Symbol], cov
     tape = compile_exprs(tuple(exprs), symbols)
     kinks = kink_args(exprs)
     ktape = compile_exprs(tuple(kinks), symbols) if kinks else None
-    target = lambda q: tol * np.maximum(1.0, np.abs(q))
+    target = lambda q: budget.tol * np.maximum(1.0, np.abs(q))
     K = len(exprs)
     values, errors, methods = np.zeros(K), np.zeros(K), ["quadrature"] * K
-    budget: list[set] = [set() for _ in range(K)]
+    reached: list[set] = [set() for _ in range(K)]
     heavy = np.zeros(K, dtype=bool)
     combos = list(itertools.product(*[(-np.sqrt(float(law.var)), np.sqrt(float(law.var)))
                                       for _, law in disc]))
@@ -105,18 +105,18 @@ def numeric_expect(exprs: Sequence[sp.Expr], gaussians: Sequence[sp.Symbol], cov
         def kf(*t: np.ndarray) -> np.ndarray:
             return np.array(ktape(*args(*t))).reshape(len(kinks), -1)
         v, e, m, b, h = _dispatch(f, kf if kinks else None, coords, kinks, symbols, L, combo, len(cont),
-                                  target, max_qmc_points, seed, max_quad_points)
+                                  target, budget)
         values += v / len(combos)
         errors += e / len(combos)
         methods = [mm if mm == "qmc" else old for mm, old in zip(m, methods)]
         for k in range(K):
-            budget[k] |= b[k]
+            reached[k] |= b[k]
         heavy |= h
     return [JobResult(float(v), float(e), m, tuple(sorted(b)), bool(h))
-            for v, e, m, b, h in zip(values, errors, methods, budget, heavy)]
+            for v, e, m, b, h in zip(values, errors, methods, reached, heavy)]
 
 
-def _dispatch(f, kf, coords, kinks, symbols, L, combo, ncont, target, max_qmc, seed, max_quad):
+def _dispatch(f, kf, coords, kinks, symbols, L, combo, ncont, target, budget: Budget):
     """Choose the rule for one Rademacher combination; fall back to QMC if needed.
     Returns (values, errors, methods, [budgets hit per output], heavy-tail flags)."""
     D, K = len(coords), len(target(np.zeros(1)))
@@ -126,31 +126,30 @@ def _dispatch(f, kf, coords, kinks, symbols, L, combo, ncont, target, max_qmc, s
     res, tried = None, False
     continuous = not any(c.discrete for c in coords)     # (discrete coordinates: QMC)
     if continuous and D == 1:
-        res, tried = piecewise_1d(f, coords[0], kf, target, max_quad), True
+        res, tried = piecewise_1d(f, coords[0], kf, target, budget.max_quad_points), True
     elif continuous and D == 2 and kinks:
         lines = _lines(kinks, symbols, L, combo, ncont)
         if lines is not None:
-            res, tried = iterated_2d(f, coords[0], coords[1], lines, target, max_quad), True
+            res, tried = iterated_2d(f, coords[0], coords[1], lines, target, budget.max_quad_points), True
     elif continuous and D <= 3 and not kinks:
-        res, tried = tensor(f, coords, target, max_quad), True
+        res, tried = tensor(f, coords, target, budget.max_quad_points), True
     quad_stopped = tried and (res is None or res.budget_hit)
     if res is not None and (res[2] or np.all(res[1] <= 1e-7 * np.maximum(1.0, np.abs(res[0])))):
         hit = res[1] > target(res[0])                             # QMC would not do better
         return (res[0], res[1], ["quadrature"] * len(res[0]),
                 [{"max_quad_points"} if quad_stopped and h else set() for h in hit], np.zeros(K, dtype=bool))
-    info: dict = {}
-    q = qmc(f, coords, target, max_qmc, seed, info=info)
+    q = qmc(f, coords, target, budget.max_qmc_points, budget.seed)
     if res is None:
-        v, e, m = q[0], q[1], ["qmc"] * len(q[0])
+        v, e, m = q.values, q.errors, ["qmc"] * len(q.values)
     else:
-        better = q[1] < res[1]
-        v, e = np.where(better, q[0], res[0]), np.where(better, q[1], res[1])
+        better = q.errors < res[1]
+        v, e = np.where(better, q.values, res[0]), np.where(better, q.errors, res[1])
         m = ["qmc" if b else "quadrature" for b in better]
     hit = e > target(v)
-    budget = [({"max_quad_points"} if quad_stopped else set()) | ({"max_qmc_points"} if not q[2] else set())
-              if h else set() for h in hit]
-    heavy = np.asarray(info.get("heavy_tail", np.zeros(K, dtype=bool))) & np.array([mm == "qmc" for mm in m])
-    return v, e, m, budget, heavy
+    reached = [({"max_quad_points"} if quad_stopped else set()) | ({"max_qmc_points"} if not q.converged else set())
+               if h else set() for h in hit]
+    heavy = np.asarray(q.heavy_tail) & np.array([mm == "qmc" for mm in m])
+    return v, e, m, reached, heavy
 
 
 def _lines(kinks, symbols, L, combo, ncont) -> np.ndarray | None:

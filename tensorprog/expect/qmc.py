@@ -7,7 +7,7 @@ from one ``SeedSequence``, hence reproducible) give R unbiased estimates; the va
 their mean and the error 3 standard errors of that mean (R − 1 = 15 degrees of
 freedom: |t₁₅| > 3 has probability 0.9 %).  Each replicate's sample doubles, always
 a power of two (where Sobol points are balanced), until the error meets the target
-or R·n would exceed ``max_points``.
+or R·n would exceed ``max_points``.  The result is a :class:`QmcResult`.
 
 That error bar presumes a finite variance of g.  The largest deviations |g − c| of all
 samples give a Hill estimate of g's tail index α (``_Tails``); α < 2 (infinite variance,
@@ -17,6 +17,7 @@ e^{2x}, can be flagged too: their error bars rest on a handful of samples.)
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
@@ -28,11 +29,27 @@ REPLICATES = 16
 SAFETY = 3.0
 
 
+@dataclass(frozen=True)
+class QmcResult:
+    """E g(t) for each output of g by scrambled Sobol replicates (module doc).
+
+    ``values``, ``errors``: per output; ``converged``: every error met its target;
+    ``heavy_tail``, ``tail_index``: per output, the Hill estimate α of ``_Tails`` and
+    whether α < ``HEAVY_ALPHA`` (infinite variance: the error bar is not reliable);
+    ``points``: the samples used (all replicates together)."""
+    values: np.ndarray
+    errors: np.ndarray
+    converged: bool
+    heavy_tail: np.ndarray
+    tail_index: np.ndarray
+    points: int
+
+
 def qmc(f: Callable[..., np.ndarray], coords: Sequence[Coord], target: Callable,
-        max_points: int, seed: int = 0, info: dict | None = None):
-    """(values, errors, converged) of E g(t) by scrambled Sobol replicates (module doc);
-    ``info`` (a dict, if given) receives ``heavy_tail`` and ``tail_index`` (per output, see
-    ``_Tails``) and ``points`` (the samples used)."""
+        max_points: int, seed: int) -> QmcResult:
+    """E g(t), t = (F₁⁻¹(U₁), …) over the coordinates, by R scrambled Sobol replicates seeded
+    from ``seed``, doubling until ``target(values)`` is met or ``max_points`` would be
+    exceeded (module doc)."""
     D = len(coords)
     streams = np.random.SeedSequence(seed).spawn(REPLICATES)
     engines = [_qmc.Sobol(d=D, scramble=True, seed=np.random.default_rng(s)) for s in streams]
@@ -56,11 +73,7 @@ def qmc(f: Callable[..., np.ndarray], coords: Sequence[Coord], target: Callable,
         err = SAFETY * means.std(axis=0, ddof=1) / np.sqrt(REPLICATES)
         done = bool(np.all(err <= target(value)))
         if done or 2 * n * REPLICATES > max_points:
-            if info is not None:
-                info["heavy_tail"] = tails.heavy()
-                info["tail_index"] = tails.alpha()
-                info["points"] = n * REPLICATES
-            return value, err, done
+            return QmcResult(value, err, done, tails.heavy(), tails.alpha(), n * REPLICATES)
         batch = n
 
 

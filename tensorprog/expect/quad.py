@@ -1,7 +1,7 @@
 """Quadrature rules of the expectation engine (no Python loop over points).
 
 All rules integrate g(t) p(t) for coordinates t with independent densities p
-(standard normal after whitening Σ = L Lᵀ, or a law of ``expect_laws``), at increasing
+(standard normal after whitening Σ = L Lᵀ, or a law of ``laws``), at increasing
 orders n (ratio ≤ 1.5); the error estimate is d = |Q_n − Q_{n'}| for the previous
 order n' (inflated when successive d's shrink slowly), which bounds the error of Q_n
 whenever the rule converges geometrically (for piecewise-analytic integrands it
@@ -32,7 +32,7 @@ EPS = np.finfo(float).eps
 ORDERS = (4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 
 
-def _estimate(d: np.ndarray, d_prev: np.ndarray | None) -> np.ndarray:
+def estimate_error(d: np.ndarray, d_prev: np.ndarray | None) -> np.ndarray:
     """Error of Q_n from d = |Q_n − Q_n'| and the previous difference d_prev: d itself
     if the differences shrink at least tenfold per order (geometric convergence, then
     Σ_{j>0} d_{n+j} ≤ d); otherwise (an unresolved singularity makes convergence slow
@@ -57,7 +57,7 @@ class QuadResult(tuple):
 def _refine(run: Callable[..., tuple[np.ndarray, np.ndarray] | None], target: Callable,
             budget: int, orders: Sequence[int] = ORDERS):
     """Run a rule at increasing orders n until the error estimate meets the target or
-    the budget ends; the estimate is ``_estimate`` and, at the last order, also
+    the budget ends; the estimate is ``estimate_error`` and, at the last order, also
     |Q_n − Q_n^alt| for the rule on the interleaved splits (``Coord.anchors(alt=True)``).
     Returns a ``QuadResult`` (values, errors, converged), or None if not even two orders
     fit in the budget."""
@@ -70,7 +70,7 @@ def _refine(run: Callable[..., tuple[np.ndarray, np.ndarray] | None], target: Ca
         q, floor = out
         if prev is not None:
             d = np.abs(q - prev)
-            err = _estimate(d, d_prev) + floor
+            err = estimate_error(d, d_prev) + floor
             if np.all(err <= target(q)):
                 err = _cross_check(run, n, q, err)
                 if np.all(err <= target(q)):

@@ -11,13 +11,13 @@ E[f] over centred jointly Gaussian symbols (covariance Σ) and independent symme
 3. a factor odd in one independent group of symmetric variables (or in all of its
    groups at once) has mean 0 — unless a Student-t variable makes it non-integrable;
 4. closed forms: polynomials (Wick × law moments), finite sums over Rademacher values,
-   the Gaussian rules of ``expect_exact``, and Σ c uⁿ sign(u)ᵐ for one law (E uⁿ, E|u|ⁿ);
+   the Gaussian rules of ``exact``, and Σ c uⁿ sign(u)ᵐ for one law (E uⁿ, E|u|ⁿ);
 5. what remains becomes a numeric *job*, a placeholder symbol J evaluated later.
 The result is a sympy expression in exact numbers and job symbols.
 
 Symbolic work is bounded: products are multiplied out one level at a time, only when that
 can separate groups, without moving factors into denominators (``distribute``), and no
-expansion beyond ``max_expand_size`` (``expect_analysis.expanded_size``) is attempted —
+expansion beyond ``max_expand_size`` (``analysis.expanded_size``) is attempted —
 the expectation then becomes a job and ``Engine.expansion_refused`` is set.
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ import sympy as sp
 
 from .exact import canon, closed_form_blocker, expand_within, gauss_closed_form, wick
 from .laws import Law, as_number
-from .linalg import MAX_EXPAND_SIZE, ExpansionBudget, Matrix, NoClosedForm, affine, condition
+from .linalg import ExpansionBudget, Matrix, NoClosedForm, affine, condition
 from .analysis import expanded_size, growth, parity
 from ..symbolic.heads import Delta, Sign, Step
 
@@ -92,10 +92,10 @@ def _factor_sums(expr: sp.Expr, split_exp: bool, max_terms: float = float("inf")
 class Engine:
     """One evaluation: the recursive reduction, collecting numeric jobs.
 
-    ``max_expand_size`` bounds every symbolic expansion (``expect_analysis.expanded_size``);
+    ``max_expand_size`` bounds every symbolic expansion (``analysis.expanded_size``);
     beyond it no closed form is attempted and ``expansion_refused`` is set."""
 
-    def __init__(self, exact: bool, max_expand_size: float = MAX_EXPAND_SIZE):
+    def __init__(self, exact: bool, max_expand_size: float):
         self.exact = exact
         self.max_expand_size = max_expand_size
         self.expansion_refused = False
@@ -259,8 +259,7 @@ class Engine:
         return self.jobs[key]
 
 
-def poly_expect(expr: sp.Expr, gs: tuple, cov: Matrix, us: tuple, laws: dict,
-                max_size: float = MAX_EXPAND_SIZE) -> sp.Expr:
+def poly_expect(expr: sp.Expr, gs: tuple, cov: Matrix, us: tuple, laws: dict, max_size: float) -> sp.Expr:
     """E of a polynomial: Wick on the Gaussian part times the law moments
     (ExpansionBudget if multiplying it out, or Wick's recursion over the monomials
     β ≤ α of a term, would exceed ``max_size``)."""
@@ -284,7 +283,7 @@ def poly_expect(expr: sp.Expr, gs: tuple, cov: Matrix, us: tuple, laws: dict,
     return out
 
 
-def law_closed_form(expr: sp.Expr, u: sp.Symbol, law: Law, max_size: float = MAX_EXPAND_SIZE) -> sp.Expr:
+def law_closed_form(expr: sp.Expr, u: sp.Symbol, law: Law, max_size: float) -> sp.Expr:
     """E[Σ c u^n sign(u)^m] for one symmetric law, via E u^n and E|u|^n."""
     out = sp.Integer(0)
     e = canon(expr, (u,))

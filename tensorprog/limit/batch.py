@@ -3,9 +3,10 @@
 A kernel template is compiled once per *structure*; the numbers that vary over a
 batch of P input pairs (the initial covariances, and every scalar computed from
 them) are sympy symbols whose values are arrays of shape (P,).  Expectations
-with a varying covariance go to ``expect_batch`` (one closed form evaluated for
-all P, or one shared quadrature grid); those whose integrand itself carries a
-varying coefficient fall back to one ``expect`` per pair.
+with a varying covariance go to ``expect.batch.expect_batch`` (one closed form evaluated
+for all P, or one shared quadrature grid); those whose integrand itself carries a
+varying coefficient (or a non-Gaussian law) fall back to one ``expect.engine.expect`` per
+pair.  Every expectation is computed within the compile's ``Budget``.
 """
 from __future__ import annotations
 
@@ -15,14 +16,17 @@ from typing import Mapping, Sequence
 import numpy as np
 import sympy as sp
 
-from ..expect.engine import expect
 from ..expect.batch import expect_batch
-from .result import LimitValue, _RANK
+from ..expect.budget import Budget
+from ..expect.engine import expect
+from .result import METHOD_RANK, LimitValue
 from ..symbolic.evaluate import evaluate
 
 
 @dataclass(frozen=True)
 class BatchEstimate:
+    """An ``Estimate`` for every item: values and errors (P,), the worst method of the batch
+    (by ``METHOD_RANK``), the budgets reached and the heavy-tail flag over all items."""
     value: np.ndarray
     error: np.ndarray
     method: str
@@ -32,6 +36,9 @@ class BatchEstimate:
 
 
 class Batch:
+    """The batch of one compile: the initial covariances of the batched groups (P items each)
+    and the symbols standing for numbers that vary over the items."""
+
     def __init__(self, covs: Mapping[int, np.ndarray]) -> None:
         self.covs = {g: np.asarray(c, dtype=float) for g, c in covs.items()}
         sizes = {c.shape[0] for c in self.covs.values()}
@@ -50,14 +57,15 @@ class Batch:
         return sym
 
     def eval(self, expr: sp.Expr) -> np.ndarray:
+        """expr for every item (its batch symbols replaced by their arrays), shape (P,)."""
         expr = expr if isinstance(expr, sp.Basic) else sp.Float(float(expr))
         used = {s: self.values[s] for s in expr.free_symbols if s in self.values}
         value = evaluate(expr, used) if used else float(expr)
         return np.broadcast_to(np.asarray(value, dtype=float), (self.P,))
 
     def expect(self, expr: sp.Expr, gauss: Sequence[sp.Symbol], cov: list[list[sp.Expr]],
-               laws: Mapping, options: dict) -> BatchEstimate:
-        """E[expr] for every item of the batch."""
+               laws: Mapping, budget: Budget) -> BatchEstimate:
+        """E[expr] for every item of the batch, within ``budget``."""
         d = len(gauss)
         covs = np.empty((self.P, d, d))
         for i in range(d):
@@ -66,27 +74,30 @@ class Batch:
         coeffs = [s for s in expr.free_symbols if s in self.values]
         used_laws = {s: laws[s] for s in expr.free_symbols if s in laws}
         if coeffs or used_laws:
-            return self._one_by_one(expr, gauss, covs, coeffs, used_laws, options)
-        info: dict = {}
-        values, errors, methods = expect_batch(expr, gauss, covs, info=info, **options)
-        return BatchEstimate(np.asarray(values, float), np.asarray(errors, float),
-                             max(set(methods), key=_RANK.__getitem__), None, info["budget"], info["heavy_tail"])
+            return self._one_by_one(expr, gauss, covs, coeffs, used_laws, budget)
+        res = expect_batch(expr, gauss, covs, budget=budget)
+        return BatchEstimate(np.asarray(res.values, float), np.asarray(res.errors, float),
+                             max(set(res.methods), key=METHOD_RANK.__getitem__), None, res.budget, res.heavy_tail)
 
-    def _one_by_one(self, expr, gauss, covs, coeffs, laws, options) -> BatchEstimate:
+    def _one_by_one(self, expr: sp.Expr, gauss: Sequence[sp.Symbol], covs: np.ndarray,
+                    coeffs: Sequence[sp.Symbol], laws: Mapping, budget: Budget) -> BatchEstimate:
+        """One ``expect`` per item, its varying coefficients replaced by the item's values."""
         values, errors, methods = np.empty(self.P), np.empty(self.P), set()
         budget, heavy = set(), False
         for p in range(self.P):
             item = expr.subs({s: float(self.values[s][p]) for s in coeffs})
-            est = expect(item, gauss, sp.Matrix(covs[p].tolist()), laws, exact=True, **options)
+            est = expect(item, gauss, sp.Matrix(covs[p].tolist()), laws, exact=True, budget=budget)
             values[p], errors[p] = est.value, est.error
             methods.add(est.method)
             budget |= set(est.budget)
             heavy = heavy or est.heavy_tail
-        return BatchEstimate(values, errors, max(methods, key=_RANK.__getitem__, default="exact"), None,
+        return BatchEstimate(values, errors, max(methods, key=METHOD_RANK.__getitem__, default="exact"), None,
                              tuple(sorted(budget)), heavy)
 
     def summarize(self, value: sp.Expr, estimates: Sequence) -> LimitValue:
+        """The limit value of a scalar for every item; its error is the sum of the errors of
+        the estimates it rests on (plus rounding)."""
         v = np.array(self.eval(value))
-        method = max((e.method for e in estimates), key=_RANK.__getitem__, default="exact")
+        method = max((e.method for e in estimates), key=METHOD_RANK.__getitem__, default="exact")
         error = sum((np.asarray(e.error) for e in estimates), np.zeros(self.P)) + 4e-16 * np.abs(v)
         return LimitValue(v, error, method, None)

@@ -1,4 +1,5 @@
-"""The limit compiler: the Master Theorem recurrence of a program (DESIGN.md).
+"""The limit compiler: the Master Theorem recurrence of a program (docs/architecture.md, "The limit
+compiler").
 
 Every vector x gets a random variable Z^x (a sympy expression over base
 variables), every scalar c a number c̊:
@@ -11,25 +12,37 @@ variables), every scalar c a number c̊:
   * an mvt matrix is W = diag(S)·G with G iid Gaussian and one scale per row, S² = (ν−2)/χ²_ν:
     Z^{Wx} = |u|·Z^{Gx} and Z^{Wᵀy} = Z^{Gᵀ(|u| y)}, u a law ``mvt_scale`` of the engine.
 Expectations go to the expectation engine (``expect``); each carries its method and error.
+
+The pipeline: :func:`compile_program` runs a :class:`Compiler` (the mutable builder: one
+``do_<Eqn kind>`` rule per equation kind, in program order) with three collaborators, the
+:class:`.Ledger` (the law of the base variables and every expectation), the
+:class:`.Hypotheses` (warnings) and the :class:`.Finiteness` check (errors), and returns an
+immutable :class:`Compiled` (the recurrence's lines, the Z's and c̊'s, the estimates; its
+``limit()`` gives every output's value).
 """
 from __future__ import annotations
 
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Mapping
+from types import MappingProxyType
+from typing import Callable, Iterator, Mapping
 
 import numpy as np
 import sympy as sp
 
 from .. import ir
-from .batch import Batch
 from ..errors import TPLimitError
-from .ledger import Ledger
+from ..expect.budget import DEFAULT, Budget
 from ..expect.engine import Estimate, Law
-from ..expect.linalg import MAX_EXPAND_SIZE
-from ..expect.numeric import QUAD_BUDGET
+from ..ir.walk import ARITHMETIC, Rules, fold
+from ..symbolic import functions as fnsym
+from ..symbolic.heads import HEADS
+from .batch import Batch
+from .finiteness import Finiteness, distinct_nodes
 from .hypotheses import Hypotheses
-from .result import Limit, LimitValue, summarize
+from .ledger import Ledger, scalar_limit
+from .result import Limit, LimitValue
 
 #: str(compiled) prints a Z-expression with more nested Nonlins in the IR's %-names instead
 SHOW_NESTING = 8
@@ -39,6 +52,64 @@ MAX_NESTING = 500
 RECURSION = 20000
 
 
+@contextmanager
+def recursion_limit(at_least: int) -> Iterator[None]:
+    """Python's recursion limit raised to at least ``at_least`` inside the block, restored on exit.
+
+    sympy recurses once per level of an expression, and a Z-expression nests one level per
+    Nonlin (up to MAX_NESTING); the limit is process-wide, so it is raised for the compile only."""
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old, at_least))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(old)
+
+
+@dataclass(frozen=True, eq=False)
+class Compiled:
+    """The Z-recurrence of a program with every scalar's limit (``limit()`` packages the outputs).
+
+    ``lines``: the recurrence as text (``str``); ``Z``: vector var -> Z-expression; ``c``:
+    scalar var -> c̊; ``estimates``: every expectation; ``deps``: var -> indices of the
+    estimates it rests on; ``scalar_error``: var -> propagated error of a function of scalars."""
+    program: ir.Program
+    lines: tuple[str, ...]
+    Z: Mapping[int, sp.Expr]
+    c: Mapping[int, sp.Expr]
+    estimates: tuple[Estimate, ...]
+    deps: Mapping[int, frozenset[int]]
+    scalar_error: Mapping[int, float]
+    warnings: tuple[str, ...]
+    symbolic: bool = False
+    param_values: Mapping[sp.Symbol, float] = field(default_factory=dict)
+    batch: Batch | None = None
+
+    def result(self, var: int) -> LimitValue:
+        """A scalar's limit with the method and error summed over every estimate it rests on."""
+        return scalar_limit(self.c[var], [self.estimates[i] for i in sorted(self.deps[var])],
+                            symbolic=self.symbolic, params=self.param_values, batch=self.batch,
+                            propagated=self.scalar_error.get(var))
+
+    def limit(self) -> Limit:
+        return Limit({o.name: self.result(o.var) for o in self.program.outputs}, list(self.warnings))
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines)
+
+
+def compile_program(program: ir.Program, symbolic: bool = False, *, budget: Budget = DEFAULT,
+                    zdot: bool = True, batch_covs: Mapping[int, np.ndarray] | None = None,
+                    symbolic_covs: Mapping[int, sp.Matrix] | None = None,
+                    param_values: Mapping[sp.Symbol, float] | None = None) -> Compiled:
+    """The Master Theorem recurrence of ``program`` (see :class:`Compiler` for the options), with
+    Python's recursion limit raised to RECURSION for the duration of the compile."""
+    compiler = Compiler(program, symbolic, budget=budget, zdot=zdot, batch_covs=batch_covs,
+                        symbolic_covs=symbolic_covs, param_values=param_values)
+    with recursion_limit(RECURSION):
+        return compiler.run()
+
+
 @dataclass
 class Family:
     """The Ẑ's of one matrix in one direction (W or Wᵀ)."""
@@ -46,63 +117,101 @@ class Family:
     members: list[tuple[sp.Symbol, sp.Expr, int]] = field(default_factory=list)  # (Ẑ, Z of argument, var)
 
 
-class Compiled(Ledger):
-    """The Z-recurrence of a program with every scalar's limit (``limit()`` packages the outputs)."""
+class Compiler:
+    """Builds the recurrence equation by equation (``do_<Eqn kind>``); ``run()`` gives the
+    :class:`Compiled`.  One compiler compiles once."""
 
-    def __init__(self, program: ir.Program, symbolic: bool = False, tol: float = 1e-10,
-                 max_qmc_points: int = 2**20, seed: int = 0, zdot: bool = True,
-                 max_quad_points: int = QUAD_BUDGET, max_expand_size: int = MAX_EXPAND_SIZE,
-                 batch_covs: Mapping[int, np.ndarray] | None = None,
+    def __init__(self, program: ir.Program, symbolic: bool = False, *, budget: Budget = DEFAULT,
+                 zdot: bool = True, batch_covs: Mapping[int, np.ndarray] | None = None,
                  symbolic_covs: Mapping[int, sp.Matrix] | None = None,
                  param_values: Mapping[sp.Symbol, float] | None = None) -> None:
-        """``zdot=False`` drops every Ż term: the "gradient independence assumption" of the
+        """``symbolic``: closed forms (constants as exact rationals) where they exist; ``budget``:
+        what each expectation may cost.
+
+        ``zdot=False`` drops every Ż term: the "gradient independence assumption" of the
         NTK literature, exact only when no vector depends on both W and Wᵀ products.
 
         ``batch_covs`` {group: array (P, k, k)} evaluates the recurrence for P covariances of
         those initial groups at once (e.g. every pair of a dataset): scalars that vary over
-        the batch are symbols whose values are arrays (``self.values``)."""
+        the batch are symbols whose values are arrays.  ``symbolic_covs`` {group: covariance in
+        param symbols} with ``param_values`` {symbol: value} keeps those params symbolic."""
         self.program, self.symbolic, self.use_zdot = program, symbolic, zdot
         self.batch = Batch(batch_covs) if batch_covs else None
-        self.symbolic_covs = dict(symbolic_covs or {})       # group -> covariance in param symbols
-        self.param_values = dict(param_values or {})
+        self.symbolic_covs = dict(symbolic_covs or {})
+        self.hypotheses = Hypotheses(program)
+        self.finiteness = Finiteness(program, self.hypotheses.params, self.hypotheses.heavy_laws)
+        self.ledger = Ledger(program, budget, symbolic, self.hypotheses, self.finiteness,
+                             self.batch, param_values)
         self.base_of: dict[int, sp.Symbol] = {}
         self.base_names: set[str] = set()
         self.scalar_error: dict[int, float] = {}
-        self.options = dict(tol=tol, max_qmc_points=max_qmc_points, seed=seed,
-                            max_quad_points=max_quad_points, max_expand_size=max_expand_size)
         self.Z: dict[int, sp.Expr] = {}                   # vector var -> Z
         self.c: dict[int, sp.Expr] = {}                    # scalar var -> c̊
         self.deps: dict[int, set[int]] = {}                # var -> estimates it depends on
-        self.estimates: list[Estimate] = []
-        self.gauss: list[sp.Symbol] = []
-        self.cov: dict[tuple[sp.Symbol, sp.Symbol], sp.Expr] = {}
-        self.laws: dict[sp.Symbol, Law] = {}
         self.families: dict[tuple[int, bool], Family] = {}
         self.row_scale: dict[int, sp.Expr] = {}          # mvt matrix var -> |u|, its rows' random scale
         self.matmul_of: dict[tuple[int, bool, int], int] = {}
         self.lines: list[str] = []
         self.nesting: dict[int, int] = {}     # var -> depth of the Nonlins nested in its Z
-        self.hyp = Hypotheses(program)
-        self._cache: dict[sp.Expr, Estimate] = {}
-        old = sys.getrecursionlimit()
-        sys.setrecursionlimit(max(old, RECURSION))
-        try:
-            for e in program.eqns:
-                getattr(self, "do_" + type(e).__name__)(e)
-        finally:
-            sys.setrecursionlimit(old)
+        self._done = False
 
-    # ---- numbers (expectations and their errors: compile_expect.Ledger)
+    def run(self) -> Compiled:
+        """Every equation in order, then the frozen result."""
+        if self._done:
+            raise RuntimeError("a Compiler compiles once")
+        self._done = True
+        for e in self.program.eqns:
+            getattr(self, "do_" + type(e).__name__)(e)
+        return Compiled(self.program, tuple(self.lines), MappingProxyType(dict(self.Z)),
+                        MappingProxyType(dict(self.c)), tuple(self.ledger.estimates),
+                        MappingProxyType({v: frozenset(d) for v, d in self.deps.items()}),
+                        MappingProxyType(dict(self.scalar_error)), tuple(self.hypotheses.warnings),
+                        self.symbolic, MappingProxyType(dict(self.ledger.param_values)), self.batch)
+
+    # ---- values
+    def num(self, value: float) -> sp.Expr:
+        """A constant of the program (exact in symbolic mode)."""
+        return fnsym.constant(float(value), self.symbolic)
+
     def leaf(self, var: int) -> sp.Expr:
+        """Z of a vector, c̊ of a scalar."""
         return self.Z[var] if var in self.Z else self.c[var]
 
     def deps_of(self, args) -> set[int]:
         return set().union(*(self.deps[a] for a in args))
 
+    def E(self, expr: sp.Expr, where: ir.Eqn, deps: set[int]) -> sp.Expr:
+        return self.ledger.E(expr, where, deps)
+
+    def result(self, var: int) -> LimitValue:
+        """A scalar's limit, as far as compiled."""
+        return self.ledger.result(self.c[var], self.deps[var], self.scalar_error.get(var))
+
+    def build(self, e: ir.Nonlin | ir.Moment | ir.Scalar) -> sp.Expr:
+        """φ(Z^x..; c̊..): the sympy expression of ``e.fn`` with each vector leaf replaced by its Z
+        and each scalar leaf by its c̊.  Each operation's value, as it is built, goes to the
+        finiteness check (a sub-expression of scalars must be a finite real float)."""
+        eqns, exact = self.program.eqns, self.symbolic
+
+        def apply(op: str, node: ir.Fn, parts: list[tuple[sp.Expr, bool]],
+                  compute: Callable[..., sp.Expr]) -> tuple[sp.Expr, bool]:
+            values, scalar = [v for v, _ in parts], [s for _, s in parts]
+            try:
+                value = compute(*values)
+            except ZeroDivisionError:
+                value = None
+            self.finiteness.operation(e, op, node, values, scalar, value)
+            return value, all(scalar)
+
+        rules = Rules(ref=lambda node: (self.leaf(node.var), isinstance(eqns[node.var], ir.SCALAR_OPS)),
+                      const=lambda node: (fnsym.constant(node.value, exact), True),
+                      call=lambda node, args: apply(node.name, node, args, HEADS[node.name]),
+                      bin=lambda node, lhs, rhs: apply(node.op, node, [lhs, rhs], ARITHMETIC[node.op]),
+                      neg=lambda node, operand: apply("-", node, [operand], lambda v: -v))
+        return fold(e.fn, rules)[0]
+
     def add_gaussian(self, sym: sp.Symbol, covs: dict[sp.Symbol, sp.Expr]) -> None:
-        self.gauss.append(sym)
-        for other, value in covs.items():
-            self.cov[(sym, other)] = self.cov[(other, sym)] = value
+        self.ledger.add_gaussian(sym, covs)
 
     # ---- equations
     def do_InitVector(self, e: ir.InitVector) -> None:
@@ -113,7 +222,7 @@ class Compiled(Ledger):
             name += f"_{e.var}"
         self.base_names.add(name)
         sym = sp.Symbol(name, real=True)
-        self.hyp.base(e, sym)
+        self.hypotheses.base(e, sym)
         mean = self.num(spec.mean[e.member]) if spec.mean else sp.Integer(0)
         if spec.family == "normal":
             entry = self.cov_entry(e.group, spec)
@@ -123,14 +232,14 @@ class Compiled(Ledger):
                     covs[self.base_of[other]] = entry(e.member, m)
             self.add_gaussian(sym, covs)
         else:
-            self.laws[sym] = Law(spec.family, self.num(spec.var), spec.df)
+            self.ledger.add_law(sym, Law(spec.family, self.num(spec.var), spec.df))
         self.base_of[e.var] = sym
         self.Z[e.var] = mean + sym
         self.deps[e.var] = set()
         law = f"{spec.family}" + (f"(cov row {list(spec.cov[e.member])})" if spec.cov else f"(var={spec.var:g})")
         self.lines.append(f"Z[{e.name}] = {self.Z[e.var]}    ~ {law}")
 
-    def cov_entry(self, group: int, spec):
+    def cov_entry(self, group: int, spec) -> Callable[[int, int], sp.Expr]:
         """Entry (i, j) of an initial group's covariance: a number, or a batch symbol."""
         if self.batch and group in self.batch.covs:
             return lambda i, j: self.batch.number(self.batch.covs[group][:, i, j])
@@ -145,9 +254,9 @@ class Compiled(Ledger):
         self.families[(e.var, True)] = Family(var * ratio)
         if e.dist.family == "mvt":      # W = diag(S)·G, G iid Gaussian, S iid with S² = (ν−2)/χ²_ν
             u = sp.Symbol(f"u_{e.name}", real=True, nonzero=True)
-            self.laws[u] = Law("mvt_scale", 1, e.dist.df)
+            self.ledger.add_law(u, Law("mvt_scale", 1, e.dist.df))
             self.row_scale[e.var] = sp.Abs(u)
-            self.hyp.row_scale(e, u)
+            self.hypotheses.row_scale(e, u)
         self.lines.append(f"{e.name}: {e.dist.family}, variance {e.dist.var:g}/{e.cols} ({e.rows}x{e.cols})")
 
     def do_MatMul(self, e: ir.MatMul) -> None:
@@ -176,7 +285,7 @@ class Compiled(Ledger):
                                        self.families[(e.matrix, not e.transposed)].members), default=0)
         self.Z[e.var] = outer * (hat + dot)
         self.deps[e.var] = deps
-        self.hyp.matmul(e)
+        self.hypotheses.matmul(e)
         self.lines.append(f"Z[%{e.var}] = " + (f"{outer}*(" if outer != 1 else "") + f"{hat}"
                           + (f" + {dot}" if dot != 0 else "") + (")" if outer != 1 else "")
                           + f"    # {name} @ %{e.arg};  Var {hat} = {_short(covs[hat])}"
@@ -197,7 +306,7 @@ class Compiled(Ledger):
         return total
 
     def do_Nonlin(self, e: ir.Nonlin) -> None:
-        self.Z[e.var] = self.hyp.evaluate(e, self.leaf, self.symbolic)
+        self.Z[e.var] = self.build(e)
         self.deps[e.var] = self.deps_of(e.args)
         self.nesting[e.var] = 1 + max((self.nesting.get(a, 0) for a in e.args), default=0)
         if self.nesting[e.var] > MAX_NESTING:
@@ -205,16 +314,22 @@ class Compiled(Ledger):
                                f"the compiler's {MAX_NESTING} (one symbolic expression per chain of Nonlins); "
                                "execute the program at finite width instead", e.pos.line, e.pos.col,
                                self.program.file, self.program.source)
-        self.hyp.nonlin(e, self.Z[e.var])
+        self.check_expression(e, self.Z[e.var])
         self.lines.append(f"Z[%{e.var}] = {self.show(self.Z[e.var], e)}")
 
     def do_Moment(self, e: ir.Moment) -> None:
-        integrand = self.hyp.evaluate(e, self.leaf, self.symbolic)
-        self.hyp.nonlin(e, integrand)
+        integrand = self.build(e)
+        self.check_expression(e, integrand)
         deps = self.deps_of(e.args)
         self.c[e.var] = self.E(integrand, e, deps)
         self.deps[e.var] = deps
         self.lines.append(f"c[%{e.var}] = E[{self.show(integrand, e)}] = {self.result(e.var).describe()}")
+
+    def check_expression(self, e: ir.Nonlin | ir.Moment, expr: sp.Expr) -> None:
+        """A Z or an integrand: finite numbers in it (else an error), then the hypotheses (warnings)."""
+        nodes = distinct_nodes(expr)
+        self.finiteness.expression(e, nodes)
+        self.hypotheses.nonlin(e, expr, nodes)
 
     def show(self, expr: sp.Expr, e: ir.Nonlin | ir.Moment) -> str:
         """expr in the base variables, or in the IR's %-names when Nonlins nest deeper than SHOW_NESTING."""
@@ -223,38 +338,23 @@ class Compiled(Ledger):
         return ir.show_fn(e.fn)
 
     def do_Scalar(self, e: ir.Scalar) -> None:
-        value = self.hyp.evaluate(e, self.leaf, self.symbolic)
+        value = self.build(e)
         value = sp.nsimplify(value) if self.symbolic and value.is_number and value.free_symbols == set() else value
-        self.hyp.scalar(e, value)
+        self.finiteness.scalar(e, value)
         self.c[e.var] = value
         self.deps[e.var] = self.deps_of(e.args)
         if not self.batch:
-            self.scalar_error[e.var] = self._propagated_error(e)
+            self.scalar_error[e.var] = self.propagated_error(e)
         self.lines.append(f"c[%{e.var}] = {value}")
 
-    # ---- results
-    def result(self, var: int) -> LimitValue:
-        """A scalar's limit with the method and error summed over every estimate it rests on."""
-        estimates = [self.estimates[i] for i in sorted(self.deps[var])]
-        if self.batch:
-            return self.batch.summarize(self.c[var], estimates)
-        out = summarize(self.c[var], estimates, self.symbolic, self.param_values)
-        if var in self.scalar_error:          # a function of scalars: errors weighted by sensitivity
-            return LimitValue(out.value, self.scalar_error[var] + 4e-16 * (abs(out.value) + 1),
-                              out.method, out.exact)
-        return out
-
-    def limit(self) -> Limit:
-        return Limit({o.name: self.result(o.var) for o in self.program.outputs},
-                     list(self.hyp.warnings))
-
-    def __str__(self) -> str:
-        return "\n".join(self.lines)
+    def propagated_error(self, e: ir.Scalar) -> float:
+        """Σ_a |∂f/∂c_a| · err(c_a) for c = f(c_a..), with f built over a symbol per scalar argument."""
+        syms = {a: sp.Symbol(f"c[%{a}]", real=True) for a in e.args if a in self.c}
+        f = fnsym.to_sympy(e.fn, lambda v: syms.get(v, self.leaf(v)))
+        at = {s: self.c[a] for a, s in syms.items()}
+        errors = {s: self.result(a).error for a, s in syms.items()}
+        return self.ledger.propagated_error(e, f, at, errors)
 
 
 def _short(value: sp.Expr) -> str:
     return f"{float(value):.6g}" if value.is_Float else str(value)
-
-
-def compile_program(program: ir.Program, symbolic: bool = False, **options) -> Compiled:
-    return Compiled(program, symbolic=symbolic, **options)

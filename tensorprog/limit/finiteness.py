@@ -1,18 +1,21 @@
 """Finiteness of the limit: every scalar's limit, and every sub-expression of scalars inside a
 function, must be a finite real float.  Division by zero, log(0), sqrt or log of a negative
 number, NaN and float overflow raise a TPNumericalError located at the statement, naming the
-operation (``evaluate`` checks node by node; ``scalar`` and ``nonlin`` check the whole value;
-``estimate`` checks each expectation)."""
+operation (:class:`Finiteness`: ``operation`` checks each operation as the compiler builds a
+value; ``scalar`` and ``expression`` check a whole value; ``estimate`` each expectation).
+The checker only judges values; the compiler builds them."""
 from __future__ import annotations
 
 import math
 import sys
-from typing import Callable
+from numbers import Real
+from typing import Callable, Mapping, Sequence
 
+import numpy as np
 import sympy as sp
 
-from ..symbolic import functions as fnsym
 from .. import ir
+from ..ir.walk import Rules, fold
 from ..errors import TPNumericalError
 from ..expect.laws import as_number
 from .result import defect
@@ -34,53 +37,82 @@ def distinct_nodes(expr: sp.Basic) -> list[sp.Basic]:
     return list(seen)
 
 
+def real_params(program: ir.Program) -> dict[sp.Symbol, float]:
+    """The numeric params of a program as {symbol: value} (a symbolic compilation may leave them
+    in closed forms; a check puts the values back)."""
+    return {sp.Symbol(k, real=True): float(v) for k, v in program.params.items()
+            if isinstance(v, Real) and not isinstance(v, bool)}
+
+
 class Finiteness:
-    """Checks mixed into Hypotheses; needs ``program``, ``params`` (param symbol -> value) and
-    ``_heavy`` (descriptions of the heavy-tailed laws)."""
-    program: ir.Program
-    params: dict
-    _heavy: list[str]
+    """Raises a TPNumericalError, located at the statement, where a limit is not a finite real float.
+
+    The compiler calls, for an equation ``e``:
+
+    * ``operation(e, op, node, args, scalar, value)`` for every operation of ``e.fn`` as it
+      builds the value (``args`` the values of its operands, ``scalar[i]`` whether operand i
+      has no vector in it, ``value`` the result or None when computing it divided by zero);
+    * ``expression(e, nodes)`` for a Z or an integrand, given its distinct sub-expressions;
+    * ``scalar(e, value)`` for the limit of a scalar;
+    * ``estimate(e, est)`` for each expectation.
+
+    ``params`` (symbol -> value) are substituted before a value is judged; ``heavy_laws``
+    describe the heavy-tailed laws of the program, for the message of an infinite expectation.
+    """
+
+    def __init__(self, program: ir.Program, params: Mapping[sp.Symbol, float],
+                 heavy_laws: Sequence[str] = ()) -> None:
+        self.program = program
+        self.params = dict(params)
+        self.heavy_laws = tuple(heavy_laws)
+
     def scalar(self, e: ir.Scalar, value: sp.Expr) -> None:
         """The limit of a scalar must be a finite real float."""
         kind = self._defect(value)
         if kind is not None:
             raise self._error(e, _whole(kind, value, e.fn))
 
-    def evaluate(self, e, leaf: Callable[[int], sp.Expr], exact: bool = False) -> sp.Expr:
-        """``fnsym.to_sympy(e.fn, leaf, exact)``, checked node by node: a sub-expression of
-        scalars (no vector in it) must be a finite real float, and no vector may be divided
-        by a scalar whose limit is 0.  Raises a TPNumericalError at ``e`` naming the operation."""
-        eqns = self.program.eqns
+    def operation(self, e: ir.Eqn, op: str, node: ir.Fn, args: Sequence[sp.Expr],
+                  scalar: Sequence[bool], value: sp.Expr | None) -> None:
+        """One operation ``op`` (a builtin's name, a binary operator, or "-" for negation) of
+        ``e.fn``: a sub-expression of scalars (no vector in it) must be a finite real float,
+        and no vector may be divided by a scalar whose limit is 0."""
+        divides_by_zero = op == "/" and scalar[1] and self._is_zero(args[1])
+        if divides_by_zero or value is None:
+            raise self._error(e, _node("zoo", op, node, args, None, self._is_zero))
+        if all(scalar):
+            kind = self._defect(value)
+            if kind is not None:
+                raise self._error(e, _node(kind, op, node, args, value, self._is_zero))
 
-        def walk(fn: ir.Fn) -> tuple[sp.Expr, bool]:
-            if isinstance(fn, ir.Ref):
-                return leaf(fn.var), isinstance(eqns[fn.var], ir.SCALAR_OPS)
-            if isinstance(fn, ir.Const):
-                return fnsym.to_sympy(fn, leaf, exact), True
-            children = fn.args if isinstance(fn, ir.Call) else \
-                (fn.operand,) if isinstance(fn, ir.Neg) else (fn.lhs, fn.rhs)
-            parts = [walk(c) for c in children]
-            values = [v for v, _ in parts]
-            numeric = all(n for _, n in parts)
-            slots = tuple(ir.Ref(-1 - i) for i in range(len(children)))
-            shallow = ir.Call(fn.name, slots) if isinstance(fn, ir.Call) else \
-                ir.Neg(slots[0]) if isinstance(fn, ir.Neg) else ir.Bin(fn.op, *slots)
-            if isinstance(fn, ir.Bin) and fn.op == "/" and parts[1][1] and self._is_zero(values[1]):
-                raise self._error(e, _node("zoo", fn, values, None, self._is_zero))
-            try:
-                value = fnsym.to_sympy(shallow, lambda v: values[-1 - v], exact)
-            except ZeroDivisionError:
-                raise self._error(e, _node("zoo", fn, values, None, self._is_zero)) from None
-            if numeric:
-                kind = self._defect(value)
-                if kind is not None:
-                    raise self._error(e, _node(kind, fn, values, value, self._is_zero))
-            return value, numeric
+    def expression(self, e: ir.Eqn, nodes: list[sp.Basic]) -> None:
+        """A Z or an integrand (its distinct ``nodes``) with a non-finite or complex number in it
+        (1/c, sqrt(c) with c̊ = 0, < 0)."""
+        atoms = {n for n in nodes if isinstance(n, _SPECIAL)}
+        kind = "nan" if sp.nan in atoms else "zoo" if sp.zoo in atoms else \
+            "inf" if (sp.oo in atoms or -sp.oo in atoms) else "complex" if sp.I in atoms else None
+        if kind is None:                    # exp(800.0) is a Float, exp(800) stays exact (symbolic)
+            big = any(abs(a) > _FLOAT_MAX for a in atoms if a.is_Rational or a.is_Float) or \
+                any(defect(f) == "overflow" for f in nodes if isinstance(f, sp.exp) and f.args[0].is_number)
+            kind = "overflow" if big else None
+        if kind is not None:
+            raise self._error(e, _whole(kind, None, e.fn))
 
-        return walk(e.fn)[0]
+    def estimate(self, e: ir.Eqn, est) -> None:
+        """An expectation (an ``Estimate`` or ``BatchEstimate``) must be finite and real."""
+        value = np.asarray(est.value)
+        if not np.all(np.isfinite(value)):
+            heavy = ", ".join(self.heavy_laws)
+            proven = est.exact in (sp.oo, -sp.oo)
+            raise self._error(e, f"an expectation in the limit is not finite ({est.value})" + (
+                "" if not heavy else f": a moment of a heavy-tailed law is infinite ({heavy})" if proven else
+                f"; with heavy-tailed laws ({heavy}) a moment or an exponential moment can be infinite"))
+        if np.iscomplexobj(value) and np.any(np.abs(value.imag) > 1e-12 * np.maximum(1.0, np.abs(value.real))):
+            raise self._error(e, f"an expectation in the limit is complex ({est.value}): sqrt, log or a "
+                              "non-integer power of a quantity that can be negative")
 
     def _defect(self, value: sp.Expr) -> str | None:
-        """``limit.defect`` of a number (params at their values); None if it is not one."""
+        """``result.defect`` of a number (params at their values); None if it is not one."""
         if not isinstance(value, sp.Basic):
             value = as_number(value)
         if value.free_symbols:
@@ -94,35 +126,8 @@ class Finiteness:
             value = value.subs(self.params) if self.params else value
         return bool(value.is_number and value.is_zero)
 
-    def _check_expr(self, e, nodes: list[sp.Basic]) -> None:
-        """A Z or an integrand (its distinct ``nodes``) with a non-finite or complex number in it
-        (1/c, sqrt(c) with c̊ = 0, < 0)."""
-        atoms = {n for n in nodes if isinstance(n, _SPECIAL)}
-        kind = "nan" if sp.nan in atoms else "zoo" if sp.zoo in atoms else \
-            "inf" if (sp.oo in atoms or -sp.oo in atoms) else "complex" if sp.I in atoms else None
-        if kind is None:                    # exp(800.0) is a Float, exp(800) stays exact (symbolic)
-            big = any(abs(a) > _FLOAT_MAX for a in atoms if a.is_Rational or a.is_Float) or \
-                any(defect(f) == "overflow" for f in nodes if isinstance(f, sp.exp) and f.args[0].is_number)
-            kind = "overflow" if big else None
-        if kind is not None:
-            raise self._error(e, _whole(kind, None, e.fn))
-
-    def _error(self, e, message: str) -> TPNumericalError:
+    def _error(self, e: ir.Eqn, message: str) -> TPNumericalError:
         return TPNumericalError(message, e.pos.line, e.pos.col, self.program.file, self.program.source)
-
-    def estimate(self, e, est) -> None:
-        import numpy as np
-        value = np.asarray(est.value)
-        if not np.all(np.isfinite(value)):
-            heavy = ", ".join(self._heavy)
-            proven = est.exact in (sp.oo, -sp.oo)
-            raise self._error(e, f"an expectation in the limit is not finite ({est.value})" + (
-                "" if not heavy else f": a moment of a heavy-tailed law is infinite ({heavy})" if proven else
-                f"; with heavy-tailed laws ({heavy}) a moment or an exponential moment can be infinite"))
-        if np.iscomplexobj(value) and np.any(np.abs(value.imag) > 1e-12 * np.maximum(1.0, np.abs(value.real))):
-            raise self._error(e, f"an expectation in the limit is complex ({est.value}): sqrt, log or a "
-                              "non-integer power of a quantity that can be negative")
-
 
 
 # ---- messages ------------------------------------------------------------------------------------
@@ -140,9 +145,8 @@ def _show(value) -> str:
     return text.replace("*I", "i").replace("I", "i")
 
 
-def _node(kind: str, fn: ir.Fn, args: list, value, is_zero) -> str:
-    """Why one operation of a function of scalars has no finite real value."""
-    op = fn.name if isinstance(fn, ir.Call) else fn.op if isinstance(fn, ir.Bin) else "-"
+def _node(kind: str, op: str, fn: ir.Fn, args: Sequence, value, is_zero: Callable[[sp.Expr], bool]) -> str:
+    """Why one operation ``op`` (node ``fn``) of a function of scalars has no finite real value."""
     if kind in ("zoo", "nan", "inf"):
         if op == "/" and is_zero(args[1]):
             both = is_zero(args[0])
@@ -188,15 +192,7 @@ def _whole(kind: str, value, fn: ir.Fn) -> str:
 
 def _ops(fn: ir.Fn) -> set[str]:
     """The builtins and binary operators a function tree applies."""
-    out, stack = set(), [fn]
-    while stack:
-        f = stack.pop()
-        if isinstance(f, ir.Call):
-            out.add(f.name)
-            stack.extend(f.args)
-        elif isinstance(f, ir.Bin):
-            out.add(f.op)
-            stack += [f.lhs, f.rhs]
-        elif isinstance(f, ir.Neg):
-            stack.append(f.operand)
-    return out
+    return fold(fn, Rules(ref=lambda leaf: set(), const=lambda leaf: set(),
+                          call=lambda node, args: {node.name}.union(*args),
+                          bin=lambda node, lhs, rhs: {node.op} | lhs | rhs,
+                          neg=lambda node, operand: operand))

@@ -15,24 +15,24 @@
     laplace(var) X once t ≥ √(2/var): an integrand (or a MatMul argument, whose square is
     integrated) growing that fast in such an initial vector has no finite limit.
 
-Not a hypothesis but a requirement: every scalar's limit, and every sub-expression of
-scalars inside a function, must be a finite real float.  Division by zero, log(0), sqrt or
-log of a negative number, NaN and float overflow raise a TPNumericalError located at the
-statement, naming the operation (``evaluate`` checks node by node; ``scalar`` and
-``nonlin`` check the whole value).
+Each becomes a warning (``[hypothesis]: message``, once per message with every place it
+occurs).  Not a hypothesis but a requirement, checked by :mod:`.finiteness`: every limit
+must be a finite real float.
 """
 from __future__ import annotations
 
 import math
 import re
-from numbers import Real
 from typing import Callable
 
+import numpy as np
 import sympy as sp
 
 from .. import ir
-from ..expect.analysis import BOUNDED, LINEAR, _bounded_above, growth
-from .finiteness import Finiteness, distinct_nodes
+from ..expect.analysis import BOUNDED, LINEAR, bounded_above, growth
+from ..expect.budget import Budget
+from ..expect.engine import Estimate
+from .finiteness import real_params
 from ..symbolic.heads import AbsF, Gelu, LeakyRelu, Relu, Softplus, NON_SMOOTH_HEADS
 
 #: not iid entries: orthogonal matrices (an mvt matrix is diag(S)·G with G iid Gaussian, which the
@@ -48,7 +48,17 @@ _POLY_MESSAGE = ("a vector whose Z grows faster than any polynomial (exp, or a p
                  "widths overflow or approach it very slowly")
 
 
-class Hypotheses(Finiteness):
+class Hypotheses:
+    """The warnings of a compilation: where the program leaves a theorem's hypotheses.
+
+    The compiler calls ``base`` and ``row_scale`` when it names a random base variable,
+    ``matmul(e)`` for each product, ``nonlin(e, expr, nodes)`` for each Z and integrand
+    (``nodes`` its distinct sub-expressions), ``budget(e, est, budget)`` for each expectation,
+    and ``warn(e, hypothesis, message)`` for a hypothesis of its own; ``warnings`` is the
+    report.  ``heavy_laws`` describes the heavy-tailed laws (for :class:`.Finiteness`);
+    ``params`` are the program's numeric params as symbols with their values.
+    """
+
     def __init__(self, program: ir.Program) -> None:
         self.program = program
         self._seen: dict[tuple[str, str], list[tuple[int, int]]] = {}
@@ -56,9 +66,8 @@ class Hypotheses(Finiteness):
         self.non_gaussian = [m for m in self.matrices.values()
                              if m.dist.family not in ("normal", "mvt") + _NON_IID]
         # param symbols (symbolic compilation) and their values; other non-vector symbols are batch items
-        self.params = {sp.Symbol(k, real=True): float(v) for k, v in program.params.items()
-                       if isinstance(v, Real) and not isinstance(v, bool)}
-        self._heavy: list[str] = []                           # the heavy-tailed laws, for messages
+        self.params = real_params(program)
+        self.heavy_laws: list[str] = []                       # the heavy-tailed laws, for messages
         self._fast: set[int] = set()                          # Nonlin vars whose Z is not poly. bounded
         self._rates: dict[int, dict[sp.Symbol, float]] = {}   # Nonlin var -> {tail symbol: exp rate}
         self._tails: dict[str, tuple[str, str, float]] = {}   # symbol name -> (vector, family, threshold)
@@ -78,7 +87,8 @@ class Hypotheses(Finiteness):
         """The random row scale S of an mvt matrix has no exponential moments (its tail is ~ s^−ν−1)."""
         self._tails[sym.name] = (f"(the row scale of {e.name})", "mvt", 0.0)
 
-    def warn(self, e, hypothesis: str, message: str) -> None:
+    def warn(self, e: ir.Eqn, hypothesis: str, message: str) -> None:
+        """Record a warning at e's statement (each message once, with every place it occurs)."""
         places = self._seen.setdefault((hypothesis, message), [])
         if (e.pos.line, e.pos.col) not in places:
             places.append((e.pos.line, e.pos.col))
@@ -96,7 +106,7 @@ class Hypotheses(Finiteness):
 
     def _heavy_tail(self, e, spec) -> None:
         if spec.family in ("student_t", "mvt"):
-            self._heavy.append(f"{spec.family}(df={spec.df:g}) has moments of order < {spec.df:g} only")
+            self.heavy_laws.append(f"{spec.family}(df={spec.df:g}) has moments of order < {spec.df:g} only")
             self.warn(e, "all moments", f"{spec.family}(df={spec.df:g}) has finite moments only of "
                       f"order < {spec.df:g}; the Master Theorem assumes all moments")
 
@@ -110,9 +120,9 @@ class Hypotheses(Finiteness):
         for sym, rate in self._rates.get(e.arg, {}).items():
             self._exp_moments(e, sym, 2 * rate, "the square of a MatMul argument")   # Var Ẑ = σ² E[(Z^x)²]
 
-    def nonlin(self, e, expr: sp.Expr) -> None:
-        nodes = distinct_nodes(expr)
-        self._check_expr(e, nodes)
+    def nonlin(self, e: ir.Nonlin | ir.Moment, expr: sp.Expr, nodes: list[sp.Basic]) -> None:
+        """A Z (``e`` a Nonlin) or an integrand (a Moment) and its distinct sub-expressions ``nodes``:
+        smoothness, vanishing denominators, growth and exponential moments."""
         if self.non_gaussian and any(isinstance(n, NON_SMOOTH_HEADS) for n in nodes):
             names = ", ".join(sorted({f"{m.name} ({m.dist.family})" for m in self.non_gaussian}))
             self.warn(e, "smooth nonlinearity", "a non-smooth nonlinearity with non-Gaussian "
@@ -152,16 +162,15 @@ class Hypotheses(Finiteness):
         """The random ones (base variables of Z's) among symbols: not params, not batch items."""
         return [s for s in symbols if s not in self.params and not _BATCH_SYMBOL.fullmatch(s.name)]
 
-    def budget(self, e, est, options: dict) -> None:
+    def budget(self, e: ir.Eqn, est: Estimate, budget: Budget) -> None:
         """Name each resource limit an expectation reached, with the option that raises it; and
         QMC error bars that cannot be trusted (an integrand with infinite variance)."""
-        import numpy as np
-        error, tol = float(np.max(est.error)), options["tol"]
+        error, tol = float(np.max(est.error)), budget.tol
         hit = set(getattr(est, "budget", ()))
         if est.method == "qmc" and error > max(tol, 1e-300) * 10:
             hit.add("max_qmc_points")
         for name in sorted(hit):
-            self.warn(e, "budget", _BUDGET[name].format(limit=options[name], error=error, tol=tol))
+            self.warn(e, "budget", _BUDGET[name].format(limit=getattr(budget, name), error=error, tol=tol))
         if getattr(est, "heavy_tail", False):
             self.warn(e, "finite variance", "a quasi-Monte Carlo integrand looks heavy-tailed (estimated "
                       "tail index < 2, i.e. infinite variance): its error bar is not reliable")
@@ -206,7 +215,7 @@ def _exp_rate(expr: sp.Expr, u: sp.Symbol) -> float:
         elif isinstance(e, sp.exp):
             a = e.args[0]
             degree = growth(a, u)
-            out = 0.0 if _bounded_above(a) or degree < 1 else math.inf if degree > 1 else _slope(a, u)
+            out = 0.0 if bounded_above(a) or degree < 1 else math.inf if degree > 1 else _slope(a, u)
         else:
             out = max(r(a) for a in e.args)
         memo[e] = out

@@ -1,37 +1,89 @@
-"""The compiler's ledger of expectations: every E[·] of the recurrence goes through ``E``, which
-caches it, records its Estimate (method, error, resource limits reached) and the set of
-estimates each scalar rests on; a scalar's error is then Σ over those estimates, and a
-function of scalars f(c) adds Σ_a |∂f/∂c_a|·err(c_a) (``_propagated_error``)."""
+"""The compiler's ledger of expectations: the law of the base variables and every E[·] over them.
+
+Every expectation of the recurrence goes through :meth:`Ledger.E`, which caches it, records its
+Estimate (method, error, resource limits reached) and the set of estimates each scalar rests
+on.  A scalar's error is then Σ over those estimates (:func:`scalar_limit`), and a function of
+scalars f(c) has Σ_a |∂f/∂c_a|·err(c_a) instead (:meth:`Ledger.propagated_error`).
+"""
 from __future__ import annotations
+
+from typing import Callable, Mapping, Sequence
 
 import sympy as sp
 
-from ..symbolic import functions as fnsym
 from .. import ir
 from ..errors import TPValueError
-from ..expect.engine import Estimate, expect
+from ..expect.budget import Budget
+from ..expect.engine import Estimate, Law, expect
+from ..symbolic import functions as fnsym
 from ..symbolic.heads import Delta
+from .batch import Batch
+from .finiteness import Finiteness
+from .hypotheses import Hypotheses
+from .result import LimitValue, summarize
 
 #: closed forms in param symbols larger than this (sympy operation count) become numbers
 MAX_SYMBOLIC_OPS = 80
 
 
+def scalar_limit(value: sp.Expr, estimates: Sequence[Estimate], *, symbolic: bool,
+                 params: Mapping[sp.Symbol, float], batch: Batch | None,
+                 propagated: float | None = None) -> LimitValue:
+    """The limit of a scalar whose value is ``value``, resting on ``estimates``: its error is
+    Σ of theirs (unit sensitivity), or ``propagated`` (Σ_a |∂f/∂c_a|·err(c_a), for a function
+    of scalars) plus float rounding; its method is the least exact of theirs."""
+    if batch is not None:
+        return batch.summarize(value, estimates)
+    out = summarize(value, estimates, symbolic, dict(params))
+    if propagated is None:
+        return out
+    return LimitValue(out.value, propagated + 4e-16 * (abs(out.value) + 1), out.method, out.exact)
+
+
 class Ledger:
-    """Mixed into ``Compiled``: needs program, symbolic, batch, options, laws, cov, param_values,
-    estimates, scalar_error, c, hyp, _cache and ``result``."""
+    """The probability space of a compilation and the expectations computed in it.
 
-    def num(self, value: float) -> sp.Expr:
-        return fnsym.constant(float(value), self.symbolic)
+    * ``add_gaussian(sym, covs)``, ``add_law(sym, law)``: a new base variable (a centred
+      Gaussian with its covariances with earlier ones, or an independent law);
+    * ``E(expr, where, deps)``: E[expr], cached; adds the estimate's index to ``deps``;
+    * ``result(value, deps, propagated)``: a scalar's :class:`LimitValue`;
+    * ``propagated_error(e, f, at, errors)``: the error of a function of scalars;
+    * ``estimates``: every estimate, in order (``deps`` holds indices into it).
 
+    Each estimate is checked (``finiteness.estimate``, ``hypotheses.budget``) as it is recorded.
+    """
+
+    def __init__(self, program: ir.Program, budget: Budget, symbolic: bool, hypotheses: Hypotheses,
+                 finiteness: Finiteness, batch: Batch | None = None,
+                 param_values: Mapping[sp.Symbol, float] | None = None) -> None:
+        self.program, self.budget, self.symbolic = program, budget, symbolic
+        self.hypotheses, self.finiteness = hypotheses, finiteness
+        self.batch = batch
+        self.param_values = dict(param_values or {})
+        self.cov: dict[tuple[sp.Symbol, sp.Symbol], sp.Expr] = {}
+        self.laws: dict[sp.Symbol, Law] = {}
+        self.estimates: list[Estimate] = []
+        self._cache: dict[sp.Expr, int] = {}
+
+    # ---- the law
+    def add_gaussian(self, sym: sp.Symbol, covs: Mapping[sp.Symbol, sp.Expr]) -> None:
+        """A centred Gaussian base variable with Cov(sym, other) = covs[other] (itself included)."""
+        for other, value in covs.items():
+            self.cov[(sym, other)] = self.cov[(other, sym)] = value
+
+    def add_law(self, sym: sp.Symbol, law: Law) -> None:
+        """A base variable independent of every other, with the given law."""
+        self.laws[sym] = law
+
+    # ---- expectations
     def E(self, expr: sp.Expr, where: ir.Eqn, deps: set[int]) -> sp.Expr:
         """E[expr] over the base variables it depends on (exact where possible).
 
         Records the estimate in ``deps`` (the error budget of what uses it) and
         returns its value as sympy (the closed form in symbolic mode)."""
-        key = expr
-        if key not in self._cache:
-            self._cache[key] = self._expect_batch(expr, where) if self.batch else self._expect(expr, where)
-        index = self._cache[key]
+        if expr not in self._cache:
+            self._cache[expr] = self._expect_batch(expr, where) if self.batch else self._expect(expr, where)
+        index = self._cache[expr]
         deps.add(index)
         est = self.estimates[index]
         if self.batch:
@@ -42,7 +94,7 @@ class Ledger:
         gauss = [s for s in sorted(expr.free_symbols, key=sp.default_sort_key)
                  if s not in self.laws and s not in self.batch.values]
         cov = [[self.cov.get((a, b), 0) for b in gauss] for a in gauss]
-        return self._record(expr, where, lambda: self.batch.expect(expr, gauss, cov, self.laws, self.options))
+        return self._record(expr, where, lambda: self.batch.expect(expr, gauss, cov, self.laws, self.budget))
 
     def _expect(self, expr: sp.Expr, where: ir.Eqn) -> int:
         syms = sorted(expr.free_symbols, key=sp.default_sort_key)
@@ -50,9 +102,9 @@ class Ledger:
         cov = sp.Matrix(len(gauss), len(gauss), lambda i, j: self.cov.get((gauss[i], gauss[j]), 0))
         laws = {s: self.laws[s] for s in syms if s in self.laws}
         return self._record(expr, where, lambda: self._expect_params(expr, gauss, cov, laws) if self.param_values
-                            else expect(expr, gauss, cov, laws, exact=True, **self.options))
+                            else expect(expr, gauss, cov, laws, exact=True, budget=self.budget))
 
-    def _record(self, expr: sp.Expr, where: ir.Eqn, compute) -> int:
+    def _record(self, expr: sp.Expr, where: ir.Eqn, compute: Callable[[], Estimate]) -> int:
         """Run ``compute()`` (an expectation), check it against the hypotheses and budgets, and
         append it to the ledger; its index."""
         try:
@@ -60,18 +112,19 @@ class Ledger:
         except ValueError as err:
             raise TPValueError(f"cannot evaluate E[{expr}]: {err}", where.pos.line, where.pos.col,
                                self.program.file, self.program.source) from None
-        self.hyp.estimate(where, est)
-        self.hyp.budget(where, est, self.options)
+        self.finiteness.estimate(where, est)
+        self.hypotheses.budget(where, est, self.budget)
         self.estimates.append(est)
         return len(self.estimates) - 1
 
-    def _expect_params(self, expr, gauss, cov, laws) -> Estimate:
+    def _expect_params(self, expr: sp.Expr, gauss: list[sp.Symbol], cov: sp.Matrix,
+                       laws: dict[sp.Symbol, Law]) -> Estimate:
         """A closed form in the param symbols if there is one, else numbers at their values."""
         symbolic = (expr.free_symbols | cov.free_symbols) & self.param_values.keys()
         small = max([sp.count_ops(expr)] + [sp.count_ops(c) for c in cov]) < MAX_SYMBOLIC_OPS
         if symbolic and small:
             try:
-                est = expect(expr, gauss, cov, laws, exact=True, **self.options)
+                est = expect(expr, gauss, cov, laws, exact=True, budget=self.budget)
                 if est.exact is not None and est.method == "exact" and \
                         sp.count_ops(est.exact) < 4 * MAX_SYMBOLIC_OPS:
                     value = complex(sp.N(est.exact.subs(self.param_values), 17))
@@ -81,16 +134,21 @@ class Ledger:
         if symbolic:                       # numbers, but exact ones: rho = 0.3 -> 3/10
             exact = {s: fnsym.constant(v, True) for s, v in self.param_values.items()}
             expr, cov = expr.subs(exact), cov.subs(exact)
-        return expect(expr, gauss, cov, laws, exact=True, **self.options)
+        return expect(expr, gauss, cov, laws, exact=True, budget=self.budget)
 
-    def _propagated_error(self, e: ir.Scalar) -> float:
-        """Σ_a |∂f/∂c_a| · err(c_a): a scalar function's error from its arguments' errors."""
-        syms = {a: sp.Symbol(f"c[%{a}]", real=True) for a in e.args if a in self.c}
-        f = fnsym.to_sympy(e.fn, lambda v: syms.get(v, self.leaf(v)))
-        at = {s: self.c[a] for a, s in syms.items()}
-        errors = {a: self.result(a).error for a in syms}
+    # ---- results
+    def result(self, value: sp.Expr, deps: set[int], propagated: float | None = None) -> LimitValue:
+        """The limit of a scalar of value ``value`` resting on the estimates ``deps``."""
+        return scalar_limit(value, [self.estimates[i] for i in sorted(deps)], symbolic=self.symbolic,
+                            params=self.param_values, batch=self.batch, propagated=propagated)
+
+    def propagated_error(self, e: ir.Scalar, f: sp.Expr, at: Mapping[sp.Symbol, sp.Expr],
+                         errors: Mapping[sp.Symbol, float]) -> float:
+        """Σ_a |∂f/∂c_a| · err(c_a): the error of f(c), a function of the scalar symbols c_a, at
+        their limits ``at`` with errors ``errors``.  Infinite (with a [continuity] warning) where
+        f jumps at, or within the error of, the arguments' limits."""
         total = 0.0
-        for a, s in syms.items():
+        for s in at:
             slope = sp.diff(f, s)
             jumps = [d.args[0] for d in slope.atoms(Delta)
                      if abs(complex(sp.N(d.args[0].subs(at)))) <= 10 * sum(errors.values())]
@@ -98,12 +156,12 @@ class Ledger:
                 self._jump(e, jumps, sum(errors.values()))
                 return float("inf")
             slope = complex(sp.N(slope.subs(at)))
-            total += abs(slope) * errors[a] if slope == slope else float("inf")
+            total += abs(slope) * errors[s] if slope == slope else float("inf")
         return total
 
     def _jump(self, e: ir.Scalar, jumps: list[sp.Expr], error: float) -> None:
         """Warn: f(c) is discontinuous where c's limit lies, so f(c_n) need not converge to f(c̊)."""
         at = ", ".join(sorted({str(a) for a in jumps}))
-        self.hyp.warn(e, "continuity", f"this scalar function jumps where its argument's limit lies "
-                      f"({at} = 0 within the error {error:.1e}): finite-width values need not converge "
-                      "to the value given, whose error is unbounded")
+        self.hypotheses.warn(e, "continuity", f"this scalar function jumps where its argument's limit lies "
+                             f"({at} = 0 within the error {error:.1e}): finite-width values need not converge "
+                             "to the value given, whose error is unbounded")

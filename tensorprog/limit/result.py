@@ -11,7 +11,8 @@ import sympy as sp
 
 from ..expect.laws import as_number
 
-_RANK = {"exact": 0, "quadrature": 1, "qmc": 2}
+#: methods from most to least exact: a result's method is the largest rank among its estimates
+METHOD_RANK = {"exact": 0, "quadrature": 1, "qmc": 2}
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ def summarize(value: sp.Expr, estimates: Sequence, symbolic: bool, params: dict 
         from ..errors import TPNumericalError
         raise TPNumericalError(f"the limit {value} is not a finite real number ({problem})")
     number = complex(sp.N(point, 17))
-    method = max((e.method for e in estimates), key=_RANK.__getitem__, default="exact")
+    method = max((e.method for e in estimates), key=METHOD_RANK.__getitem__, default="exact")
     # rounding: relative to the value, and to O(1) terms that may have cancelled in it
     error = sum(e.error for e in estimates) + 4e-16 * (abs(number.real) + 1)
     exact = None

@@ -26,18 +26,23 @@ import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Sequence, TextIO, Union
+from typing import Callable, Iterable, Sequence, Union
 
 import numpy as np
 
 from .. import distributions as D
 from .. import ir
 from ..errors import TPUsageError
+from ..finite.exec_options import UNSET, Unset, current, resolve
+from ..finite.plan import plan_run
+from ..finite.progress import ProgressBar
 
 #: a bias counts as resolved where |mean − limit| > RESOLVED_SIGMAS · sem + limit error
 RESOLVED_SIGMAS = 2.0
 
-Progress = Union[Callable[[int, int, float], None], TextIO, None]
+#: a bar over the widths (None: when stderr is a terminal; True, False), or a callable
+#: (width, trials, seconds) told of each width instead
+Progress = Union[Callable[[int, int, float], None], bool, None, Unset]
 
 
 @dataclass
@@ -180,25 +185,15 @@ def _slope(widths: Sequence[int], ys: Sequence[float], y_errors: Sequence[float]
     return slope, err if math.isfinite(err) else None
 
 
-def _report(progress: Progress, width: int, trials: int, seconds: float) -> None:
-    if progress is None:
-        return
-    if hasattr(progress, "write"):
-        progress.write(f"width {width}: {trials} trial{'s' if trials != 1 else ''}, {seconds:.1f} s\n")
-        if hasattr(progress, "flush"):
-            progress.flush()
-    else:
-        progress(width, trials, seconds)
-
-
 def converge(program, widths: Sequence[int], trials: int = 8, seed: int = 0,
-             matrix_dist: str | None = None, dtype="float64", progress: Progress = None,
+             matrix_dist: str | None = None, dtype="float64", progress: Progress = UNSET,
              limit=None, memory_limit: int | None = None) -> ConvergeResult:
     """Execute ``program`` (a ``tensorprog.Program``) at each width and compare with its limit.
 
-    ``progress`` is a stream (one line per width is written to it, e.g. ``sys.stderr``)
-    or a callable ``(width, trials, seconds)``.  ``limit`` may be passed to reuse a
-    ``Limit`` already computed (it is otherwise compiled here, with the matrix laws
+    ``progress``: a bar over the widths on stderr (None: when it is a terminal; True: always;
+    False: never; default: the ``tensorprog.finite.options`` setting), or a callable
+    ``(width, trials, seconds)`` called after each width instead.  ``limit`` may be passed to
+    reuse a ``Limit`` already computed (it is otherwise compiled here, with the matrix laws
     swapped to ``matrix_dist`` so that the warnings name the hypotheses left)."""
     widths = check_widths(widths)
     if isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or trials < 1:
@@ -211,22 +206,29 @@ def converge(program, widths: Sequence[int], trials: int = 8, seed: int = 0,
     except TypeError:
         raise TPUsageError(f"dtype must be float64 or float32, not {dtype!r}", file=file) from None
     # fail fast, before the small widths run: the law, the dtype and the memory of the largest width
-    from ..finite.run import Executor
-    Executor(program.ir, widths[-1], 0, dtype, matrix_dist, memory_limit)
+    opts = current()
+    plan_run(program.ir, widths[-1], 0, dtype, matrix_dist, memory_limit, blocked=opts.blocked,
+             block_rows=opts.block_rows)
     if limit is None:
         from ..limit.compiler import compile_program
         target = _with_matrix_family(program.ir, matrix_dist) if matrix_dist else program.ir
         limit = compile_program(target).limit()
 
+    report = progress if callable(progress) else None
+    shown = False if report else resolve(progress=progress).progress
     seeds, seconds, runs = [], [], []
-    for w in widths:
-        s = width_seed(int(seed), w)
-        start = time.perf_counter()
-        runs.append(program.execute(n=w, trials=int(trials), seed=s, matrix_dist=matrix_dist,
-                                    dtype=dtype, memory_limit=memory_limit))
-        seconds.append(time.perf_counter() - start)
-        seeds.append(s)
-        _report(progress, w, int(trials), seconds[-1])
+    with ProgressBar(len(widths), shown, desc="widths", unit="width") as bar:
+        for w in widths:
+            bar.note(f"n={w}", throttle=False)
+            s = width_seed(int(seed), w)
+            start = time.perf_counter()
+            runs.append(program.execute(n=w, trials=int(trials), seed=s, matrix_dist=matrix_dist,
+                                        dtype=dtype, memory_limit=memory_limit))
+            seconds.append(time.perf_counter() - start)
+            seeds.append(s)
+            bar.advance()
+            if report:
+                report(w, int(trials), seconds[-1])
 
     outputs = {}
     for name, lv in limit.outputs.items():

@@ -19,10 +19,11 @@ import numpy as np
 
 from .. import distributions as D
 from .. import ir
-from ..limit.compiler import Compiled
+from ..expect.budget import Budget
+from ..limit.compiler import compile_program
 from ..errors import TPUsageError
-from ..finite.options import _UNSET, _option
-from ..finite.run import Executor
+from ..finite.exec_options import UNSET, resolve
+from ..finite.run import Executor, map_trials, plan_run
 from ..limit.symbolic_params import relower
 
 Q_NAMES = ("q11", "q12", "q22")
@@ -135,7 +136,7 @@ def limit_kernel(program: ir.Program, X: np.ndarray, tol: float = 1e-10, params:
     for part in _singularity_classes(q, i, j):
         a, b = i[part], j[part]
         covs = s * np.stack([np.stack([q[a, a], q[a, b]], -1), np.stack([q[a, b], q[b, b]], -1)], -2)
-        lim = Compiled(tmpl, tol=tol, batch_covs={g: covs}).limit()
+        lim = compile_program(tmpl, budget=Budget(tol=tol), batch_covs={g: covs}).limit()
         for name, v in lim.outputs.items():
             values[name][part] = v.value
             errors[name][part] = v.error
@@ -159,17 +160,19 @@ def _singularity_classes(q: np.ndarray, i: np.ndarray, j: np.ndarray) -> list[np
 
 def finite_kernel(program: ir.Program, X: np.ndarray, n: int, trials: int = 1, seed: int = 0,
                   matrix_dist: str | None = None, dtype=np.float64, params: dict | None = None,
-                  max_elements: int = 1 << 22, jobs=_UNSET) -> KernelResult:
+                  max_elements: int = 1 << 22, jobs=UNSET) -> KernelResult:
     """Empirical kernels of width-n networks: the same matrices for every input of a trial.
-    ``jobs`` worker processes run the trials (default: the ``execute.options`` setting, else 1);
-    the values are bit-identical to one process."""
+    ``jobs`` worker processes run the trials (default: the ``tensorprog.finite.options`` setting,
+    else 1); the values are bit-identical to one process.  ``blocked`` and ``progress`` (a bar
+    over the trials) come from ``tensorprog.finite.options``."""
     tmpl, g, s = template(program, params)
     q, i, j = _pairs(X)
     N = q.shape[0]
-    ex = Executor(tmpl, n, seed, dtype, matrix_dist)
+    opts = resolve(jobs=jobs)
+    plan = plan_run(tmpl, n, seed, dtype, matrix_dist, blocked=opts.blocked, block_rows=opts.block_rows)
     trial = functools.partial(_kernel_trial, g=g, factor=D.psd_factor(s * q), i=i, j=j, N=N,
                               chunk=max(1, max_elements // n))
-    runs = ex.map_trials(trial, trials, jobs=_option("jobs", jobs, 1))
+    runs = map_trials(plan, trial, trials, opts.jobs, opts.progress, desc="kernel trials")
     outputs = {}
     for o in tmpl.outputs:
         mats = [run[o.name] for run in runs]
