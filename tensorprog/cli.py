@@ -9,6 +9,7 @@ from typing import Sequence
 
 from .errors import TPError, TPUsageError
 from .expect.budget import Budget
+from .finite.exec_options import ExecOptions
 
 
 def _define(text: str) -> tuple[str, float]:
@@ -90,7 +91,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _scale_flags(p: argparse.ArgumentParser, jobs: bool = True) -> None:
     if jobs:
-        p.add_argument("--jobs", "-j", type=int, default=1, metavar="J",
+        p.add_argument("--jobs", "-j", type=int, default=ExecOptions().jobs, metavar="J",
                        help="run trials in J worker processes (0: one per core); same values as -j 1")
     p.add_argument("--blocked", action=argparse.BooleanOptionalAction, default=None,
                    help="regenerate matrices block by block instead of storing them (other random "

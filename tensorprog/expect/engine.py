@@ -82,13 +82,13 @@ def _setup(exprs: Sequence, gaussians: Sequence, cov: object, laws: Mapping) -> 
     for u, law in laws.items():
         if not isinstance(law, Law) or u in gaussians or not isinstance(u, sp.Symbol):
             raise ValueError(f"bad law entry {u}: {law}")
-    normal = [u for u, law in laws.items() if law.family == "normal"]
+    normal = [u for u, law in laws.items() if law.gaussian]
     if normal:
         n0 = len(gaussians)
         extra = [as_number(laws[u].var) for u in normal]
         S = sp.diag(S, *extra) if n0 else sp.diag(*extra)
         gaussians = gaussians + tuple(normal)
-    others = tuple(sorted(((u, law) for u, law in laws.items() if law.family != "normal"),
+    others = tuple(sorted(((u, law) for u, law in laws.items() if not law.gaussian),
                           key=lambda t: str(t[0])))
     known = set(gaussians) | set(laws)
     out = []

@@ -135,8 +135,7 @@ def iterated_2d(f: Fn, c1: Coord, c2: Coord, lines: np.ndarray, target: Callable
     """E g(t₁, t₂) over independent coordinates with kinks on lines (rows a₁, a₂, c)."""
     A1, lo2, hi2 = c1.anchors(), c2.anchors()[0], c2.anchors()[-1]
     extra = [(0.0, 1.0, -k) for k in c2.kinks()] + [(1.0, 0.0, -k) for k in c1.kinks()]
-    if c2.family == "uniform":
-        extra += [(0.0, 1.0, -c2.scale), (0.0, 1.0, c2.scale)]
+    extra += [(0.0, 1.0, x) for x in c2.edges()]            # where c2's density jumps
     L = np.vstack([np.reshape(lines, (-1, 3)), np.reshape(extra, (-1, 3))])
     vert = np.abs(L[:, 1]) <= 1e-12 * (np.abs(L[:, 0]) + np.abs(L[:, 1]))
     outer = [A1, -L[vert & (L[:, 0] != 0), 2] / L[vert & (L[:, 0] != 0), 0]]

@@ -17,7 +17,6 @@ import sys
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Callable, Iterable, Iterator
 
-from threadpoolctl import threadpool_info, threadpool_limits
 
 _ENV_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
              "BLIS_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
@@ -33,6 +32,7 @@ def cpu_count() -> int:
 
 def blas_threads() -> int | None:
     """The thread count of the (first) loaded BLAS, or None if none is found."""
+    from threadpoolctl import threadpool_info          # imported when a run is planned, not at start-up
     for pool in threadpool_info():
         if pool.get("user_api") == "blas":
             return int(pool["num_threads"])
@@ -43,6 +43,7 @@ def set_blas_threads(threads: int) -> None:
     """Limit the thread pools (BLAS, OpenMP) of this process to ``threads``, for good."""
     for var in _ENV_VARS:
         os.environ[var] = str(threads)
+    from threadpoolctl import threadpool_limits
     threadpool_limits(limits=int(threads))
 
 
@@ -60,6 +61,7 @@ def limited_blas(threads: int) -> Iterator[None]:
     env = {v: os.environ.get(v) for v in _ENV_VARS}
     for var in _ENV_VARS:
         os.environ[var] = str(threads)
+    from threadpoolctl import threadpool_limits
     try:
         with threadpool_limits(limits=int(threads)):
             yield

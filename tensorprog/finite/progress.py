@@ -14,7 +14,6 @@ import threading
 import time
 from types import TracebackType
 
-from tqdm.auto import tqdm
 
 #: an automatic bar (``progress=None``) appears only once the run has lasted this many seconds
 DELAY = 1.0
@@ -26,6 +25,7 @@ class ProgressBar:
     """A bar over ``total`` items (trials, widths) on stderr, shown as ``progress`` says."""
 
     def __init__(self, total: int, progress: bool | None, desc: str = "trials", unit: str = "trial") -> None:
+        from tqdm.auto import tqdm                      # imported when a run starts, not at start-up
         forced = progress is not None
         self.bar = tqdm(total=int(total), desc=desc, unit=unit, file=sys.stderr,
                         disable=None if progress is None else not progress, leave=bool(progress),

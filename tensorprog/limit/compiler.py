@@ -224,7 +224,7 @@ class Compiler:
         sym = sp.Symbol(name, real=True)
         self.hypotheses.base(e, sym)
         mean = self.num(spec.mean[e.member]) if spec.mean else sp.Integer(0)
-        if spec.family == "normal":
+        if spec.law.gaussian:
             entry = self.cov_entry(e.group, spec)
             covs = {sym: entry(e.member, e.member)}
             for m, other in enumerate(group.members[:e.member]):
@@ -252,9 +252,10 @@ class Compiler:
         var = self.num(e.dist.var)
         self.families[(e.var, False)] = Family(var)
         self.families[(e.var, True)] = Family(var * ratio)
-        if e.dist.family == "mvt":      # W = diag(S)·G, G iid Gaussian, S iid with S² = (ν−2)/χ²_ν
+        scale_law = e.dist.law.row_scale
+        if scale_law is not None:   # mvt: W = diag(S)·G, G iid Gaussian, S iid with S² = (ν−2)/χ²_ν
             u = sp.Symbol(f"u_{e.name}", real=True, nonzero=True)
-            self.ledger.add_law(u, Law("mvt_scale", 1, e.dist.df))
+            self.ledger.add_law(u, Law(scale_law.name, 1, e.dist.df))
             self.row_scale[e.var] = sp.Abs(u)
             self.hypotheses.row_scale(e, u)
         self.lines.append(f"{e.name}: {e.dist.family}, variance {e.dist.var:g}/{e.cols} ({e.rows}x{e.cols})")

@@ -23,24 +23,17 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Callable
-
 import numpy as np
 import sympy as sp
 
 from .. import ir
+from ..distributions import Family
 from ..expect.analysis import BOUNDED, LINEAR, bounded_above, growth
 from ..expect.budget import Budget
 from ..expect.engine import Estimate
 from .finiteness import real_params
 from ..symbolic.heads import AbsF, Gelu, LeakyRelu, Relu, Softplus, NON_SMOOTH_HEADS
 
-#: not iid entries: orthogonal matrices (an mvt matrix is diag(S)·G with G iid Gaussian, which the
-#: compiler writes exactly, S being an iid initial vector of row scales)
-_NON_IID = ("orthogonal",)
-#: initial-vector families without (all) exponential moments: E exp(t|X|) = ∞ for t ≥ this(var)
-_EXP_MOMENTS: dict[str, Callable[[float], float]] = {"student_t": lambda var: 0.0,
-                                                      "laplace": lambda var: math.sqrt(2.0 / var)}
 _BATCH_SYMBOL = re.compile(r"b_\d+")
 _POLY_MESSAGE = ("a vector whose Z grows faster than any polynomial (exp, or a power with a random "
                  "exponent) is multiplied by a matrix: the Master Theorem assumes polynomially bounded "
@@ -63,14 +56,15 @@ class Hypotheses:
         self.program = program
         self._seen: dict[tuple[str, str], list[tuple[int, int]]] = {}
         self.matrices = {e.var: e for e in program.eqns if isinstance(e, ir.Matrix)}
-        self.non_gaussian = [m for m in self.matrices.values()
-                             if m.dist.family not in ("normal", "mvt") + _NON_IID]
+        # iid non-Gaussian entries (an mvt matrix is diag(S)·G with G iid Gaussian, which the compiler
+        # writes exactly; orthogonal entries are not iid)
+        self.non_gaussian = [m for m in self.matrices.values() if m.dist.law.non_gaussian_iid]
         # param symbols (symbolic compilation) and their values; other non-vector symbols are batch items
         self.params = real_params(program)
         self.heavy_laws: list[str] = []                       # the heavy-tailed laws, for messages
         self._fast: set[int] = set()                          # Nonlin vars whose Z is not poly. bounded
         self._rates: dict[int, dict[sp.Symbol, float]] = {}   # Nonlin var -> {tail symbol: exp rate}
-        self._tails: dict[str, tuple[str, str, float]] = {}   # symbol name -> (vector, family, threshold)
+        self._tails: dict[str, tuple[str, Family, float]] = {}  # symbol name -> (vector, family, threshold)
         for m in self.matrices.values():
             self._heavy_tail(m, m.dist)
         for g in program.groups:
@@ -80,12 +74,14 @@ class Hypotheses:
         """The compiler names the base variable of an initial vector: remember it when its law
         lacks exponential moments."""
         spec = self.program.groups[e.group].dist
-        if spec.family in _EXP_MOMENTS:
-            self._tails[sym.name] = (e.name, spec.family, _EXP_MOMENTS[spec.family](spec.var))
+        threshold = spec.law.exp_moment_threshold(spec.var)
+        if threshold is not None:
+            self._tails[sym.name] = (e.name, spec.law, threshold)
 
     def row_scale(self, e: ir.Matrix, sym: sp.Symbol) -> None:
         """The random row scale S of an mvt matrix has no exponential moments (its tail is ~ s^−ν−1)."""
-        self._tails[sym.name] = (f"(the row scale of {e.name})", "mvt", 0.0)
+        self._tails[sym.name] = (f"(the row scale of {e.name})", e.dist.law,
+                                 e.dist.law.exp_moment_threshold(e.dist.var))
 
     def warn(self, e: ir.Eqn, hypothesis: str, message: str) -> None:
         """Record a warning at e's statement (each message once, with every place it occurs)."""
@@ -105,16 +101,15 @@ class Hypotheses:
         return out
 
     def _heavy_tail(self, e, spec) -> None:
-        if spec.family in ("student_t", "mvt"):
-            self.heavy_laws.append(f"{spec.family}(df={spec.df:g}) has moments of order < {spec.df:g} only")
-            self.warn(e, "all moments", f"{spec.family}(df={spec.df:g}) has finite moments only of "
-                      f"order < {spec.df:g}; the Master Theorem assumes all moments")
+        note = spec.law.moments_note(spec.df)
+        if note is not None:
+            self.heavy_laws.append(note)
+            self.warn(e, "all moments", spec.law.moments_warning(spec.df))
 
     def matmul(self, e: ir.MatMul) -> None:
         m = self.matrices[e.matrix]
-        if m.dist.family in _NON_IID and e.transposed:
-            self.warn(e, "iid entries", f"{m.name} ({m.dist.family}) is used transposed; the Master "
-                      "Theorem with transposes is proven for iid entries only")
+        if e.transposed and m.dist.law.breaks_transpose_iid:
+            self.warn(e, "iid entries", m.dist.law.transposed_warning(m.name))
         if e.arg in self._fast:
             self.warn(e, "polynomially bounded", _POLY_MESSAGE)
         for sym, rate in self._rates.get(e.arg, {}).items():
@@ -150,13 +145,7 @@ class Hypotheses:
         name, family, threshold = self._tails[sym.name]
         if rate <= 0 or rate < threshold:
             return
-        if family == "student_t":
-            why = "a Student t law has no exponential moments: E[exp(t·|X|)] = ∞ for every t > 0"
-        else:
-            why = f"E[exp(t·|X|)] = ∞ for t ≥ √(2/var) = {threshold:.4g}"
-        self.warn(e, "exponential moments", f"{what} grows like exp(t·|{name}|) (t ≤ {rate:.4g}) in the "
-                  f"{family} vector {name}; {why}: the limit is infinite unless that growth cancels, and "
-                  "the value computed is not meaningful")
+        self.warn(e, "exponential moments", family.exp_moment_warning(what, name, rate, threshold))
 
     def _random(self, symbols: set[sp.Symbol]) -> list[sp.Symbol]:
         """The random ones (base variables of Z's) among symbols: not params, not batch items."""

@@ -19,7 +19,7 @@ import numpy as np
 
 from .. import distributions as D
 from .. import ir
-from ..expect.budget import Budget
+from ..expect.budget import DEFAULT, Budget
 from ..limit.compiler import compile_program
 from ..errors import TPUsageError
 from ..finite.exec_options import UNSET, resolve
@@ -124,7 +124,7 @@ def _symmetric(values: np.ndarray, i: np.ndarray, j: np.ndarray, N: int) -> np.n
     return K
 
 
-def limit_kernel(program: ir.Program, X: np.ndarray, tol: float = 1e-10, params: dict | None = None) -> KernelResult:
+def limit_kernel(program: ir.Program, X: np.ndarray, tol: float = DEFAULT.tol, params: dict | None = None) -> KernelResult:
     """The infinite-width kernels, vectorized over all pairs."""
     tmpl, g, s = template(program, params)
     q, i, j = _pairs(X)
@@ -198,7 +198,7 @@ def _kernel_trial(ex: Executor, t: int, *, g: int, factor: np.ndarray, i: np.nda
 
 
 def kernel(program, X, *, n: int | None = None, trials: int = 1, seed: int = 0,
-           matrix_dist: str | None = None, dtype=np.float64, tol: float = 1e-10, **params) -> KernelResult:
+           matrix_dist: str | None = None, dtype=np.float64, tol: float = DEFAULT.tol, **params) -> KernelResult:
     """N×N kernels of a template over data X: the limit (n=None) or finite width n."""
     from ..program import Program, load
     if isinstance(program, (str, Path)):
