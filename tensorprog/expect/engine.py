@@ -176,7 +176,9 @@ def _constant_heads(F: sp.Expr) -> sp.Expr:
 def _combine(F: sp.Expr, values: Mapping[sp.Dummy, JobResult]) -> Estimate:
     """The estimate of F(J_1, ...) from the jobs' values and errors."""
     F = _constant_heads(F)
-    jobs = [J for J in F.free_symbols if J in values]
+    # a fixed order, so that errors sum to the same last digit in every process (a set's order
+    # follows the per-process string hash)
+    jobs = sorted((J for J in F.free_symbols if J in values), key=sp.default_sort_key)
     if not jobs:
         if F.free_symbols:                  # a formula in the parameters: tidy it up
             return Estimate(float("nan"), 0.0, "exact", sp.simplify(F) if sp.count_ops(F) < 400 else F)

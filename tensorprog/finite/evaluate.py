@@ -1,9 +1,9 @@
 """Function trees evaluated with numpy, and the cause of a value that is not finite.
 
 :func:`eval_fn` is the executor's evaluation of a ``Nonlin`` / ``Moment`` / ``Scalar``
-function tree, coordinatewise over arrays, under the caller's ``np.errstate``.  Each tree
-is compiled once (:func:`evaluator`, a fold of :mod:`tensorprog.ir.walk`) into nested
-closures, which every later trial reuses.  Binary operators are numpy's ufuncs
+function tree, coordinatewise over arrays, under the caller's ``np.errstate``: a direct
+recursion with one rule per node kind (:data:`EVAL`); compiling trees into closures was tried
+and lost: creating them costs more than a trial of a large program.  Binary operators are numpy's ufuncs
 (:data:`UFUNCS`), not ``ir.ARITHMETIC``'s Python operators: the executor's scalars and
 constants are Python floats, on which ``1.0 / 0.0`` must give inf with a floating-point
 event, not raise ``ZeroDivisionError``.
@@ -18,7 +18,6 @@ zero, and ``log(x)`` of a negative x an invalid operation.
 from __future__ import annotations
 
 import operator
-import weakref
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -28,8 +27,6 @@ from .. import ir
 from ..builtins import BUILTINS
 
 Read = Callable[[int], object]
-#: a compiled function tree: the value of the tree given how to read a variable
-Evaluator = Callable[[Read], object]
 
 #: numpy's ufunc for each operator of ``ir.ARITHMETIC`` (the same keys)
 UFUNCS: dict[str, np.ufunc] = {"+": np.add, "-": np.subtract, "*": np.multiply,
@@ -44,71 +41,22 @@ INVALID = "invalid operation"
 BAD_INPUT = "non-finite input"
 
 
-# ---- compiled evaluation (the hot path) ---------------------------------------------------
-def _ref(node: ir.Ref) -> Evaluator:
-    var = node.var
-    return lambda read: read(var)
-
-
-def _const(node: ir.Const) -> Evaluator:
-    value = node.value
-    return lambda read: value
-
-
-def _call(node: ir.Call, args: list[Evaluator]) -> Evaluator:
-    """f(a₁, ..., a_k); a variable argument is read directly (one call less)."""
-    f = BUILTINS[node.name].numpy
-    if len(args) == 1:
-        if type(node.args[0]) is ir.Ref:
-            var = node.args[0].var
-            return lambda read: f(read(var))
-        a = args[0]
-        return lambda read: f(a(read))
-    if len(args) == 2:
-        a, b = args
-        return lambda read: f(a(read), b(read))
-    return lambda read: f(*[g(read) for g in args])
-
-
-def _bin(node: ir.Bin, lhs: Evaluator, rhs: Evaluator) -> Evaluator:
-    """lhs ∘ rhs with the ufunc of ∘; a constant operand is bound in (one call less)."""
-    op = UFUNCS[node.op]
-    if type(node.rhs) is ir.Const:
-        c = node.rhs.value
-        return lambda read: op(lhs(read), c)
-    if type(node.lhs) is ir.Const:
-        c = node.lhs.value
-        return lambda read: op(c, rhs(read))
-    return lambda read: op(lhs(read), rhs(read))
-
-
-def _neg(node: ir.Neg, operand: Evaluator) -> Evaluator:
-    return lambda read: -operand(read)
-
-
-#: compile a function tree into nested closures, one per node
-COMPILE: ir.Rules[Evaluator] = ir.Rules(ref=_ref, const=_const, call=_call, bin=_bin, neg=_neg)
-
-#: id(tree) -> (a weak reference to the tree, its evaluator); an entry leaves with its tree
-_COMPILED: dict[int, tuple[weakref.ref, Evaluator]] = {}
-
-
-def evaluator(fn: ir.Fn) -> Evaluator:
-    """``fn`` compiled for :func:`eval_fn`, once per tree object (cached while it lives)."""
-    key = id(fn)
-    got = _COMPILED.get(key)
-    if got is not None and got[0]() is fn:
-        return got[1]
-    compiled = ir.fold(fn, COMPILE)
-    _COMPILED[key] = (weakref.ref(fn, lambda _gone, key=key: _COMPILED.pop(key, None)), compiled)
-    return compiled
-
-
+# ---- evaluation (the hot path): one rule per node kind ------------------------------------
 def eval_fn(fn: ir.Fn, read: Read):
     """The value of a function tree, coordinatewise over numpy arrays: ``Ref(v)`` is
     ``read(v)``, ``Const(c)`` the Python float c, ``Call(f, ...)`` the builtin's numpy
     function, ``Bin(∘, a, b)`` the ufunc of ∘, ``Neg(a)`` −a."""
-    return evaluator(fn)(read)
+    return EVAL[type(fn)](fn, read)
+
+
+#: the evaluation rule of each node kind (a direct recursion: no per-tree compilation, no cache)
+EVAL: dict[type, Callable[[ir.Fn, Read], object]] = {
+    ir.Ref: lambda node, read: read(node.var),
+    ir.Const: lambda node, read: node.value,
+    ir.Call: lambda node, read: BUILTINS[node.name].numpy(*[eval_fn(a, read) for a in node.args]),
+    ir.Bin: lambda node, read: UFUNCS[node.op](eval_fn(node.lhs, read), eval_fn(node.rhs, read)),
+    ir.Neg: lambda node, read: -eval_fn(node.operand, read),
+}
 
 
 # ---- the cause of a non-finite value (the error path) -----------------------------------
