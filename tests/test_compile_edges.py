@@ -70,6 +70,8 @@ def test_long_chain_of_nonlins_has_the_right_value():
     assert abs(o.value - tanh_chain_second_moment(300)) <= o.error + 1e-13
     assert o.error < 1e-9
     assert sys.getrecursionlimit() < C.RECURSION        # restored after compiling
+    deep = C.Compiler(tp.parse(src).ir).run()             # the public builder raises the limit too
+    assert deep.limit().outputs["o"].value == o.value and sys.getrecursionlimit() < C.RECURSION
 
 
 def test_too_deep_chain_is_a_located_limit_error():

@@ -161,6 +161,8 @@ def test_progress_callable_and_stream(capsys):
     converge(tp.parse(CHEAP), [8], trials=1, progress=True)
     err = capsys.readouterr().err
     assert err.startswith("\rwidths:") and "1/1" in err and "n=8" in err
+    with pytest.raises(TypeError, match="progress must be"):         # a stream is no longer taken
+        converge(tp.parse(CHEAP), [8], trials=1, progress=sys.stderr)
 
 
 def test_one_trial_and_one_width_give_json_without_nan():

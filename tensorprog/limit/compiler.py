@@ -102,12 +102,9 @@ def compile_program(program: ir.Program, symbolic: bool = False, *, budget: Budg
                     zdot: bool = True, batch_covs: Mapping[int, np.ndarray] | None = None,
                     symbolic_covs: Mapping[int, sp.Matrix] | None = None,
                     param_values: Mapping[sp.Symbol, float] | None = None) -> Compiled:
-    """The Master Theorem recurrence of ``program`` (see :class:`Compiler` for the options), with
-    Python's recursion limit raised to RECURSION for the duration of the compile."""
-    compiler = Compiler(program, symbolic, budget=budget, zdot=zdot, batch_covs=batch_covs,
-                        symbolic_covs=symbolic_covs, param_values=param_values)
-    with recursion_limit(RECURSION):
-        return compiler.run()
+    """The Master Theorem recurrence of ``program`` (see :class:`Compiler` for the options)."""
+    return Compiler(program, symbolic, budget=budget, zdot=zdot, batch_covs=batch_covs,
+                    symbolic_covs=symbolic_covs, param_values=param_values).run()
 
 
 @dataclass
@@ -156,12 +153,14 @@ class Compiler:
         self._done = False
 
     def run(self) -> Compiled:
-        """Every equation in order, then the frozen result."""
+        """Every equation in order, then the frozen result; Python's recursion limit is raised to
+        RECURSION meanwhile (sympy recurses once per nested Nonlin)."""
         if self._done:
             raise RuntimeError("a Compiler compiles once")
         self._done = True
-        for e in self.program.eqns:
-            getattr(self, "do_" + type(e).__name__)(e)
+        with recursion_limit(RECURSION):
+            for e in self.program.eqns:
+                getattr(self, "do_" + type(e).__name__)(e)
         return Compiled(self.program, tuple(self.lines), MappingProxyType(dict(self.Z)),
                         MappingProxyType(dict(self.c)), tuple(self.ledger.estimates),
                         MappingProxyType({v: frozenset(d) for v, d in self.deps.items()}),

@@ -214,6 +214,9 @@ def converge(program, widths: Sequence[int], trials: int = 8, seed: int = 0,
         target = _with_matrix_family(program.ir, matrix_dist) if matrix_dist else program.ir
         limit = compile_program(target).limit()
 
+    if not (progress is None or isinstance(progress, (bool, Unset)) or callable(progress)):
+        raise TypeError(f"progress must be None, True, False or a callable (width, trials, seconds), "
+                        f"not {type(progress).__name__}")
     report = progress if callable(progress) else None
     shown = False if report else resolve(progress=progress).progress
     seeds, seconds, runs = [], [], []
