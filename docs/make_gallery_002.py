@@ -1,4 +1,4 @@
-"""Regenerate docs/gallery_002.md and docs/img/seed002_*.png: Golikov's thesis (shared/seeds/002).
+"""Regenerate docs/gallery_002.md and docs/img/seed002_*.png: Golikov's thesis (seed 002).
 
     . /work/venv/bin/activate && PYTHONPATH=. python docs/make_gallery_002.py [--quick]
 
@@ -23,7 +23,7 @@ import numpy as np  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 import tensorprog as tp  # noqa: E402
-from tensorprog.tools.tailbound import bound as tb  # noqa: E402
+from tensorprog.tools import tailbound as tb  # noqa: E402
 from tensorprog.tools.converge import converge  # noqa: E402
 from tensorprog.tools.plot import plot_convergence  # noqa: E402
 
@@ -407,16 +407,16 @@ program's limit, not the kernel's.
 **Claim.** For g^{{l+1}} = A^l φ(g^l), c^l = mean(χ(g^l)²) with fresh Gaussian A^l and λ-Lipschitz
 monotone φ, χ vanishing at 0:
 P(c^l − c̊^l > τ) ≤ l·(exp(−n(τ/C₂^l(τ))²) + n e^{{−C₀n}}), C₂ by the recursion (4.41)–(4.42).
-`tensorprog/tailbound.py` recognises the class in a program (and refuses anything else, located),
+`tensorprog/tools/tailbound/` recognises the class in a program (and refuses anything else, located),
 evaluates the constants and compares the (two-sided) bound with the empirical tail:
 
 ```sh
-python -m tensorprog.tools.tailbound.bound programs/golikov_tailbound.tp --output c_relu \\
+tpc tailbound programs/golikov_tailbound.tp --output c_relu \\
     --widths 64,256,1024 --t 0.02,0.05,0.1 --trials 400
 ```
 
 ```python
-from tensorprog import tailbound as tb
+from tensorprog.tools import tailbound as tb
 p = tp.load("programs/golikov_tailbound.tp")
 tb.tail_bound(p, "c_relu", n=1024, t=0.05)           # the bound (>= 1: vacuous)
 tb.empirical_tail(p, "c_relu", 1024, 0.05, trials=400) # (p, se)

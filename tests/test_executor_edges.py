@@ -1,5 +1,5 @@
 """Executor edge cases: the cause of a non-finite value, float32 runs on the float64 draws, the
-split of distributions.py.
+split of the distributions package.
 
 * a non-finite value is reported at its statement with the floating-point event that made it
   (overflow, division by zero, invalid operation), not with the final NaN / inf;
@@ -224,7 +224,7 @@ def test_float32_parallel_trials_are_bit_identical():
     assert one.to_dict() == two.to_dict()
 
 
-# ---- distributions.py, split ------------------------------------------------------------------------------
+# ---- the distributions package ------------------------------------------------------------------------------
 def test_distributions_reexports_its_public_names():
     for name in D.__all__:
         assert getattr(D, name) is not None

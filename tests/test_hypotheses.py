@@ -1,4 +1,4 @@
-"""Hypotheses of the Master Theorem and finiteness of the limit (tensorprog/hypotheses.py, limit.py).
+"""Hypotheses of the Master Theorem and finiteness of the limit (tensorprog/limit/hypotheses.py, finiteness.py, result.py).
 
 * a scalar whose limit is not a finite real float — division by zero (sympy zoo), NaN, ±inf,
   complex (sqrt or log of a negative number, a negative base to a non-integer power), or a

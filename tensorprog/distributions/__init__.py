@@ -4,7 +4,7 @@ This module turns the distribution call of a declaration (``normal(var=2)``,
 ``student_t(6)``, ``normal(cov=M)``...) into a validated :class:`DistSpec`, and
 samples matrices and vectors from it with a :class:`numpy.random.Generator`.
 
-Scaling conventions (LANGUAGE.md, "Distributions"):
+Scaling conventions (docs/language.md, "Distributions"):
 
 * a **matrix** of shape ``(rows, cols)`` maps ``cols``-vectors to ``rows``-vectors;
   its entries have mean 0 and variance ``var / cols`` (fan-in = ``cols``);
@@ -33,7 +33,7 @@ Families (all rescaled to the requested variance; each is one object of :mod:`.f
                 not independent.
 ============== ===============================================================
 
-Call syntax accepted by :func:`make_spec` (decisions not fixed by LANGUAGE.md):
+Call syntax accepted by :func:`make_spec` (decisions not fixed by the language's contract):
 
 * ``student_t`` and ``mvt`` take positionals ``(df, var)``: ``student_t(6)`` is
   ``df=6``, ``student_t(6, 2)`` is ``df=6, var=2``; ``df`` is required.

@@ -8,7 +8,7 @@ matrix, run as one GEMM ``W [x¹ … x^B]``; arrays are freed after their last r
 Trial t draws every random object from its own stream,
 ``SeedSequence(seed, spawn_key=(t, var))``, so results are bit-identical for a given
 seed whatever the order of execution.  In blocked mode (:mod:`.memory`) a matrix is a
-:class:`~.blocked.BlockedMatrix`, whose random numbers come from another generator
+:class:`~tensorprog.distributions.blocked.BlockedMatrix`, whose random numbers come from another generator
 (Philox, keyed by (seed, trial, var)): the same statistics as a dense run, not the same
 numbers.  A float32 run draws the float64 random numbers of the same seed and rounds
 them (``draw_dtype=float64`` of the samplers; blocked rows likewise), so it equals the

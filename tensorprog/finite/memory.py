@@ -2,11 +2,11 @@
 
 The peak of one trial is estimated from the schedule (:func:`.schedule.peak_bytes`):
 dense, every matrix is held (float64 draws included) from its first to its last use;
-blocked, a matrix is a :class:`~.blocked.BlockedMatrix`, regenerated row block by row
+blocked, a matrix is a :class:`~tensorprog.distributions.blocked.BlockedMatrix`, regenerated row block by row
 block at each product and never stored, so only its workspace counts and memory is
 O(n · batch) per trial.  Automatic blocked mode is refused (forcing it is not) when a
 trial would draw more than ``AUTO_BLOCKED_MAX_ENTRIES`` random numbers, and families
-whose rows depend on the whole matrix (:data:`~.blocked.BLOCKABLE`) are never blocked.
+whose rows depend on the whole matrix (:data:`~tensorprog.distributions.blocked.BLOCKABLE`) are never blocked.
 """
 from __future__ import annotations
 

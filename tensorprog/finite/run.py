@@ -9,7 +9,7 @@ anything is allocated.
 
 Widths beyond memory: with ``blocked=True``, or automatically when the dense
 matrices would not fit (and the run is not absurdly long, see
-``AUTO_BLOCKED_MAX_ENTRIES``), every matrix is a :class:`~.blocked.BlockedMatrix`,
+``AUTO_BLOCKED_MAX_ENTRIES``), every matrix is a :class:`~tensorprog.distributions.blocked.BlockedMatrix`,
 regenerated row block by row block from a counter-based generator at each product
 and never stored; memory is then O(n · batch) per trial.  Its random numbers come
 from another generator (Philox, keyed by (seed, trial, var)): a blocked run has the

@@ -3,7 +3,7 @@
 No ``eval``, ``exec``, ``sympify`` of strings nor ``lambdify``: an expression (or a
 list of expressions) is compiled once into a flat single-assignment *tape* of numpy
 operations — Add, Mul, Pow, symbols, numbers and the function heads of
-``nonlin.SYMPY_TO_NUMPY`` — with common subexpressions shared and constant
+``tensorprog.symbolic.heads.SYMPY_TO_NUMPY`` — with common subexpressions shared and constant
 subtrees folded.  Running the tape on arrays (one per symbol, broadcasting) gives
 the values at all points at once: there is no Python loop over points.
 """

@@ -10,7 +10,7 @@ For ``diff``, which differentiates expressions expanded through every Nonlin bin
 mean and variance), both directions work on the sympy DAG rather than on the tree:
 :class:`Differentiator` is ``sp.diff`` memoised on sub-expressions, and
 :class:`TreeBuilder` is ``from_sympy`` memoised, with a hook through which the caller
-replaces shared sub-expressions by variables (``lower_expr.DiffState``).
+replaces shared sub-expressions by variables (:class:`tensorprog.lang.diff.DiffState`).
 """
 from __future__ import annotations
 

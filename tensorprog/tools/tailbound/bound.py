@@ -46,14 +46,13 @@ deterministic variance s^2 for v^l.  Monotone non-increasing phi or chi are allo
 A phi(g) = (−A)(−phi(g)) and −A has the law of A, so the chain's law is that of the
 non-decreasing −phi.
 
-The implementation is split by responsibility; this module is the report and command line
-(:func:`tail_bound`, :func:`empirical_tail`, :func:`compare`, ``python -m tensorprog.tailbound``)
-and re-exports the names of the others:
+This module is the comparison with finite width (:func:`tail_bound`, :func:`empirical_tail`,
+:func:`compare`, :func:`render_rows`; on the command line ``tpc tailbound``); the others are
 
-* :mod:`.tailbound_chain`: :class:`Chain`, the bound's constants and recursion (``K_43``, ``C0_43``);
-* :mod:`.tailbound_analyze`: :func:`analyze`, the class check and the limits v̊^l, c̊
+* :mod:`.chain`: :class:`Chain`, the bound's constants and recursion (``K_43``, ``C0_43``);
+* :mod:`.recognise`: :func:`analyze`, the class check and the limits v̊^l, c̊
   (:class:`TailBoundUnsupported`);
-* :mod:`.tailbound_rules`: the Lipschitz / monotonicity rules on phi and chi.
+* :mod:`.rules`: the Lipschitz / monotonicity rules on phi and chi.
 """
 from __future__ import annotations
 

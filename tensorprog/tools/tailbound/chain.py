@@ -10,7 +10,7 @@ B^l = l, C_0 = 8 e^{−1/2} ≈ 4.85, K = sqrt(2 (3 + 64 e^{1/2})) ≈ 14.73,
 
 unrolled C_2^L(tau) = K (lambda^{2L} v̊^0 + sum_{j=1}^{L−1} lambda^{2(L−j)} v̊^j + (L − 1) tau), with
 v̊^0 = s^2 the variance of g^1 (1 in the thesis).  The constants of a program (lambda, v̊^l, c̊)
-come from :mod:`.tailbound_analyze`.
+come from :mod:`.recognise`.
 """
 from __future__ import annotations
 
