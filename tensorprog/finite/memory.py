@@ -6,7 +6,7 @@ blocked, a matrix is a :class:`~tensorprog.distributions.blocked.BlockedMatrix`,
 block at each product and never stored, so only its workspace counts and memory is
 O(n · batch) per trial.  Automatic blocked mode is refused (forcing it is not) when a
 trial would draw more than ``AUTO_BLOCKED_MAX_ENTRIES`` random numbers, and families
-whose rows depend on the whole matrix (:data:`~tensorprog.distributions.blocked.BLOCKABLE`) are never blocked.
+whose rows depend on the whole matrix (a family whose ``blockable`` is False) are never blocked.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import distributions as D
 from .. import ir
-from ..distributions.blocked import BLOCKABLE, workspace_bytes
+from ..distributions.blocked import workspace_bytes
 from ..errors import TPError, TPLimitError, TPUsageError
 from .schedule import Plan, generated_entries, matrix_uses, peak_bytes
 
@@ -72,7 +72,7 @@ def choose_mode(program: ir.Program, schedule: Plan, sizes: dict[str, int], spec
     TPLimitError saying what to change.  ``threads`` and ``block_rows`` (None: chosen from
     the matrix) size the workspace of a blocked product."""
     used = [e for e in program.eqns if isinstance(e, ir.Matrix) and e.var in schedule.needed]
-    unblockable = [e for e in used if specs[e.var].family not in BLOCKABLE]
+    unblockable = [e for e in used if not specs[e.var].law.blockable]
     if blocked:
         if unblockable:
             e = unblockable[0]

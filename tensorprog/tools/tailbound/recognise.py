@@ -20,6 +20,7 @@ from typing import Callable
 import numpy as np
 
 from ... import ir
+from ...distributions import FAMILIES
 from ...errors import TPUsageError
 from .chain import Chain
 from .rules import FnInfo, fn_info, numpy_fn
@@ -145,7 +146,7 @@ def analyze(program, output: str, lam: float | None = None, matrix_dist: str | N
     """Check that ``output`` of ``program`` (a ``tensorprog.Program`` or its IR) is in Theorem
     4.3.1's class and compute the bound's constants; raise :class:`TailBoundUnsupported` if not."""
     prog: ir.Program = getattr(program, "ir", program)
-    if matrix_dist not in (None, "normal"):
+    if matrix_dist is not None and not (matrix_dist in FAMILIES and FAMILIES[matrix_dist].gaussian):
         raise TailBoundUnsupported(
             f"outside Theorem 4.3.1's class: the proof needs Gaussian matrices (A^l phi(g^l) is exactly "
             f"Gaussian given g^l), not matrix_dist={matrix_dist!r}", file=prog.file)
@@ -168,7 +169,7 @@ def analyze(program, output: str, lam: float | None = None, matrix_dist: str | N
         used.add(mm.matrix)
         if W.rows != "n" or W.cols != "n":
             raise _refuse(prog, W, f"matrix {W.name} must be n x n")
-        if W.dist.family != "normal":
+        if not W.dist.law.gaussian:
             raise _refuse(prog, W, f"matrix {W.name} has law {W.dist.family}; the proof needs Gaussian "
                           "matrices (A^l phi(g^l) exactly Gaussian given g^l)")
         arg = prog.eqns[mm.arg]
@@ -182,7 +183,7 @@ def analyze(program, output: str, lam: float | None = None, matrix_dist: str | N
         raise _refuse(prog, init, "the chain must start at an initial vector")
     group = prog.groups[init.group]
     dist = group.dist
-    if dist.family != "normal":
+    if not dist.law.gaussian:
         raise _refuse(prog, init, f"g^1 has law {dist.family}; the class has g^1 ~ N(0, 1)")
     if dist.mean is not None and abs(dist.mean[init.member]) > 0:
         raise _refuse(prog, init, "g^1 must have mean 0")
