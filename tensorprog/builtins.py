@@ -52,31 +52,31 @@ def _leaky_relu(x, a):
 
 @dataclass(frozen=True)
 class Builtin:
-    """One builtin nonlinearity: its arity and numpy function."""
+    """One builtin nonlinearity: its arity and numpy function.  (Whether it is smooth, as the
+    non-Gaussian Master Theorem needs, is its sympy head's: ``NON_SMOOTH_HEADS``.)"""
     name: str
     arity: int
     numpy: Callable
-    smooth: bool      # polynomially smooth (the non-Gaussian Master Theorem applies)
 
 
 BUILTINS: dict[str, Builtin] = {b.name: b for b in [
-    Builtin("relu", 1, lambda x: np.maximum(x, 0), False),
-    Builtin("step", 1, _step, False),
-    Builtin("abs", 1, np.abs, False),
-    Builtin("sign", 1, np.sign, False),
-    Builtin("tanh", 1, np.tanh, True),
-    Builtin("erf", 1, _erf, True),
-    Builtin("sigmoid", 1, _sigmoid, True),
-    Builtin("exp", 1, np.exp, True),
-    Builtin("log", 1, np.log, True),
-    Builtin("sqrt", 1, np.sqrt, True),
-    Builtin("sin", 1, np.sin, True),
-    Builtin("cos", 1, np.cos, True),
-    Builtin("softplus", 1, _softplus, True),
-    Builtin("gelu", 1, _gelu, True),
-    Builtin("leaky_relu", 2, _leaky_relu, False),
-    Builtin("min", 2, np.minimum, False),
-    Builtin("max", 2, np.maximum, False),
+    Builtin("relu", 1, lambda x: np.maximum(x, 0)),
+    Builtin("step", 1, _step),
+    Builtin("abs", 1, np.abs),
+    Builtin("sign", 1, np.sign),
+    Builtin("tanh", 1, np.tanh),
+    Builtin("erf", 1, _erf),
+    Builtin("sigmoid", 1, _sigmoid),
+    Builtin("exp", 1, np.exp),
+    Builtin("log", 1, np.log),
+    Builtin("sqrt", 1, np.sqrt),
+    Builtin("sin", 1, np.sin),
+    Builtin("cos", 1, np.cos),
+    Builtin("softplus", 1, _softplus),
+    Builtin("gelu", 1, _gelu),
+    Builtin("leaky_relu", 2, _leaky_relu),
+    Builtin("min", 2, np.minimum),
+    Builtin("max", 2, np.maximum),
 ]}
 
 #: named constants of the language
