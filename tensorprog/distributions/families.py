@@ -32,7 +32,7 @@ import numpy as np
 
 from .checks import DistributionError, check_cov, numeric_array
 from .factor import cached_factor, combine
-from .family import Family, HeavyTailed, ScalarLaw, random_bits
+from .family import Family, HeavyTailed, ScalarLaw, random_bits, random_signs, sign_bytes
 
 if TYPE_CHECKING:
     import sympy as sp
@@ -197,8 +197,7 @@ class Rademacher(Family):
         return out
 
     def extra_bytes(self, rows: int, cols: int, itemsize: int) -> int:
-        n = int(rows) * int(cols)
-        return n + n // 8  # one byte per sign + packed bits
+        return sign_bytes(rows, cols)
 
     def sample_row(self, gen: np.random.Generator, out: np.ndarray, entry_var: float,
                    df: float | None) -> None:
@@ -246,25 +245,19 @@ class Laplace(Family):
                        shape: tuple[int, ...]) -> np.ndarray:
         """``standard_exponential``, then packed sign bits, · b."""
         out = draws.fill("standard_exponential", shape)
-        signs = random_bits(draws.rng, shape).view(np.int8)
-        signs *= -2
-        signs += 1  # {-1, 1}
+        signs = random_signs(draws.rng, shape)
         np.multiply(out, signs, out=out)
         del signs
         out *= draws.dt.type(math.sqrt(entry_var / 2.0))
         return out
 
     def extra_bytes(self, rows: int, cols: int, itemsize: int) -> int:
-        n = int(rows) * int(cols)
-        return n + n // 8  # one byte per sign + packed bits
+        return sign_bytes(rows, cols)
 
     def sample_row(self, gen: np.random.Generator, out: np.ndarray, entry_var: float,
                    df: float | None) -> None:
         gen.standard_exponential(dtype=F64, out=out)
-        signs = random_bits(gen, out.shape).view(np.int8)
-        signs *= -2
-        signs += 1
-        out *= signs
+        out *= random_signs(gen, out.shape)
         out *= F64.type(math.sqrt(entry_var / 2.0))
 
 

@@ -40,6 +40,20 @@ def random_bits(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
     return np.unpackbits(packed, count=count).reshape(shape)
 
 
+def random_signs(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """An int8 array of fair signs in {−1, 1}: 1 − 2·(a coin flip of :func:`random_bits`)."""
+    signs = random_bits(rng, shape).view(np.int8)
+    signs *= -2
+    signs += 1
+    return signs
+
+
+def sign_bytes(rows: int, cols: int) -> int:
+    """The extra memory of drawing a rows × cols matrix of signs: a byte per entry plus the packed bits."""
+    n = int(rows) * int(cols)
+    return n + n // 8
+
+
 # ================================================================================ scalar laws
 class ScalarLaw:
     """A centred symmetric scalar law of variance ``var`` (the engine's independent base variable).
