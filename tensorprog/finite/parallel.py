@@ -40,11 +40,15 @@ def blas_threads() -> int | None:
 
 
 def set_blas_threads(threads: int) -> None:
-    """Limit the thread pools (BLAS, OpenMP) of this process to ``threads``, for good."""
+    """Limit the thread pools (BLAS, OpenMP) of this process to ``threads``, for good (best effort:
+    a library threadpoolctl cannot drive keeps its threads, and the run goes on)."""
     for var in _ENV_VARS:
         os.environ[var] = str(threads)
     from threadpoolctl import threadpool_limits
-    threadpool_limits(limits=int(threads))
+    try:
+        threadpool_limits(limits=int(threads))
+    except Exception:            # an unknown library layout: the environment variables still hold
+        pass
 
 
 def _restore_env(saved: dict[str, str | None]) -> None:
