@@ -60,17 +60,23 @@ def _restore_env(saved: dict[str, str | None]) -> None:
 
 
 @contextlib.contextmanager
-def limited_blas(threads: int) -> Iterator[None]:
-    """Within the block, BLAS uses at most ``threads`` threads (restored afterwards)."""
+def thread_env(threads: int) -> Iterator[None]:
+    """Within the block, the thread-count environment variables say ``threads`` (restored afterwards)."""
     env = {v: os.environ.get(v) for v in _ENV_VARS}
     for var in _ENV_VARS:
         os.environ[var] = str(threads)
-    from threadpoolctl import threadpool_limits
     try:
-        with threadpool_limits(limits=int(threads)):
-            yield
+        yield
     finally:
         _restore_env(env)
+
+
+@contextlib.contextmanager
+def limited_blas(threads: int) -> Iterator[None]:
+    """Within the block, BLAS uses at most ``threads`` threads (restored afterwards)."""
+    from threadpoolctl import threadpool_limits
+    with thread_env(threads), threadpool_limits(limits=int(threads)):
+        yield
 
 
 # ---- the worker side: one object per process, built once by the initializer
@@ -97,16 +103,13 @@ def imap_unordered(factory: Callable[[], Callable], items: Iterable, jobs: int,
     order they finish.  ``factory`` (picklable for spawn) builds the per-process callable
     once; each worker's BLAS is limited to ``threads`` threads."""
     items = list(items)
-    env = {v: os.environ.get(v) for v in _ENV_VARS}
-    for var in _ENV_VARS:                   # spawned workers read them before importing numpy
-        os.environ[var] = str(threads)
     pool = None
     try:
-        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=_context(),
-                                   initializer=_init, initargs=(factory, threads))
-        pending = {pool.submit(_call, item): item for item in items}   # starts the workers
+        with thread_env(threads):           # spawned workers read them before importing numpy
+            pool = ProcessPoolExecutor(max_workers=jobs, mp_context=_context(),
+                                       initializer=_init, initargs=(factory, threads))
+            pending = {pool.submit(_call, item): item for item in items}   # starts the workers
     finally:
-        _restore_env(env)
         if pool is not None and sys.exc_info()[0] is not None:
             pool.shutdown(wait=False, cancel_futures=True)
     try:
