@@ -184,7 +184,7 @@ def main() -> None:
         print(json.dumps(one(int(n), dtype, mode, a.max_seconds, a.seed)))
         return
     import numpy as np
-    from tensorprog.finite.run import available_memory
+    from tensorprog.finite.memory import available_memory
     from tensorprog.finite.parallel import cpu_count
     print(f"machine: {cpu_count()} cores, {os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.1f} "
           f"GiB RAM, {available_memory() / 2**30:.1f} GiB available, load average {os.getloadavg()[0]:.1f}; "

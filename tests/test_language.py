@@ -15,7 +15,7 @@ import pytest
 
 import tensorprog as tp
 from tensorprog import ir
-from tensorprog.finite.run import eval_fn
+from tensorprog.finite.evaluate import eval_fn
 
 PROGRAMS = Path(__file__).resolve().parent.parent / "programs"
 

@@ -18,7 +18,9 @@ from tensorprog.distributions.blocked import BlockedMatrix, matrix_key
 from tensorprog.cli import main
 from tensorprog.finite import options
 from tensorprog.finite import progress as progress_bars
-from tensorprog.finite.run import Executor, plan_run, resolve_jobs
+from tensorprog.finite.executor import Executor
+from tensorprog.finite.plan import plan_run
+from tensorprog.finite.workers import resolve_jobs
 
 RELU = "programs/relu_nngp.tp"
 ONE_LAYER = """

@@ -42,18 +42,14 @@ import numpy as np
 
 from .. import ir
 from ..errors import TPUsageError
-from .evaluate import eval_fn
-from .exec_options import UNSET, ExecOptions, options, resolve
+from .exec_options import UNSET, resolve
 from .executor import Executor
-from .memory import AUTO_BLOCKED_MAX_ENTRIES, available_memory
 from .parallel import cpu_count, imap_unordered
 from .plan import RunPlan, plan_run
 from .progress import ProgressBar
 from .workers import Failure, TrialRunner, resolve_jobs
 
-__all__ = ["execute", "map_trials", "ExecResult", "OutputStats", "Executor", "RunPlan", "plan_run",
-           "ExecOptions", "options", "UNSET", "run_one", "resolve_jobs", "available_memory",
-           "AUTO_BLOCKED_MAX_ENTRIES", "eval_fn"]
+__all__ = ["execute", "map_trials", "run_one", "ExecResult", "OutputStats"]
 
 T = TypeVar("T")
 

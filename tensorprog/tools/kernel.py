@@ -23,7 +23,9 @@ from ..expect.budget import DEFAULT, Budget
 from ..limit.compiler import compile_program
 from ..errors import TPUsageError
 from ..finite.exec_options import UNSET, resolve
-from ..finite.run import Executor, map_trials, plan_run
+from ..finite.executor import Executor
+from ..finite.plan import plan_run
+from ..finite.run import map_trials
 from ..limit.symbolic_params import relower
 
 Q_NAMES = ("q11", "q12", "q22")
