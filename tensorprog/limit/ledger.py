@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from typing import Callable, Mapping, Sequence
 
+import numpy as np
 import sympy as sp
 
 from .. import ir
 from ..errors import TPValueError
 from ..expect.budget import Budget
 from ..expect.engine import Estimate, Law, expect
+from ..expect.forms import to_forms
+from ..expect.shapes import Shapes
 from ..symbolic import functions as fnsym
 from ..symbolic.heads import Delta
 from .batch import Batch
@@ -64,12 +67,20 @@ class Ledger:
         self.laws: dict[sp.Symbol, Law] = {}
         self.estimates: list[Estimate] = []
         self._cache: dict[sp.Expr, int] = {}
+        #: the covariances as floats while they are all numbers (then expectations go by linear forms)
+        self.cov_number: dict[tuple[sp.Symbol, sp.Symbol], float] | None = \
+            None if symbolic or batch is not None or self.param_values else {}
+        self.shapes = Shapes()
 
     # ---- the law
     def add_gaussian(self, sym: sp.Symbol, covs: Mapping[sp.Symbol, sp.Expr]) -> None:
         """A centred Gaussian base variable with Cov(sym, other) = covs[other] (itself included)."""
         for other, value in covs.items():
             self.cov[(sym, other)] = self.cov[(other, sym)] = value
+            if self.cov_number is not None and value.is_number:
+                self.cov_number[(sym, other)] = self.cov_number[(other, sym)] = float(value)
+            else:
+                self.cov_number = None           # a symbolic covariance: the general route
 
     def add_law(self, sym: sp.Symbol, law: Law) -> None:
         """A base variable independent of every other, with the given law."""
@@ -82,7 +93,8 @@ class Ledger:
         Records the estimate in ``deps`` (the error budget of what uses it) and
         returns its value as sympy (the closed form in symbolic mode)."""
         if expr not in self._cache:
-            self._cache[expr] = self._expect_batch(expr, where) if self.batch else self._expect(expr, where)
+            self._cache[expr] = self._expect_batch(expr, where) if self.batch else \
+                self._expect_forms(expr, where, deps) if self.cov_number is not None else self._expect(expr, where)
         index = self._cache[expr]
         deps.add(index)
         est = self.estimates[index]
@@ -103,6 +115,21 @@ class Ledger:
         laws = {s: self.laws[s] for s in syms if s in self.laws}
         return self._record(expr, where, lambda: self._expect_params(expr, gauss, cov, laws) if self.param_values
                             else expect(expr, gauss, cov, laws, exact=True, budget=self.budget))
+
+    def _expect_forms(self, expr: sp.Expr, where: ir.Eqn, deps: set[int]) -> int:
+        """E[expr] over the linear forms it sees (:mod:`..expect.forms`), for numeric covariances.
+
+        The forms' covariance C = A Σ Aᵀ may drift below PSD by the errors of the estimates its
+        entries rest on (at most Σ_{deps} err, times (Σ_g |a_g|)² for a form a·g)."""
+        gauss = frozenset(s for s in expr.free_symbols if s not in self.laws)
+        forms = to_forms(expr, gauss, lambda g, h: self.cov_number.get((g, h), 0.0))
+        used = [k for k, c in enumerate(forms.coords) if forms.expr.has(c)]
+        cov = forms.cov[np.ix_(used, used)]
+        laws = {s: self.laws[s] for s in forms.expr.free_symbols if s in self.laws}
+        spread = max((sum(abs(c) for c in forms.weights[k].values()) ** 2 for k in used), default=0.0)
+        drift = spread * sum(self.estimates[i].error for i in deps)
+        return self._record(expr, where, lambda: self.shapes.expect(
+            forms.expr, tuple(forms.coords[k] for k in used), cov, laws, self.budget, drift))
 
     def _record(self, expr: sp.Expr, where: ir.Eqn, compute: Callable[[], Estimate]) -> int:
         """Run ``compute()`` (an expectation), check it against the hypotheses and budgets, and

@@ -1,0 +1,106 @@
+"""The minimal Gaussian basis of an expectation: linear forms as coordinates.
+
+A Z-expression of a deep program is a nonlinear function of *linear forms* in many base
+Gaussians: Z^{x_l} = Z^{x_0} + Ẑ_1 + … + Ẑ_l in a ResNet, say.  Its expectation needs only the
+joint law of the forms it sees, not of every Gaussian they span:
+
+    E f(a₁·g, …, a_k·g) = E f(u₁, …, u_k),   u ~ N(0, C),  C_ij = a_iᵀ Σ a_j,
+
+so E[relu(u) relu(v)] costs a 2×2 covariance however many Ẑ's u and v add up.
+:func:`to_forms` rewrites an integrand that way: every maximal sum of (number × Gaussian) terms
+becomes one coordinate (equal sums become the same coordinate), a coordinate of variance 0 is the
+number 0, and C is computed from the base covariance by bilinearity.  The coordinates are named
+``ℓ0, ℓ1, …`` in the order the walk meets them, so integrands of the same shape at different
+layers are the same sympy expression (the key of :mod:`.shapes`).
+
+The walk visits each distinct sub-expression once (sympy shares equal sub-trees), so an integrand
+whose tree repeats a sub-expression exponentially often costs its number of distinct nodes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+import numpy as np
+import sympy as sp
+
+#: the prefix of the coordinates (no name of a program's variables contains it)
+PREFIX = "ℓ"
+
+
+def coordinate(k: int) -> sp.Symbol:
+    """The k-th linear-form coordinate ℓk."""
+    return sp.Symbol(f"{PREFIX}{k}", real=True)
+
+
+@dataclass(frozen=True)
+class Forms:
+    """E[expr] over ``coords`` ~ N(0, ``cov``) and the independent laws left in ``expr``.
+
+    ``weights[k]`` is the linear form behind ``coords[k]`` as {base Gaussian: coefficient}."""
+    expr: sp.Expr
+    coords: tuple[sp.Symbol, ...]
+    cov: np.ndarray
+    weights: tuple[Mapping[sp.Symbol, float], ...]
+
+
+def linear_term(node: sp.Expr, gaussian: Callable[[sp.Basic], bool]) -> tuple[sp.Symbol, float] | None:
+    """(g, c) when ``node`` is c·g for a base Gaussian g and a number c, else None."""
+    if gaussian(node):
+        return node, 1.0
+    if node.is_Mul and len(node.args) == 2 and node.args[0].is_Number and gaussian(node.args[1]):
+        return node.args[1], float(node.args[0])
+    return None
+
+
+def to_forms(expr: sp.Expr, gaussians: frozenset[sp.Symbol],
+             cov: Callable[[sp.Symbol, sp.Symbol], float]) -> Forms:
+    """``expr`` with every maximal sum of number × Gaussian terms replaced by a coordinate
+    (module doc); ``cov(g, h)`` is the base covariance of two Gaussians."""
+    index: dict[tuple, int] = {}
+    weights: list[dict[sp.Symbol, float]] = []
+    memo: dict[sp.Basic, sp.Basic] = {}
+    is_gaussian = lambda node: node in gaussians
+
+    def form(terms: list[tuple[sp.Symbol, float]]) -> sp.Expr:
+        weight: dict[sp.Symbol, float] = {}
+        for g, c in terms:
+            weight[g] = weight.get(g, 0.0) + c
+        key = tuple(sorted(((g.name, c) for g, c in weight.items() if c != 0)))
+        if not key:
+            return sp.Integer(0)
+        if key not in index:
+            index[key] = len(weights)
+            weights.append({g: c for g, c in weight.items() if c != 0})
+        return coordinate(index[key])
+
+    def walk(node: sp.Basic) -> sp.Basic:
+        if node in memo:
+            return memo[node]
+        term = linear_term(node, is_gaussian)
+        if term is not None:
+            out = form([term])
+        elif not node.args or not (node.free_symbols & gaussians):
+            out = node
+        elif node.is_Add:
+            terms = [linear_term(a, is_gaussian) for a in node.args]
+            linear = [t for t in terms if t is not None]
+            rest = [walk(a) for a, t in zip(node.args, terms) if t is None]
+            out = sp.Add(form(linear) if linear else sp.Integer(0), *rest)
+        else:
+            out = node.func(*[walk(a) for a in node.args])
+        memo[node] = out
+        return out
+
+    reduced = walk(expr)
+    k = len(weights)
+    C = np.zeros((k, k))
+    for i in range(k):
+        for j in range(i + 1):
+            C[i, j] = C[j, i] = sum(a * b * cov(g, h) for g, a in weights[i].items()
+                                    for h, b in weights[j].items())
+    coords = tuple(coordinate(i) for i in range(k))
+    dead = {coords[i]: sp.Integer(0) for i in range(k) if C[i, i] == 0}
+    if dead:                        # a centred coordinate of variance 0 is 0
+        reduced = reduced.xreplace(dead)
+    return Forms(reduced, coords, C, tuple(weights))
