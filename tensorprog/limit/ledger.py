@@ -7,6 +7,7 @@ scalars f(c) has Σ_a |∂f/∂c_a|·err(c_a) instead (:meth:`Ledger.propagated_
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
@@ -41,6 +42,18 @@ def scalar_limit(value: sp.Expr, estimates: Sequence[Estimate], *, symbolic: boo
     if propagated is None:
         return out
     return LimitValue(out.value, propagated + 4e-16 * (abs(out.value) + 1), out.method, out.exact)
+
+
+#: float64 rounding charged to every expectation evaluated in floating point, relative to its value
+#: and to the variances it was computed from: the inputs carry their own rounding, and the errors of
+#: what a scalar rests on add up, so the floor grows with depth and magnitude
+ROUNDING = 4 * float(np.finfo(float).eps)
+
+
+def with_rounding(est, scale):
+    """``est`` (an Estimate or a BatchEstimate) with ROUNDING·(|value| + scale) added to its error:
+    ``scale`` is the largest variance of the Gaussians it was computed from."""
+    return replace(est, error=est.error + ROUNDING * (np.abs(est.value) + scale))
 
 
 class Ledger:
@@ -106,7 +119,10 @@ class Ledger:
         gauss = [s for s in sorted(expr.free_symbols, key=sp.default_sort_key)
                  if s not in self.laws and s not in self.batch.values]
         cov = [[self.cov.get((a, b), 0) for b in gauss] for a in gauss]
-        return self._record(expr, where, lambda: self.batch.expect(expr, gauss, cov, self.laws, self.budget))
+        scale = np.max([np.abs(self.batch.eval(cov[i][i])) for i in range(len(gauss))] + [np.zeros(self.batch.P)],
+                       axis=0)
+        return self._record(expr, where, lambda: with_rounding(
+            self.batch.expect(expr, gauss, cov, self.laws, self.budget), scale))
 
     def _expect(self, expr: sp.Expr, where: ir.Eqn) -> int:
         syms = sorted(expr.free_symbols, key=sp.default_sort_key)
@@ -128,8 +144,9 @@ class Ledger:
         laws = {s: self.laws[s] for s in forms.expr.free_symbols if s in self.laws}
         spread = max((sum(abs(c) for c in forms.weights[k].values()) ** 2 for k in used), default=0.0)
         drift = spread * sum(self.estimates[i].error for i in deps)
-        return self._record(expr, where, lambda: self.shapes.expect(
-            forms.expr, tuple(forms.coords[k] for k in used), cov, laws, self.budget, drift))
+        scale = float(np.max(np.abs(np.diag(cov)), initial=0.0))
+        return self._record(expr, where, lambda: with_rounding(self.shapes.expect(
+            forms.expr, tuple(forms.coords[k] for k in used), cov, laws, self.budget, drift), scale))
 
     def _record(self, expr: sp.Expr, where: ir.Eqn, compute: Callable[[], Estimate]) -> int:
         """Run ``compute()`` (an expectation), check it against the hypotheses and budgets, and
