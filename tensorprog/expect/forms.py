@@ -54,9 +54,10 @@ def linear_term(node: sp.Expr, gaussian: Callable[[sp.Basic], bool]) -> tuple[sp
 
 
 def to_forms(expr: sp.Expr, gaussians: frozenset[sp.Symbol],
-             cov: Callable[[sp.Symbol, sp.Symbol], float]) -> Forms:
+             cov_row: Callable[[sp.Symbol], Mapping[sp.Symbol, float]]) -> Forms:
     """``expr`` with every maximal sum of number × Gaussian terms replaced by a coordinate
-    (module doc); ``cov(g, h)`` is the base covariance of two Gaussians."""
+    (module doc); ``cov_row(g)`` maps each Gaussian h with Cov(g, h) ≠ 0 to that covariance
+    (g itself included), so C costs the non-zero covariances the forms touch, not (size of a form)²."""
     index: dict[tuple, int] = {}
     weights: list[dict[sp.Symbol, float]] = []
     memo: dict[sp.Basic, sp.Basic] = {}
@@ -94,13 +95,24 @@ def to_forms(expr: sp.Expr, gaussians: frozenset[sp.Symbol],
 
     reduced = walk(expr)
     k = len(weights)
-    C = np.zeros((k, k))
-    for i in range(k):
-        for j in range(i + 1):
-            C[i, j] = C[j, i] = sum(a * b * cov(g, h) for g, a in weights[i].items()
-                                    for h, b in weights[j].items())
+    C = form_covariance(weights, cov_row)
     coords = tuple(coordinate(i) for i in range(k))
     dead = {coords[i]: sp.Integer(0) for i in range(k) if C[i, i] == 0}
     if dead:                        # a centred coordinate of variance 0 is 0
         reduced = reduced.xreplace(dead)
     return Forms(reduced, coords, C, tuple(weights))
+
+
+def form_covariance(weights: list[Mapping[sp.Symbol, float]],
+                    cov_row: Callable[[sp.Symbol], Mapping[sp.Symbol, float]]) -> np.ndarray:
+    """C_ij = a_iᵀ Σ a_j = Σ_g a_ig Σ_{h: Σ_gh ≠ 0} Σ_gh a_jh, over the non-zero Σ_gh only."""
+    k = len(weights)
+    C = np.zeros((k, k))
+    for i in range(k):
+        reach: dict[sp.Symbol, float] = {}          # (Σ a_i)_h for every h it reaches
+        for g, a in weights[i].items():
+            for h, value in cov_row(g).items():
+                reach[h] = reach.get(h, 0.0) + a * value
+        for j in range(i + 1):
+            C[i, j] = C[j, i] = sum(b * reach[h] for h, b in weights[j].items() if h in reach)
+    return C

@@ -7,8 +7,10 @@ same shape at every layer with a new C, so :class:`Shapes` derives each shape on
 
 * a Gaussian closed form is derived with C's non-zero entries as symbols c_ij (the rules of
   :mod:`.exact`, which hold for every C ≻ 0) and compiled to a numpy tape
-  (:mod:`..symbolic.evaluate`); each layer then costs one evaluation of the tape.  A C that is
-  singular, or a value that is not finite, goes the general route instead;
+  (:mod:`..symbolic.evaluate`); each layer then costs one evaluation of the tape.  This is done
+  when a shape comes back (its second occurrence: a shape met once costs nothing extra), and
+  the symbolic form is kept only if it agrees with the general route at that C to 1e-12
+  (relative).  A C that is singular, or a value that is not finite, goes the general route;
 * a shape without a closed form is remembered as such: the general route skips the closed-form
   attempt (and goes straight to the numeric rules) the next time.
 
@@ -21,7 +23,7 @@ it is refused (ValueError).
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Mapping
 
 import numpy as np
@@ -30,6 +32,7 @@ import sympy as sp
 from .budget import Budget
 from .engine import Estimate, expect
 from .laws import Law
+from ..symbolic.evaluate import Tape, compile_exprs
 
 #: eigenvalues above −NEGLIGIBLE·max variance are rounding, not drift
 NEGLIGIBLE = 1e-12
@@ -53,6 +56,8 @@ class Shapes:
 
     def __init__(self) -> None:
         self.no_closed_form: set[tuple] = set()
+        self.seen: dict[tuple, int] = {}                    # shape -> times met
+        self.closed: dict[tuple, ClosedForm | None] = {}    # shape -> its formula in C (None: none)
 
     def expect(self, expr: sp.Expr, coords: tuple[sp.Symbol, ...], cov: np.ndarray,
                laws: Mapping[sp.Symbol, Law], budget: Budget, drift: float = 0.0) -> Estimate:
@@ -71,9 +76,57 @@ class Shapes:
 
     def _at(self, expr: sp.Expr, coords: tuple[sp.Symbol, ...], cov: np.ndarray,
             laws: Mapping[sp.Symbol, Law], budget: Budget) -> Estimate:
+        """E[expr] at one PSD C: the shape's tape if it has one, else the general route."""
         key = (expr, tuple(sorted(laws.items(), key=lambda t: t[0].name)), tuple((cov == 0).ravel()))
+        form = self.closed.get(key)
+        if form is not None and nonsingular(cov):
+            value = form.value(cov)
+            if np.isfinite(value):
+                return Estimate(value, 0.0, "exact", None)
         exact = key not in self.no_closed_form
         est = expect(expr, coords, cov, laws, exact=exact, budget=budget)
         if exact and est.method != "exact":
             self.no_closed_form.add(key)
+        self.seen[key] = self.seen.get(key, 0) + 1
+        if est.method == "exact" and not laws and self.seen[key] == 2 and nonsingular(cov):
+            self.closed[key] = derive(expr, coords, cov, budget, est.value)
         return est
+
+
+def nonsingular(cov: np.ndarray) -> bool:
+    """C ≻ 0 with room to spare: λ_min > 1e-9·λ_max."""
+    lam = np.linalg.eigvalsh(cov) if cov.size else np.ones(1)
+    return bool(lam[0] > 1e-9 * lam[-1])
+
+
+@dataclass(frozen=True)
+class ClosedForm:
+    """E f(ℓ) as a formula in the entries of C: ``entries`` (i, j) stand for the ``symbols``."""
+    tape: Tape
+    entries: tuple[tuple[int, int], ...]
+
+    def value(self, cov: np.ndarray) -> float:
+        return float(self.tape(*[cov[i, j] for i, j in self.entries])[0])
+
+
+def derive(expr: sp.Expr, coords: tuple[sp.Symbol, ...], cov: np.ndarray, budget: Budget,
+           check: float) -> ClosedForm | None:
+    """The closed form of E[expr] with C's non-zero entries as symbols (variances positive), if
+    the rules give one and it reproduces ``check`` (the value at ``cov``) to 1e-12; else None."""
+    k = len(coords)
+    entries = tuple((i, j) for i in range(k) for j in range(i, k) if cov[i, j] != 0)
+    symbols = {(i, j): sp.Symbol(f"c{i}_{j}", positive=True) if i == j else sp.Symbol(f"c{i}_{j}", real=True)
+               for i, j in entries}
+    C = sp.Matrix(k, k, lambda i, j: symbols.get((min(i, j), max(i, j)), sp.Integer(0)))
+    try:
+        est = expect(expr, coords, C, {}, exact=True, budget=budget)
+    except (ValueError, ArithmeticError):
+        return None
+    if est.method != "exact" or est.exact is None or not est.exact.free_symbols <= set(symbols.values()):
+        return None
+    try:
+        form = ClosedForm(compile_exprs((est.exact,), tuple(symbols[e] for e in entries)), entries)
+    except ValueError:
+        return None
+    value = form.value(cov)
+    return form if abs(value - check) <= 1e-12 * max(1.0, abs(check)) else None

@@ -80,8 +80,9 @@ class Ledger:
         self.laws: dict[sp.Symbol, Law] = {}
         self.estimates: list[Estimate] = []
         self._cache: dict[sp.Expr, int] = {}
-        #: the covariances as floats while they are all numbers (then expectations go by linear forms)
-        self.cov_number: dict[tuple[sp.Symbol, sp.Symbol], float] | None = \
+        #: the non-zero covariances as floats, {g: {h: Cov(g, h)}}, while they are all numbers (then
+        #: expectations go by linear forms)
+        self.cov_number: dict[sp.Symbol, dict[sp.Symbol, float]] | None = \
             None if symbolic or batch is not None or self.param_values else {}
         self.shapes = Shapes()
 
@@ -91,7 +92,9 @@ class Ledger:
         for other, value in covs.items():
             self.cov[(sym, other)] = self.cov[(other, sym)] = value
             if self.cov_number is not None and value.is_number:
-                self.cov_number[(sym, other)] = self.cov_number[(other, sym)] = float(value)
+                if value != 0:
+                    self.cov_number.setdefault(sym, {})[other] = float(value)
+                    self.cov_number.setdefault(other, {})[sym] = float(value)
             else:
                 self.cov_number = None           # a symbolic covariance: the general route
 
@@ -138,7 +141,7 @@ class Ledger:
         The forms' covariance C = A Σ Aᵀ may drift below PSD by the errors of the estimates its
         entries rest on (at most Σ_{deps} err, times (Σ_g |a_g|)² for a form a·g)."""
         gauss = frozenset(s for s in expr.free_symbols if s not in self.laws)
-        forms = to_forms(expr, gauss, lambda g, h: self.cov_number.get((g, h), 0.0))
+        forms = to_forms(expr, gauss, lambda g: self.cov_number.get(g, {}))
         used = [k for k, c in enumerate(forms.coords) if forms.expr.has(c)]
         cov = forms.cov[np.ix_(used, used)]
         laws = {s: self.laws[s] for s in forms.expr.free_symbols if s in self.laws}
