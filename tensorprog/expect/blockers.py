@@ -41,13 +41,29 @@ def closed_form_blocker(e: sp.Expr, syms: tuple) -> str | None:
                 return walk(f.base)
             if k.is_Integer and f.base.is_Symbol:          # 1/x may cancel against x·(…)
                 return None
-            return f"factor {f}"
+            return f"factor {brief(f)}"
         if isinstance(f, (Sign, sp.erf, Delta)):
             return None
         if isinstance(f, sp.exp):
-            return None if f.args[0].is_polynomial(*syms) else f"exp of a non-polynomial {f.args[0]}"
-        return f"factor {f}"
+            return None if f.args[0].is_polynomial(*syms) else f"exp of a non-polynomial {brief(f.args[0])}"
+        return f"factor {brief(f)}"
     return walk(e)
+
+
+def brief(f: sp.Expr, most: int = 60) -> str:
+    """``str(f)`` when f has at most ``most`` distinct sub-expressions; else its head and that
+    count (printing is linear in the *tree*, exponential for a Z that reuses a vector at every
+    layer; counting distinct nodes is linear in the DAG)."""
+    seen: set = set()
+    stack = [f]
+    while stack and len(seen) <= most:
+        node = stack.pop()
+        if node not in seen:
+            seen.add(node)
+            stack.extend(node.args)
+    if len(seen) <= most:
+        return str(f)
+    return f"{f.func.__name__}(…) (more than {most} distinct sub-expressions)"
 
 
 def odd_in_a_kinked_sign(e: sp.Expr, syms: tuple, points: int = 24) -> str | None:
