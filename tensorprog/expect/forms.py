@@ -37,7 +37,8 @@ def coordinate(k: int) -> sp.Symbol:
 class Forms:
     """E[expr] over ``coords`` ~ N(0, ``cov``) and the independent laws left in ``expr``.
 
-    ``weights[k]`` is the linear form behind ``coords[k]`` as {base Gaussian: coefficient}."""
+    ``weights[k]`` is the linear form behind ``coords[k]`` as {base Gaussian: coefficient};
+    ``cov`` is (k, k), or (P, k, k) for a batch of P covariances."""
     expr: sp.Expr
     coords: tuple[sp.Symbol, ...]
     cov: np.ndarray
@@ -54,7 +55,7 @@ def linear_term(node: sp.Expr, gaussian: Callable[[sp.Basic], bool]) -> tuple[sp
 
 
 def to_forms(expr: sp.Expr, gaussians: frozenset[sp.Symbol],
-             cov_row: Callable[[sp.Symbol], Mapping[sp.Symbol, float]]) -> Forms:
+             cov_row: Callable[[sp.Symbol], Mapping[sp.Symbol, float | np.ndarray]]) -> Forms:
     """``expr`` with every maximal sum of number × Gaussian terms replaced by a coordinate
     (module doc); ``cov_row(g)`` maps each Gaussian h with Cov(g, h) ≠ 0 to that covariance
     (g itself included), so C costs the non-zero covariances the forms touch, not (size of a form)²."""
@@ -97,22 +98,28 @@ def to_forms(expr: sp.Expr, gaussians: frozenset[sp.Symbol],
     k = len(weights)
     C = form_covariance(weights, cov_row)
     coords = tuple(coordinate(i) for i in range(k))
-    dead = {coords[i]: sp.Integer(0) for i in range(k) if C[i, i] == 0}
+    dead = {coords[i]: sp.Integer(0) for i in range(k) if np.all(C[..., i, i] == 0)}
     if dead:                        # a centred coordinate of variance 0 is 0
         reduced = reduced.xreplace(dead)
     return Forms(reduced, coords, C, tuple(weights))
 
 
 def form_covariance(weights: list[Mapping[sp.Symbol, float]],
-                    cov_row: Callable[[sp.Symbol], Mapping[sp.Symbol, float]]) -> np.ndarray:
-    """C_ij = a_iᵀ Σ a_j = Σ_g a_ig Σ_{h: Σ_gh ≠ 0} Σ_gh a_jh, over the non-zero Σ_gh only."""
+                    cov_row: Callable[[sp.Symbol], Mapping[sp.Symbol, float | np.ndarray]]) -> np.ndarray:
+    """C_ij = a_iᵀ Σ a_j = Σ_g a_ig Σ_{h: Σ_gh ≠ 0} Σ_gh a_jh, over the non-zero Σ_gh only.
+
+    A covariance may be an array (P,) (one number per item of a batch): C is then (P, k, k)."""
     k = len(weights)
-    C = np.zeros((k, k))
+    entries: dict[tuple[int, int], float | np.ndarray] = {}
     for i in range(k):
-        reach: dict[sp.Symbol, float] = {}          # (Σ a_i)_h for every h it reaches
+        reach: dict[sp.Symbol, float | np.ndarray] = {}          # (Σ a_i)_h for every h it reaches
         for g, a in weights[i].items():
             for h, value in cov_row(g).items():
                 reach[h] = reach.get(h, 0.0) + a * value
         for j in range(i + 1):
-            C[i, j] = C[j, i] = sum(b * reach[h] for h, b in weights[j].items() if h in reach)
+            entries[(i, j)] = sum((b * reach[h] for h, b in weights[j].items() if h in reach), 0.0)
+    batch = np.broadcast_shapes(*(np.shape(v) for v in entries.values())) if entries else ()
+    C = np.zeros(batch + (k, k))
+    for (i, j), value in entries.items():
+        C[..., i, j] = C[..., j, i] = value
     return C

@@ -56,6 +56,13 @@ class Batch:
         self.values[sym] = np.array(array)
         return sym
 
+    def array(self, expr: sp.Expr) -> float | np.ndarray | None:
+        """A number (float) or the batch's array (P,) for an expression of batch symbols; None
+        for anything else (e.g. a symbolic param)."""
+        if expr.is_number:
+            return float(expr)
+        return self.eval(expr) if expr.free_symbols <= self.values.keys() else None
+
     def eval(self, expr: sp.Expr) -> np.ndarray:
         """expr for every item (its batch symbols replaced by their arrays), shape (P,)."""
         expr = expr if isinstance(expr, sp.Basic) else sp.Float(float(expr))
@@ -71,6 +78,11 @@ class Batch:
         for i in range(d):
             for j in range(i, d):
                 covs[:, i, j] = covs[:, j, i] = self.eval(cov[i][j])
+        return self.expect_covs(expr, gauss, covs, laws, budget)
+
+    def expect_covs(self, expr: sp.Expr, gauss: Sequence[sp.Symbol], covs: np.ndarray,
+                    laws: Mapping, budget: Budget) -> BatchEstimate:
+        """E[expr] for every item, the Gaussians having covariance covs[p] (P, d, d) for item p."""
         coeffs = [s for s in expr.free_symbols if s in self.values]
         used_laws = {s: laws[s] for s in expr.free_symbols if s in laws}
         if coeffs or used_laws:

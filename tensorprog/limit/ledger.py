@@ -80,10 +80,10 @@ class Ledger:
         self.laws: dict[sp.Symbol, Law] = {}
         self.estimates: list[Estimate] = []
         self._cache: dict[sp.Expr, int] = {}
-        #: the non-zero covariances as floats, {g: {h: Cov(g, h)}}, while they are all numbers (then
-        #: expectations go by linear forms)
-        self.cov_number: dict[sp.Symbol, dict[sp.Symbol, float]] | None = \
-            None if symbolic or batch is not None or self.param_values else {}
+        #: the non-zero covariances as floats (or arrays (P,) over a batch), {g: {h: Cov(g, h)}}, while
+        #: they are all numbers (then expectations go by linear forms)
+        self.cov_number: dict[sp.Symbol, dict[sp.Symbol, float | np.ndarray]] | None = \
+            None if symbolic or self.param_values else {}
         self.shapes = Shapes()
 
     # ---- the law
@@ -91,12 +91,19 @@ class Ledger:
         """A centred Gaussian base variable with Cov(sym, other) = covs[other] (itself included)."""
         for other, value in covs.items():
             self.cov[(sym, other)] = self.cov[(other, sym)] = value
-            if self.cov_number is not None and value.is_number:
-                if value != 0:
-                    self.cov_number.setdefault(sym, {})[other] = float(value)
-                    self.cov_number.setdefault(other, {})[sym] = float(value)
+            number = self.covariance_number(value)
+            if self.cov_number is not None and number is not None:
+                if np.any(number != 0):
+                    self.cov_number.setdefault(sym, {})[other] = number
+                    self.cov_number.setdefault(other, {})[sym] = number
             else:
                 self.cov_number = None           # a symbolic covariance: the general route
+
+    def covariance_number(self, value: sp.Expr) -> float | np.ndarray | None:
+        """A covariance as a float, or as the batch's array (P,); None if it is symbolic."""
+        if self.batch is not None:
+            return self.batch.array(value)
+        return float(value) if value.is_number else None
 
     def add_law(self, sym: sp.Symbol, law: Law) -> None:
         """A base variable independent of every other, with the given law."""
@@ -109,8 +116,8 @@ class Ledger:
         Records the estimate in ``deps`` (the error budget of what uses it) and
         returns its value as sympy (the closed form in symbolic mode)."""
         if expr not in self._cache:
-            self._cache[expr] = self._expect_batch(expr, where) if self.batch else \
-                self._expect_forms(expr, where, deps) if self.cov_number is not None else self._expect(expr, where)
+            self._cache[expr] = self._expect_forms(expr, where, deps) if self.cov_number is not None else \
+                self._expect_batch(expr, where) if self.batch else self._expect(expr, where)
         index = self._cache[expr]
         deps.add(index)
         est = self.estimates[index]
@@ -136,20 +143,27 @@ class Ledger:
                             else expect(expr, gauss, cov, laws, exact=True, budget=self.budget))
 
     def _expect_forms(self, expr: sp.Expr, where: ir.Eqn, deps: set[int]) -> int:
-        """E[expr] over the linear forms it sees (:mod:`..expect.forms`), for numeric covariances.
+        """E[expr] over the linear forms it sees (:mod:`..expect.forms`), for numeric covariances
+        (arrays over a batch).
 
         The forms' covariance C = A Σ Aᵀ may drift below PSD by the errors of the estimates its
         entries rest on (at most Σ_{deps} err, times (Σ_g |a_g|)² for a form a·g)."""
-        gauss = frozenset(s for s in expr.free_symbols if s not in self.laws)
+        skip = self.laws.keys() | (self.batch.values.keys() if self.batch else set())
+        gauss = frozenset(s for s in expr.free_symbols if s not in skip)
         forms = to_forms(expr, gauss, lambda g: self.cov_number.get(g, {}))
         used = [k for k, c in enumerate(forms.coords) if forms.expr.has(c)]
-        cov = forms.cov[np.ix_(used, used)]
+        coords = tuple(forms.coords[k] for k in used)
+        cov = forms.cov[..., used, :][..., :, used]
         laws = {s: self.laws[s] for s in forms.expr.free_symbols if s in self.laws}
+        scale = np.max(np.abs(np.diagonal(cov, axis1=-2, axis2=-1)), axis=-1, initial=0.0)
+        if self.batch:
+            covs = np.broadcast_to(cov, (self.batch.P,) + cov.shape[-2:])
+            return self._record(expr, where, lambda: with_rounding(
+                self.batch.expect_covs(forms.expr, coords, covs, laws, self.budget), scale))
         spread = max((sum(abs(c) for c in forms.weights[k].values()) ** 2 for k in used), default=0.0)
         drift = spread * sum(self.estimates[i].error for i in deps)
-        scale = float(np.max(np.abs(np.diag(cov)), initial=0.0))
         return self._record(expr, where, lambda: with_rounding(self.shapes.expect(
-            forms.expr, tuple(forms.coords[k] for k in used), cov, laws, self.budget, drift), scale))
+            forms.expr, coords, cov, laws, self.budget, drift), float(scale)))
 
     def _record(self, expr: sp.Expr, where: ir.Eqn, compute: Callable[[], Estimate]) -> int:
         """Run ``compute()`` (an expectation), check it against the hypotheses and budgets, and
