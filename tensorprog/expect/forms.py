@@ -115,11 +115,21 @@ def form_covariance(weights: list[Mapping[sp.Symbol, float]],
         reach: dict[sp.Symbol, float | np.ndarray] = {}          # (Σ a_i)_h for every h it reaches
         for g, a in weights[i].items():
             for h, value in cov_row(g).items():
-                reach[h] = reach.get(h, 0.0) + a * value
+                reach[h] = accumulate(reach.get(h), a, value)
         for j in range(i + 1):
-            entries[(i, j)] = sum((b * reach[h] for h, b in weights[j].items() if h in reach), 0.0)
+            total = None
+            for h, b in weights[j].items():
+                if h in reach:
+                    total = accumulate(total, b, reach[h])
+            entries[(i, j)] = 0.0 if total is None else total
     batch = np.broadcast_shapes(*(np.shape(v) for v in entries.values())) if entries else ()
     C = np.zeros(batch + (k, k))
     for (i, j), value in entries.items():
         C[..., i, j] = C[..., j, i] = value
     return C
+
+
+def accumulate(total: float | np.ndarray | None, coeff: float, value: float | np.ndarray) -> float | np.ndarray:
+    """total + coeff·value, without arithmetic on arrays where coeff = 1 and total is None."""
+    term = value if coeff == 1.0 else coeff * value
+    return term if total is None else total + term

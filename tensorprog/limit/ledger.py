@@ -56,6 +56,15 @@ def with_rounding(est, scale):
     return replace(est, error=est.error + ROUNDING * (np.abs(est.value) + scale))
 
 
+def largest_variance(cov: np.ndarray) -> float | np.ndarray:
+    """max_i |C_ii| of a (k, k) covariance, or per item of a (P, k, k) batch (an elementwise maximum
+    over the k diagonals: numpy's max along a short last axis is slow for large P)."""
+    out = np.zeros(cov.shape[:-2])
+    for i in range(cov.shape[-1]):
+        out = np.maximum(out, np.abs(cov[..., i, i]))
+    return out
+
+
 class Ledger:
     """The probability space of a compilation and the expectations computed in it.
 
@@ -153,9 +162,9 @@ class Ledger:
         forms = to_forms(expr, gauss, lambda g: self.cov_number.get(g, {}))
         used = [k for k, c in enumerate(forms.coords) if forms.expr.has(c)]
         coords = tuple(forms.coords[k] for k in used)
-        cov = forms.cov[..., used, :][..., :, used]
+        cov = forms.cov if len(used) == len(forms.coords) else forms.cov[..., used, :][..., :, used]
         laws = {s: self.laws[s] for s in forms.expr.free_symbols if s in self.laws}
-        scale = np.max(np.abs(np.diagonal(cov, axis1=-2, axis2=-1)), axis=-1, initial=0.0)
+        scale = largest_variance(cov)
         if self.batch:
             covs = np.broadcast_to(cov, (self.batch.P,) + cov.shape[-2:])
             return self._record(expr, where, lambda: with_rounding(
