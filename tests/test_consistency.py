@@ -19,6 +19,8 @@ CASES = [
     ("programs/marchenko_pastur.tp", {}, ["w1", "w2", "w3"], 10.0),     # rectangular, Ż
     ("programs/initial_moments.tp", {}, ["u4", "l4", "g_phi"], 2.0),    # non-Gaussian vectors
     ("programs/batchnorm_relu.tp", {}, ["q", "k12", "next12"], 2.0),    # batchnorm
+    ("tests/data/resnet_tanh_depth4.tp", {}, ["kxy", "txy"], 4.0),      # residual (linear forms)
+    ("programs/transformer_preln.tp", {"T": 2, "L": 1}, ["k12", "k11"], 4.0),   # layer norm, attention
 ]
 TRIALS = 12
 

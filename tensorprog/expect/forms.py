@@ -76,13 +76,28 @@ def to_forms(expr: sp.Expr, gaussians: frozenset[sp.Symbol],
             weights.append({g: c for g, c in weight.items() if c != 0})
         return coordinate(index[key])
 
+    touches: dict[sp.Basic, bool] = {}
+
+    def has_gaussian(node: sp.Basic) -> bool:
+        """Whether a base Gaussian occurs in node (memoised: sympy's free_symbols walks the tree)."""
+        if node not in touches:
+            touches[node] = node in gaussians or any(has_gaussian(a) for a in node.args)
+        return touches[node]
+
+    def rebuild(node: sp.Basic, args: list[sp.Basic]) -> sp.Basic:
+        """node's head over new args; a function head unevaluated (its arguments are coordinates
+        now: tanh's own evaluation walks the whole tree, once per shared occurrence)."""
+        if isinstance(node, sp.Function):
+            return node.func(*args, evaluate=False)
+        return node.func(*args)
+
     def walk(node: sp.Basic) -> sp.Basic:
         if node in memo:
             return memo[node]
         term = linear_term(node, is_gaussian)
         if term is not None:
             out = form([term])
-        elif not node.args or not (node.free_symbols & gaussians):
+        elif not node.args or not has_gaussian(node):
             out = node
         elif node.is_Add:
             terms = [linear_term(a, is_gaussian) for a in node.args]
@@ -90,7 +105,7 @@ def to_forms(expr: sp.Expr, gaussians: frozenset[sp.Symbol],
             rest = [walk(a) for a, t in zip(node.args, terms) if t is None]
             out = sp.Add(form(linear) if linear else sp.Integer(0), *rest)
         else:
-            out = node.func(*[walk(a) for a in node.args])
+            out = rebuild(node, [walk(a) for a in node.args])
         memo[node] = out
         return out
 

@@ -18,8 +18,9 @@ same shape at every layer with a new C, so :class:`Shapes` derives each shape on
 so C may be indefinite by about that error.  :func:`nearest_psd` projects it on the PSD cone
 (eigenvalues clipped at 0: the nearest PSD matrix in the Frobenius norm) when its negative
 eigenvalue lies within ``drift`` (what the entries' errors allow); the estimate is then taken at
-the projection C₊, and |E(C₊ + δI) − E(C₊)|, δ = ‖C − C₊‖₂, joins its error.  Beyond ``drift``
-it is refused (ValueError).
+the projection C₊, and the larger of |E(C₊ + (C₊ − C)) − E(C₊)| (the projection's displacement
+once more: to first order what it moved E by) and |E(C₊ + δI) − E(C₊)|, δ = ‖C − C₊‖₂, joins its
+error (:func:`projection_moves`).  Beyond ``drift`` it is refused (ValueError).
 """
 from __future__ import annotations
 
@@ -51,6 +52,14 @@ def nearest_psd(cov: np.ndarray) -> tuple[np.ndarray, float]:
     return (proj + proj.T) / 2, float(-lam[0])
 
 
+def projection_moves(cov: np.ndarray, proj: np.ndarray, delta: float) -> list[np.ndarray]:
+    """PSD matrices one projection's length away from C₊: C₊ + (C₊ − C) (the same displacement
+    again, V diag(max(−λ, 0)) Vᵀ ⪰ 0, which moves E by ∇E·(C₊ − C) to first order, i.e. by as much
+    as the projection did) and C₊ + δI (every direction at once)."""
+    again = 2 * proj - cov
+    return [(again + again.T) / 2, proj + delta * np.eye(len(cov))]
+
+
 class Shapes:
     """Expectations E f(ℓ), ℓ ~ N(0, C), with each shape's derivation shared (module doc)."""
 
@@ -70,8 +79,9 @@ class Shapes:
         est = self._at(expr, coords, proj, laws, budget)
         if delta == 0.0:
             return est
-        moved = self._at(expr, coords, proj + delta * np.eye(len(coords)), laws, budget)
-        return replace(est, error=est.error + moved.error + abs(moved.value - est.value), exact=None,
+        moved = [self._at(expr, coords, other, laws, budget) for other in projection_moves(cov, proj, delta)]
+        shift = max(m.error + abs(m.value - est.value) for m in moved)
+        return replace(est, error=est.error + shift, exact=None,
                        method="quadrature" if est.method == "exact" else est.method)
 
     def _at(self, expr: sp.Expr, coords: tuple[sp.Symbol, ...], cov: np.ndarray,
