@@ -683,13 +683,15 @@ def test_cli_exit_codes_and_no_traceback(tmp_path_factory, cases, valid):
 # ---------------------------------------------------------------------------------------------------------
 # statistical consistency: finite width against the limit on random programs (issue 6, item 2)
 # ---------------------------------------------------------------------------------------------------------
-def consistent(text: str, n: int = 2048, trials: int = 8, seed: int = 3, allow: float = 4.0) -> None:
-    """|mean − limit| ≤ 5 SE + allow·(1 + |limit|)/n + the limit's error, for every output."""
+def consistent(text: str, n: int = 2048, trials: int = 8, seed: int = 3, allow: float = 4.0,
+               budget: dict | None = None) -> None:
+    """|mean − limit| ≤ 5 SE + allow·(1 + |limit|)/n + the limit's error, for every output; the
+    limit compiled with the ``budget`` options of ``Program.compile`` (its defaults if None)."""
     p = tp.parse(text)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            lim = p.compile().limit().outputs
+            lim = p.compile(**(budget or {})).limit().outputs
     except Exception as err:  # noqa: BLE001
         assume(not known_bug(err))
         raise
@@ -808,20 +810,6 @@ CHEAP = dict(tol=1e-5, max_qmc_points=2 ** 17, max_quad_points=100_000)
 BOUNDED = ("tanh", "sin", "cos", "erf", "sigmoid")          # smooth and bounded: residual variances stay O(L)
 DERIVATIVE = {"tanh": "1 - tanh(z) ** 2", "sin": "cos(z)", "erf": "2 / sqrt(pi) * exp(-z ** 2)",
               "sigmoid": "sigmoid(z) * (1 - sigmoid(z))", "softplus": "sigmoid(z)"}
-
-
-def consistent_cheaply(text: str, n: int = 2048, trials: int = 8, seed: int = 3, allow: float = 4.0) -> None:
-    """``consistent`` with the limit compiled at the budget ``CHEAP``."""
-    p = tp.parse(text)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        lim = p.compile(**CHEAP).limit().outputs
-    run = p.execute(n=n, trials=trials, seed=seed)
-    for name, o in run.outputs.items():
-        L = lim[name]
-        se = o.std / math.sqrt(trials)
-        assert abs(o.mean - L.value) <= 5 * se + allow * (1 + abs(L.value)) / n + L.error, \
-            (name, o.mean, se, L.value, L.error, L.method)
 
 
 def covariance_literal(draw, size: int) -> str:
@@ -947,16 +935,16 @@ def multi_step_programs(draw) -> str:
 @settings(max_examples=5, **FAST)
 @given(residual_programs())
 def test_random_residual_programs_agree_with_their_limit(text):
-    consistent_cheaply(text)
+    consistent(text, budget=CHEAP)
 
 
 @settings(max_examples=8, **FAST)
 @given(batch_coupled_programs())
 def test_random_batch_coupled_programs_agree_with_their_limit(text):
-    consistent_cheaply(text)
+    consistent(text, budget=CHEAP)
 
 
 @settings(max_examples=4, **FAST)
 @given(multi_step_programs())
 def test_random_multi_step_programs_agree_with_their_limit(text):
-    consistent_cheaply(text)
+    consistent(text, budget=CHEAP)
