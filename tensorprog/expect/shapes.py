@@ -37,6 +37,9 @@ from ..symbolic.evaluate import Tape, compile_exprs
 
 #: eigenvalues above −NEGLIGIBLE·max variance are rounding, not drift
 NEGLIGIBLE = 1e-12
+#: shapes over at most this many coordinates get a closed form in C (a layer's kernel entries; a
+#: symbolic derivation in more dimensions can cost far more than the numeric ones it saves)
+MAX_SHAPE_DIM = 3
 
 
 def nearest_psd(cov: np.ndarray) -> tuple[np.ndarray, float]:
@@ -98,7 +101,8 @@ class Shapes:
         if exact and est.method != "exact":
             self.no_closed_form.add(key)
         self.seen[key] = self.seen.get(key, 0) + 1
-        if est.method == "exact" and not laws and self.seen[key] == 2 and nonsingular(cov):
+        if est.method == "exact" and not laws and self.seen[key] == 2 and len(coords) <= MAX_SHAPE_DIM \
+                and nonsingular(cov):
             self.closed[key] = derive(expr, coords, cov, budget, est.value)
         return est
 
