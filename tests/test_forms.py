@@ -345,13 +345,13 @@ DRIFTED = np.array([[1.0, 1.0 + EPS_C], [1.0 + EPS_C, 1.0]])      # eigenvalues 
 
 def test_drift_beyond_the_allowance_is_refused():
     with pytest.raises(ValueError, match="not positive semi-definite"):
-        Shapes().expect(RELU2, (U, V_), DRIFTED, {}, DEFAULT, drift=EPS_C / 2)
+        Shapes().expect(RELU2, (U, V_), DRIFTED, {}, DEFAULT, drift=lambda: EPS_C / 2)
     with pytest.raises(ValueError, match="not positive semi-definite"):
         Shapes().expect(RELU2, (U, V_), DRIFTED, {}, DEFAULT)       # no allowance at all
 
 
 def test_drift_within_the_allowance_is_projected_and_costs_error():
-    est = Shapes().expect(RELU2, (U, V_), DRIFTED, {}, DEFAULT, drift=2 * EPS_C)
+    est = Shapes().expect(RELU2, (U, V_), DRIFTED, {}, DEFAULT, drift=lambda: 2 * EPS_C)
     # C₊ = [[1 + ε/2, 1 + ε/2], [1 + ε/2, 1 + ε/2]] (rank one), δ = ε
     half = 1 + EPS_C / 2
     at_proj = arccos_relu(half, half, half)            # = (1 + ε/2)/2
@@ -366,7 +366,7 @@ def test_the_projection_error_covers_the_projection():
     |E(C₊ + δ·vvᵀ) − E(C₊)| (the mirror image, a PSD matrix).  Here v = (1, −1)/√2: the move lowers the
     correlation, E relu(u) relu(v) ≈ c12/2 near correlation 1 moves by ≈ δ/4 = 2.5e-7, but along δI
     (both variances up, the correlation down) it hardly moves: ≈ 1e-10."""
-    est = Shapes().expect(RELU2, (U, V_), DRIFTED, {}, DEFAULT, drift=2 * EPS_C)
+    est = Shapes().expect(RELU2, (U, V_), DRIFTED, {}, DEFAULT, drift=lambda: 2 * EPS_C)
     half = 1 + EPS_C / 2
     at_proj = arccos_relu(half, half, half)
     mirror = arccos_relu(half + EPS_C / 2, half - EPS_C / 2, half + EPS_C / 2)
@@ -379,7 +379,7 @@ def test_the_error_grows_with_the_drift():
     errors = []
     for eps in (1e-8, 1e-6, 1e-4):
         C = np.array([[0.36 - eps, 0.6], [0.6, 1.0]])      # det = −ε: λ_min ≈ −ε/1.36
-        est = Shapes().expect(RELU2, (U, V_), C, {}, DEFAULT, drift=eps)
+        est = Shapes().expect(RELU2, (U, V_), C, {}, DEFAULT, drift=lambda: eps)
         lam = np.linalg.eigvalsh(C)[0]
         assert lam < 0
         proj = C - lam * np.outer(*(2 * [np.linalg.eigh(C)[1][:, 0]]))

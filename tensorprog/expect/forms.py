@@ -59,7 +59,7 @@ def to_forms(expr: sp.Expr, gaussians: frozenset[sp.Symbol],
     """``expr`` with every maximal sum of number × Gaussian terms replaced by a coordinate
     (module doc); ``cov_row(g)`` maps each Gaussian h with Cov(g, h) ≠ 0 to that covariance
     (g itself included), so C costs the non-zero covariances the forms touch, not (size of a form)²."""
-    index: dict[tuple, int] = {}
+    index: dict[frozenset, int] = {}
     weights: list[dict[sp.Symbol, float]] = []
     memo: dict[sp.Basic, sp.Basic] = {}
     is_gaussian = lambda node: node in gaussians
@@ -68,12 +68,13 @@ def to_forms(expr: sp.Expr, gaussians: frozenset[sp.Symbol],
         weight: dict[sp.Symbol, float] = {}
         for g, c in terms:
             weight[g] = weight.get(g, 0.0) + c
-        key = tuple(sorted(((g.name, c) for g, c in weight.items() if c != 0)))
-        if not key:
+        weight = {g: c for g, c in weight.items() if c != 0}
+        if not weight:
             return sp.Integer(0)
+        key = frozenset(weight.items())
         if key not in index:
             index[key] = len(weights)
-            weights.append({g: c for g, c in weight.items() if c != 0})
+            weights.append(weight)
         return coordinate(index[key])
 
     touches: dict[sp.Basic, bool] = {}

@@ -25,7 +25,7 @@ error (:func:`projection_moves`).  Beyond ``drift`` it is refused (ValueError).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Mapping
+from typing import Callable, Mapping
 
 import numpy as np
 import sympy as sp
@@ -72,13 +72,15 @@ class Shapes:
         self.closed: dict[tuple, ClosedForm | None] = {}    # shape -> its formula in C (None: none)
 
     def expect(self, expr: sp.Expr, coords: tuple[sp.Symbol, ...], cov: np.ndarray,
-               laws: Mapping[sp.Symbol, Law], budget: Budget, drift: float = 0.0) -> Estimate:
-        """E[expr] over ``coords`` ~ N(0, cov) and ``laws``; ``drift``: how far below PSD
-        ``cov`` may be by its entries' errors (module doc)."""
+               laws: Mapping[sp.Symbol, Law], budget: Budget,
+               drift: Callable[[], float] = lambda: 0.0) -> Estimate:
+        """E[expr] over ``coords`` ~ N(0, cov) and ``laws``; ``drift()``: how far below PSD
+        ``cov`` may be by its entries' errors (module doc; asked only when C is not PSD)."""
         proj, delta = nearest_psd(np.asarray(cov, dtype=float))
-        if delta > drift + NEGLIGIBLE * max(float(np.max(np.diag(cov), initial=0.0)), 1e-300):
+        allowed = drift() if delta > 0 else 0.0
+        if delta > allowed + NEGLIGIBLE * max(float(np.max(np.diag(cov), initial=0.0)), 1e-300):
             raise ValueError(f"covariance is not positive semi-definite (eigenvalue {-delta:.3g}), "
-                             f"beyond the {drift:.2g} its entries' errors allow")
+                             f"beyond the {allowed:.2g} its entries' errors allow")
         est = self._at(expr, coords, proj, laws, budget)
         if delta == 0.0:
             return est

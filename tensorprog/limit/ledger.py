@@ -169,8 +169,9 @@ class Ledger:
             covs = np.broadcast_to(cov, (self.batch.P,) + cov.shape[-2:])
             return self._record(expr, where, lambda: with_rounding(
                 self.batch.expect_covs(forms.expr, coords, covs, laws, self.budget), scale))
-        spread = max((sum(abs(c) for c in forms.weights[k].values()) ** 2 for k in used), default=0.0)
-        drift = spread * sum(self.estimates[i].error for i in deps)
+        def drift() -> float:
+            spread = max((sum(abs(c) for c in forms.weights[k].values()) ** 2 for k in used), default=0.0)
+            return spread * sum(self.estimates[i].error for i in deps)
         return self._record(expr, where, lambda: with_rounding(self.shapes.expect(
             forms.expr, coords, cov, laws, self.budget, drift), float(scale)))
 
