@@ -55,10 +55,13 @@ def linear_term(node: sp.Expr, gaussian: Callable[[sp.Basic], bool]) -> tuple[sp
 
 
 def to_forms(expr: sp.Expr, gaussians: frozenset[sp.Symbol],
-             cov_row: Callable[[sp.Symbol], Mapping[sp.Symbol, float | np.ndarray]]) -> Forms:
+             cov_row: Callable[[sp.Symbol], Mapping[sp.Symbol, float | np.ndarray]],
+             known: dict | None = None) -> Forms:
     """``expr`` with every maximal sum of number × Gaussian terms replaced by a coordinate
     (module doc); ``cov_row(g)`` maps each Gaussian h with Cov(g, h) ≠ 0 to that covariance
-    (g itself included), so C costs the non-zero covariances the forms touch, not (size of a form)²."""
+    (g itself included), so C costs the non-zero covariances the forms touch, not (size of a form)².
+    ``known`` remembers C's entries across calls, by the pair of forms (a form's covariance with
+    another never changes: later Gaussians are not in either)."""
     index: dict[frozenset, int] = {}
     weights: list[dict[sp.Symbol, float]] = []
     memo: dict[sp.Basic, sp.Basic] = {}
@@ -112,7 +115,7 @@ def to_forms(expr: sp.Expr, gaussians: frozenset[sp.Symbol],
 
     reduced = walk(expr)
     k = len(weights)
-    C = form_covariance(weights, cov_row)
+    C = form_covariance(weights, cov_row, list(index), known)
     coords = tuple(coordinate(i) for i in range(k))
     dead = {coords[i]: sp.Integer(0) for i in range(k) if np.all(C[..., i, i] == 0)}
     if dead:                        # a centred coordinate of variance 0 is 0
@@ -121,23 +124,31 @@ def to_forms(expr: sp.Expr, gaussians: frozenset[sp.Symbol],
 
 
 def form_covariance(weights: list[Mapping[sp.Symbol, float]],
-                    cov_row: Callable[[sp.Symbol], Mapping[sp.Symbol, float | np.ndarray]]) -> np.ndarray:
-    """C_ij = a_iᵀ Σ a_j = Σ_g a_ig Σ_{h: Σ_gh ≠ 0} Σ_gh a_jh, over the non-zero Σ_gh only.
+                    cov_row: Callable[[sp.Symbol], Mapping[sp.Symbol, float | np.ndarray]],
+                    keys: list[frozenset] | None = None, known: dict | None = None) -> np.ndarray:
+    """C_ij = a_iᵀ Σ a_j = Σ_g a_ig Σ_{h: Σ_gh ≠ 0} Σ_gh a_jh, over the non-zero Σ_gh only; the
+    entries already in ``known`` (by the pair of ``keys``, the forms' identities) are not redone.
 
     A covariance may be an array (P,) (one number per item of a batch): C is then (P, k, k)."""
     k = len(weights)
+    known = {} if known is None else known
+    keys = keys or [frozenset(w.items()) for w in weights]
     entries: dict[tuple[int, int], float | np.ndarray] = {}
     for i in range(k):
-        reach: dict[sp.Symbol, float | np.ndarray] = {}          # (Σ a_i)_h for every h it reaches
-        for g, a in weights[i].items():
-            for h, value in cov_row(g).items():
-                reach[h] = accumulate(reach.get(h), a, value)
-        for j in range(i + 1):
+        missing = [j for j in range(i + 1) if (keys[i], keys[j]) not in known]
+        if missing:
+            reach: dict[sp.Symbol, float | np.ndarray] = {}          # (Σ a_i)_h for every h it reaches
+            for g, a in weights[i].items():
+                for h, value in cov_row(g).items():
+                    reach[h] = accumulate(reach.get(h), a, value)
+        for j in missing:
             total = None
             for h, b in weights[j].items():
                 if h in reach:
                     total = accumulate(total, b, reach[h])
-            entries[(i, j)] = 0.0 if total is None else total
+            known[(keys[i], keys[j])] = known[(keys[j], keys[i])] = 0.0 if total is None else total
+        for j in range(i + 1):
+            entries[(i, j)] = known[(keys[i], keys[j])]
     batch = np.broadcast_shapes(*(np.shape(v) for v in entries.values())) if entries else ()
     C = np.zeros(batch + (k, k))
     for (i, j), value in entries.items():

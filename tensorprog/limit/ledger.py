@@ -94,6 +94,7 @@ class Ledger:
         self.cov_number: dict[sp.Symbol, dict[sp.Symbol, float | np.ndarray]] | None = \
             None if symbolic or self.param_values else {}
         self.shapes = Shapes()
+        self.form_cov: dict[tuple[frozenset, frozenset], float | np.ndarray] = {}   # Cov of two linear forms
 
     # ---- the law
     def add_gaussian(self, sym: sp.Symbol, covs: Mapping[sp.Symbol, sp.Expr]) -> None:
@@ -159,7 +160,7 @@ class Ledger:
         entries rest on (at most Σ_{deps} err, times (Σ_g |a_g|)² for a form a·g)."""
         skip = self.laws.keys() | (self.batch.values.keys() if self.batch else set())
         gauss = frozenset(s for s in expr.free_symbols if s not in skip)
-        forms = to_forms(expr, gauss, lambda g: self.cov_number.get(g, {}))
+        forms = to_forms(expr, gauss, lambda g: self.cov_number.get(g, {}), self.form_cov)
         used = [k for k, c in enumerate(forms.coords) if forms.expr.has(c)]
         coords = tuple(forms.coords[k] for k in used)
         cov = forms.cov if len(used) == len(forms.coords) else forms.cov[..., used, :][..., :, used]
