@@ -355,9 +355,10 @@ def test_drift_within_the_allowance_is_projected_and_costs_error():
     # C₊ = [[1 + ε/2, 1 + ε/2], [1 + ε/2, 1 + ε/2]] (rank one), δ = ε
     half = 1 + EPS_C / 2
     at_proj = arccos_relu(half, half, half)            # = (1 + ε/2)/2
-    moved = arccos_relu(half + EPS_C, half, half + EPS_C)
+    # the projection's displacement once more: 2C₊ − C = [[1 + ε, 1], [1, 1 + ε]]
+    moved = arccos_relu(1 + EPS_C, 1.0, 1 + EPS_C)
     assert abs(est.value - at_proj) <= est.error
-    assert est.error >= abs(moved - at_proj) - 1e-15   # |E(C₊ + δI) − E(C₊)| joined the error
+    assert est.error >= abs(moved - at_proj) - 1e-15   # |E(2C₊ − C) − E(C₊)| joined the error
     assert est.exact is None and est.method != "exact"
 
 

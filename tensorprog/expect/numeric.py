@@ -11,6 +11,9 @@ QMC); the D continuous coordinates go to
 * D = 1: ``piecewise_1d`` (split at the kinks);
 * D = 2 with kinks whose arguments are piecewise affine: ``iterated_2d``;
 * D ≤ 3 without kinks: a tensor product of the 1D rules;
+* D ≥ 3, Gaussian coordinates only, and an integrand positively homogeneous in them (batchnorm):
+  the radius is integrated exactly (:mod:`.radial`) and the rules below see the bounded
+  angular part;
 * beyond (or if quadrature does not reach the target within ``budget.max_quad_points``
   grid points): randomized QMC (at most ``budget.max_qmc_points`` samples, seeded by
   ``budget.seed``), keeping whichever error is smaller.
@@ -35,9 +38,11 @@ from .budget import Budget
 from .laws import Coord, Law
 from .qmc import qmc
 from .quad import iterated_2d, piecewise_1d, tensor
+from .radial import on_the_sphere
 from ..symbolic.evaluate import compile_exprs
 
 MAX_SUMMED = 10                  # Rademacher variables summed exactly (2^10 combinations)
+RADIAL_FROM = 3                  # Gaussian dimensions from which homogeneous integrands go on the sphere
 
 
 class JobResult(NamedTuple):
@@ -104,6 +109,8 @@ def numeric_expect(exprs: Sequence[sp.Expr], gaussians: Sequence[sp.Symbol], cov
 
         def kf(*t: np.ndarray) -> np.ndarray:
             return np.array(ktape(*args(*t))).reshape(len(kinks), -1)
+        if not combo and not cont and L.shape[1] >= RADIAL_FROM:
+            f = on_the_sphere(f, L.shape[1], budget.seed) or f
         v, e, m, b, h = _dispatch(f, kf if kinks else None, coords, kinks, symbols, L, combo, len(cont),
                                   target, budget)
         values += v / len(combos)

@@ -18,9 +18,8 @@ same shape at every layer with a new C, so :class:`Shapes` derives each shape on
 so C may be indefinite by about that error.  :func:`nearest_psd` projects it on the PSD cone
 (eigenvalues clipped at 0: the nearest PSD matrix in the Frobenius norm) when its negative
 eigenvalue lies within ``drift`` (what the entries' errors allow); the estimate is then taken at
-the projection C₊, and the larger of |E(C₊ + (C₊ − C)) − E(C₊)| (the projection's displacement
-once more: to first order what it moved E by) and |E(C₊ + δI) − E(C₊)|, δ = ‖C − C₊‖₂, joins its
-error (:func:`projection_moves`).  Beyond ``drift`` it is refused (ValueError).
+the projection C₊, and |E(C₊ + (C₊ − C)) − E(C₊)| (the projection's displacement once more: to
+first order what it moved E by) joins its error (:func:`projection_moves`).  Beyond ``drift`` it is refused (ValueError).
 """
 from __future__ import annotations
 
@@ -56,11 +55,13 @@ def nearest_psd(cov: np.ndarray) -> tuple[np.ndarray, float]:
 
 
 def projection_moves(cov: np.ndarray, proj: np.ndarray, delta: float) -> list[np.ndarray]:
-    """PSD matrices one projection's length away from C₊: C₊ + (C₊ − C) (the same displacement
-    again, V diag(max(−λ, 0)) Vᵀ ⪰ 0, which moves E by ∇E·(C₊ − C) to first order, i.e. by as much
-    as the projection did) and C₊ + δI (every direction at once)."""
+    """PSD matrices one projection away from C₊: C₊ + (C₊ − C), the same displacement again
+    (V diag(max(−λ, 0)) Vᵀ ⪰ 0), which moves E by ∇E·(C₊ − C) to first order, i.e. by as much as
+    the projection did.  (Not C₊ + δI: that would give variance to directions that are exactly
+    null by structure, such as the mean of a batch after batchnorm, and change the integrand's
+    nature, not its value within the drift.)"""
     again = 2 * proj - cov
-    return [(again + again.T) / 2, proj + delta * np.eye(len(cov))]
+    return [(again + again.T) / 2]
 
 
 class Shapes:
