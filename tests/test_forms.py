@@ -17,6 +17,7 @@ import sympy as sp
 
 from tensorprog.expect.budget import DEFAULT
 from tensorprog.expect.forms import coordinate, to_forms
+from tensorprog.limit.finiteness import distinct_nodes
 from tensorprog.expect.shapes import NEGLIGIBLE, Shapes, nearest_psd
 from tensorprog.symbolic.heads import Relu
 
@@ -143,16 +144,6 @@ def test_a_form_with_nonzero_variance_is_kept():
     assert forms.cov[0, 0] == 1.0                       # 1 + 1 − 2·0.5
 
 
-def distinct_nodes(expr: sp.Basic) -> int:
-    seen: set[int] = set()
-    stack = [expr]
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        stack.extend(node.args)
-    return len(seen)
 
 
 def dag_value(expr: sp.Basic, at: dict) -> float:
@@ -206,7 +197,7 @@ def reduce_tanh_chain(queue) -> None:
     points = [(3.0, 0.5), (-2.0, -1.5)]            # g0 + 2·g1 = 4 and −5: |z_k| grows, tanh' ≤ 1e-3
     values = [(dag_value(forms.expr, {coordinate(0): a + 2 * b}), dag_value(z, {gs[0]: a, gs[1]: b}))
               for a, b in points]
-    queue.put((took, distinct_nodes(z), distinct_nodes(forms.expr), len(forms.coords),
+    queue.put((took, len(distinct_nodes(z)), len(distinct_nodes(forms.expr)), len(forms.coords),
                float(forms.cov[0, 0]), dag_symbols(forms.expr) == {coordinate(0)}, values))
 
 
