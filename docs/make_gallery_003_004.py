@@ -3,8 +3,9 @@
     PYTHONPATH=. python docs/make_gallery_003_004.py            # both papers (~4 min, 1 core)
     PYTHONPATH=. python docs/make_gallery_003_004.py 004        # one of them
 
-Measured: 255 s wall (253 s CPU) for both, 129 s for 003 and 134 s for 004, on a 2-core machine
-with other jobs running on the second core.
+Measured on a 2-core machine: 252 s wall (246 s CPU) for both, with another long compile running
+on the second core; 130 s wall for 003 alone (second core busy for at least part of it); 59 s wall
+(83 s CPU, BLAS on both cores) for 004 alone with the second core free.
 
 Prints the tables (markdown) that the gallery pages quote and writes
 docs/img/seed003_*.png and docs/img/seed004_*.png (matplotlib, Agg).  Every reference value
@@ -132,7 +133,7 @@ def seed003() -> None:
             o = tp.load(grad, B=B, D=1, act=act, sym=1).compile().limit().outputs["rate"]
             compiled[(name, B)] = o
             ref = lambda_relu(B) if act == 1 else (lambda_mc(B, *TANH) if act == 2 else (B - 2) / (B - 3))
-            rows.append([name, B, f"{ref:.4f}", pm(o.value, o.error, 3), o.method, f"{time.process_time() - t:.0f} s"])
+            rows.append([name, B, f"{ref:.4f}", pm(o.value, o.error, 4), o.method, f"{time.process_time() - t:.0f} s"])
     table(["φ", "B", "reference", "compiled limit (sym=1)", "method", "cpu"], rows)
     rows, finite = [], {}
     for B in (6, 8, 12):
