@@ -129,10 +129,10 @@ def test_zero_variance_forms_vanish():
     S = np.array([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0], [0.0, 0.0, 0.0]])     # g0 = g1 a.s., g2 = 0
     expr = sp.tanh(gs[0] - gs[1]) + sp.cos(gs[2]) + Relu(gs[0] + gs[2]) * sp.sin(2 * gs[2])
     forms = to_forms(expr, frozenset(gs), cov_fn(gs, S))
-    # g0 − g1 has variance 1 + 1 − 2 = 0 exactly; g2 and 2·g2 have variance 0: all three vanish
-    zero = [k for k in range(len(forms.coords)) if forms.cov[k, k] == 0]
-    assert len(zero) == 3
-    assert not any(forms.expr.has(forms.coords[k]) for k in zero)
+    # g0 − g1 has variance 1 + 1 − 2 = 0 exactly; g2 and 2·g2 have variance 0: all three vanish,
+    # and only g0 + g2 (variance 1) is left as a coordinate
+    assert len(forms.coords) == len(forms.weights) == 1 and forms.cov.shape == (1, 1)
+    assert forms.cov[0, 0] == 1.0 and forms.weights[0] == {gs[0]: 1.0, gs[2]: 1.0}
     assert forms.expr == sp.Integer(1)                  # tanh(0) + cos(0) + relu(·)·sin(0)
 
 

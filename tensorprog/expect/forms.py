@@ -35,7 +35,8 @@ def coordinate(k: int) -> sp.Symbol:
 
 @dataclass(frozen=True)
 class Forms:
-    """E[expr] over ``coords`` ~ N(0, ``cov``) and the independent laws left in ``expr``.
+    """E[expr] over ``coords`` ~ N(0, ``cov``) and the independent laws left in ``expr`` (the
+    coordinates of variance 0 are gone: each was replaced by 0).
 
     ``weights[k]`` is the linear form behind ``coords[k]`` as {base Gaussian: coefficient};
     ``cov`` is (k, k), or (P, k, k) for a batch of P covariances."""
@@ -114,13 +115,12 @@ def to_forms(expr: sp.Expr, gaussians: frozenset[sp.Symbol],
         return out
 
     reduced = walk(expr)
-    k = len(weights)
     C = form_covariance(weights, cov_row, list(index), known)
-    coords = tuple(coordinate(i) for i in range(k))
-    dead = {coords[i]: sp.Integer(0) for i in range(k) if np.all(C[..., i, i] == 0)}
-    if dead:                        # a centred coordinate of variance 0 is 0
-        reduced = reduced.xreplace(dead)
-    return Forms(reduced, coords, C, tuple(weights))
+    live = [i for i in range(len(weights)) if not np.all(C[..., i, i] == 0)]
+    if len(live) < len(weights):        # a centred coordinate of variance 0 is 0
+        reduced = reduced.xreplace({coordinate(i): sp.Integer(0) for i in range(len(weights)) if i not in live})
+        C = C[..., live, :][..., :, live]
+    return Forms(reduced, tuple(coordinate(i) for i in live), C, tuple(weights[i] for i in live))
 
 
 def form_covariance(weights: list[Mapping[sp.Symbol, float]],

@@ -21,8 +21,8 @@ from ..expect.forms import to_forms
 from ..expect.shapes import Shapes
 from ..symbolic import functions as fnsym
 from ..symbolic.heads import Delta
-from .batch import Batch
-from .finiteness import Finiteness
+from .batch import Batch, BatchEstimate
+from .finiteness import Finiteness, distinct_nodes
 from .hypotheses import Hypotheses
 from .result import LimitValue, summarize
 
@@ -50,7 +50,7 @@ def scalar_limit(value: sp.Expr, estimates: Sequence[Estimate], *, symbolic: boo
 ROUNDING = 4 * float(np.finfo(float).eps)
 
 
-def with_rounding(est, scale):
+def with_rounding(est: Estimate | BatchEstimate, scale: float | np.ndarray) -> Estimate | BatchEstimate:
     """``est`` (an Estimate or a BatchEstimate) with ROUNDING·(|value| + scale) added to its error:
     ``scale`` is the largest variance of the Gaussians it was computed from."""
     return replace(est, error=est.error + ROUNDING * (np.abs(est.value) + scale))
@@ -139,8 +139,8 @@ class Ledger:
         gauss = [s for s in sorted(expr.free_symbols, key=sp.default_sort_key)
                  if s not in self.laws and s not in self.batch.values]
         cov = [[self.cov.get((a, b), 0) for b in gauss] for a in gauss]
-        scale = np.max([np.abs(self.batch.eval(cov[i][i])) for i in range(len(gauss))] + [np.zeros(self.batch.P)],
-                       axis=0)
+        variances = [np.abs(self.batch.eval(cov[i][i])) for i in range(len(gauss))]
+        scale = np.maximum.reduce(variances) if variances else np.zeros(self.batch.P)
         return self._record(expr, where, lambda: with_rounding(
             self.batch.expect(expr, gauss, cov, self.laws, self.budget), scale))
 
@@ -158,23 +158,21 @@ class Ledger:
 
         The forms' covariance C = A Σ Aᵀ may drift below PSD by the errors of the estimates its
         entries rest on (at most Σ_{deps} err, times (Σ_g |a_g|)² for a form a·g)."""
+        symbols = {node for node in distinct_nodes(expr) if node.is_Symbol}     # linear in the DAG
         skip = self.laws.keys() | (self.batch.values.keys() if self.batch else set())
-        gauss = frozenset(s for s in expr.free_symbols if s not in skip)
-        forms = to_forms(expr, gauss, lambda g: self.cov_number.get(g, {}), self.form_cov)
-        used = [k for k, c in enumerate(forms.coords) if forms.expr.has(c)]
-        coords = tuple(forms.coords[k] for k in used)
-        cov = forms.cov if len(used) == len(forms.coords) else forms.cov[..., used, :][..., :, used]
-        laws = {s: self.laws[s] for s in forms.expr.free_symbols if s in self.laws}
-        scale = largest_variance(cov)
+        forms = to_forms(expr, frozenset(symbols - skip), lambda g: self.cov_number.get(g, {}), self.form_cov)
+        laws = {s: self.laws[s] for s in symbols if s in self.laws}
+        scale = largest_variance(forms.cov)
         if self.batch:
-            covs = np.broadcast_to(cov, (self.batch.P,) + cov.shape[-2:])
+            covs = np.broadcast_to(forms.cov, (self.batch.P,) + forms.cov.shape[-2:])
             return self._record(expr, where, lambda: with_rounding(
-                self.batch.expect_covs(forms.expr, coords, covs, laws, self.budget), scale))
+                self.batch.expect_covs(forms.expr, forms.coords, covs, laws, self.budget), scale))
+
         def drift() -> float:
-            spread = max((sum(abs(c) for c in forms.weights[k].values()) ** 2 for k in used), default=0.0)
+            spread = max((sum(abs(c) for c in w.values()) ** 2 for w in forms.weights), default=0.0)
             return spread * sum(self.estimates[i].error for i in deps)
         return self._record(expr, where, lambda: with_rounding(self.shapes.expect(
-            forms.expr, coords, cov, laws, self.budget, drift), float(scale)))
+            forms.expr, forms.coords, forms.cov, laws, self.budget, drift), float(scale)))
 
     def _record(self, expr: sp.Expr, where: ir.Eqn, compute: Callable[[], Estimate]) -> int:
         """Run ``compute()`` (an expectation), check it against the hypotheses and budgets, and
