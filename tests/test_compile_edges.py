@@ -165,7 +165,7 @@ def test_checks_walk_shared_subexpressions_once():
     """h = tanh(h) + 0.1·h uses h twice per layer: the Z-expression is a DAG with 2^L paths. The
     finiteness and hypothesis checks and the engine's linear-form scan visit each distinct node
     once (found in review: 16 layers spent 9 of 12 s in checks walking every path)."""
-    from tensorprog.limit.finiteness import distinct_nodes
+    from tensorprog.symbolic.dag import distinct_nodes
     x = sp.Symbol("x", real=True)
     h, sizes = x, {}
     for depth in range(1, 21):

@@ -17,7 +17,7 @@ import sympy as sp
 
 from tensorprog.expect.budget import DEFAULT
 from tensorprog.expect.forms import coordinate, to_forms
-from tensorprog.limit.finiteness import distinct_nodes
+from tensorprog.symbolic.dag import distinct_nodes
 from tensorprog.expect.shapes import NEGLIGIBLE, Shapes, nearest_psd
 from tensorprog.symbolic.heads import Relu
 

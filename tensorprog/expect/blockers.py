@@ -17,6 +17,7 @@ from .analysis import expanded_size
 from .canon import looks_affine
 from .linalg import ExpansionBudget
 from ..symbolic.evaluate import compile_exprs
+from ..symbolic.dag import distinct_nodes
 from ..symbolic.heads import Delta, Sign
 
 
@@ -54,14 +55,7 @@ def brief(f: sp.Expr, most: int = 60) -> str:
     """``str(f)`` when f has at most ``most`` distinct sub-expressions; else its head and that
     count (printing is linear in the *tree*, exponential for a Z that reuses a vector at every
     layer; counting distinct nodes is linear in the DAG)."""
-    seen: set = set()
-    stack = [f]
-    while stack and len(seen) <= most:
-        node = stack.pop()
-        if node not in seen:
-            seen.add(node)
-            stack.extend(node.args)
-    if len(seen) <= most:
+    if len(distinct_nodes(f, most)) <= most:
         return str(f)
     return f"{f.func.__name__}(…) (more than {most} distinct sub-expressions)"
 

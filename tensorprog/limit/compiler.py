@@ -37,9 +37,10 @@ from ..expect.budget import DEFAULT, Budget
 from ..expect.engine import Estimate, Law
 from ..ir.walk import ARITHMETIC, Rules, fold
 from ..symbolic import functions as fnsym
+from ..symbolic.dag import distinct_nodes
 from ..symbolic.heads import HEADS
 from .batch import Batch
-from .finiteness import Finiteness, distinct_nodes
+from .finiteness import Finiteness
 from .hypotheses import Hypotheses
 from .ledger import Ledger, scalar_limit
 from .result import Limit, LimitValue

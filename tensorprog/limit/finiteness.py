@@ -24,19 +24,6 @@ _FLOAT_MAX = sys.float_info.max
 _SPECIAL = (sp.Number, sp.core.numbers.ImaginaryUnit, sp.core.numbers.ComplexInfinity)
 
 
-def distinct_nodes(expr: sp.Basic) -> list[sp.Basic]:
-    """Every distinct sub-expression of expr, once: linear in the size of its DAG (sympy's
-    atoms/has visit a shared sub-expression once per occurrence, exponentially many times
-    for a vector used twice per layer)."""
-    seen, stack = {expr}, [expr]
-    while stack:
-        for a in stack.pop().args:
-            if a not in seen:
-                seen.add(a)
-                stack.append(a)
-    return list(seen)
-
-
 def real_params(program: ir.Program) -> dict[sp.Symbol, float]:
     """The numeric params of a program as {symbol: value} (a symbolic compilation may leave them
     in closed forms; a check puts the values back)."""

@@ -20,9 +20,10 @@ from ..expect.engine import Estimate, Law, expect
 from ..expect.forms import to_forms
 from ..expect.shapes import Shapes
 from ..symbolic import functions as fnsym
+from ..symbolic.dag import distinct_nodes
 from ..symbolic.heads import Delta
 from .batch import Batch, BatchEstimate
-from .finiteness import Finiteness, distinct_nodes
+from .finiteness import Finiteness
 from .hypotheses import Hypotheses
 from .result import LimitValue, summarize
 
