@@ -75,7 +75,7 @@ from .checks import COV_TOL, DEFAULT_DF, DistributionError
 from .factor import psd_factor
 from .families import (BLOCKABLE, FAMILIES, HEAVY_TAILED, LAWS, MATRIX_ONLY, VECTOR_FAMILIES, family_of)
 from .family import Family, ScalarLaw
-from .sample import DRAW_BLOCK, matrix_bytes, sample_matrix, sample_vectors
+from .sample import DRAW_BLOCK, draw_matrix, draw_vectors, matrix_bytes, sample_matrix, sample_vectors
 from .spec import DistSpec, make_spec, with_family
 
 __all__ = [
@@ -98,5 +98,7 @@ __all__ = [
     "psd_factor",
     "sample_matrix",
     "sample_vectors",
+    "draw_matrix",
+    "draw_vectors",
     "matrix_bytes",
 ]

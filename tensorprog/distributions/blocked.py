@@ -35,6 +35,14 @@ numbers (another generator, drawn row by row): a blocked run is not bit-identica
 to a dense run of the same seed, only equal in distribution.  ``orthogonal``
 matrices cannot be blocked (every row depends on the whole matrix):
 :data:`BLOCKABLE` lists the families whose ``blockable`` is true.
+
+**On an array backend** (torch, jax, cupy: :mod:`tensorprog.finite.backend`) a blocked matrix is
+a :class:`StreamBlockedMatrix`: row block b (rows b·block .. (b+1)·block, a function of the
+shape only) is drawn on the device from its own stream, keyed by (seed, trial, var, b) — a
+counter-based generator where the library has one (jax's threefry, torch's Philox on CUDA) —
+by the family's ``draw_matrix`` / ``draw_entries`` (rows are iid for every blockable family, so
+a block is a small matrix of the law).  Every use regenerates the same blocks: ``W`` and ``Wᵀ``
+are one matrix.  The products are those above, block by block on the device.
 """
 from __future__ import annotations
 
@@ -46,13 +54,16 @@ from typing import Callable
 import numpy as np
 
 from .families import BLOCKABLE
+from .sample import draw_matrix
 from .spec import DistSpec
 
-__all__ = ["BLOCKABLE", "BLOCK_BYTES", "STRIPES", "BlockedMatrix", "default_block_rows", "matrix_key",
-           "workspace_bytes"]
+__all__ = ["BLOCKABLE", "BLOCK_BYTES", "DEVICE_BLOCK_BYTES", "STRIPES", "BlockedMatrix",
+           "StreamBlockedMatrix", "default_block_rows", "matrix_key", "workspace_bytes"]
 
 #: target bytes of one generated row block (per thread)
 BLOCK_BYTES = 16 << 20
+#: target bytes of one generated row block on a GPU (fewer, larger kernels)
+DEVICE_BLOCK_BYTES = 256 << 20
 #: row blocks are summed in at most this many fixed stripes (transposed products)
 STRIPES = 8
 #: the spawn-key tag separating blocked keys from the dense streams of the same (trial, var)
@@ -64,9 +75,9 @@ def matrix_key(seed: int, trial: int, var: int) -> np.ndarray:
     return np.random.SeedSequence(seed, spawn_key=(trial, var, _TAG)).generate_state(2, np.uint64)
 
 
-def default_block_rows(rows: int, cols: int, dtype) -> int:
-    """Rows per generated block: about BLOCK_BYTES, at least 1 (a function of the shape only)."""
-    return int(max(1, min(rows, BLOCK_BYTES // (cols * np.dtype(dtype).itemsize))))
+def default_block_rows(rows: int, cols: int, dtype, block_bytes: int = BLOCK_BYTES) -> int:
+    """Rows per generated block: about ``block_bytes``, at least 1 (a function of the shape only)."""
+    return int(max(1, min(rows, block_bytes // (cols * np.dtype(dtype).itemsize))))
 
 
 def workspace_bytes(rows: int, cols: int, dtype, threads: int, batch: int = 1,
@@ -184,3 +195,52 @@ class BlockedMatrix:
                 else:
                     total += part
         return total if transposed else out
+
+
+class StreamBlockedMatrix:
+    """A rows × cols random matrix on an array backend, generated on demand block by block:
+    ``stream(b)`` is the random stream of row block b (see the module docstring), ``xp`` the
+    backend's array-API namespace.  ``matmul`` as :meth:`BlockedMatrix.matmul`; ``on_rows``
+    is told the rows of each block."""
+
+    def __init__(self, stream: Callable[[int], object], spec: DistSpec, rows: int, cols: int, xp,
+                 block_rows: int) -> None:
+        if not spec.law.blockable:
+            raise ValueError(f"{spec.family} matrices cannot be generated block by block")
+        self.stream, self.spec, self.xp = stream, spec, xp
+        self.rows, self.cols, self.block_rows = int(rows), int(cols), max(1, int(block_rows))
+        self.on_rows: Callable[[int], None] | None = None
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.rows, self.cols)
+
+    def block(self, r0: int, r1: int):
+        """Rows r0..r1 of block ``r0 // block_rows`` (r0 a block start, r1 at most its end)."""
+        full = draw_matrix(self.stream(r0 // self.block_rows), self.spec,
+                           min(self.block_rows, self.rows - r0), self.cols)
+        return full if r1 - r0 == full.shape[0] else full[:r1 - r0, :]
+
+    def dense(self):
+        """The whole matrix (for tests and small sizes)."""
+        return self.xp.concat([self.block(r0, min(r0 + self.block_rows, self.rows))
+                               for r0 in range(0, self.rows, self.block_rows)], axis=0)
+
+    def matmul(self, x, transposed: bool = False):
+        """W @ x, or Wᵀ @ x; x of shape (k,) or (k, B) on the device, in the matrix's dtype."""
+        inner = self.rows if transposed else self.cols
+        if x.shape[0] != inner:
+            raise ValueError(f"shape mismatch: {'Wᵀ' if transposed else 'W'} is "
+                             f"{(self.cols, self.rows) if transposed else self.shape}, x is {tuple(x.shape)}")
+        parts, total = [], None
+        for r0 in range(0, self.rows, self.block_rows):
+            r1 = min(r0 + self.block_rows, self.rows)
+            w = self.block(r0, r1)
+            if transposed:
+                part = w.T @ x[r0:r1, ...]
+                total = part if total is None else total + part
+            else:
+                parts.append(w @ x)
+            if self.on_rows is not None:
+                self.on_rows(r1 - r0)
+        return total if transposed else self.xp.concat(parts, axis=0)

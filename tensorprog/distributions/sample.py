@@ -13,8 +13,15 @@ buffer (numpy's float64 samplers consume the bit stream entry by entry, so block
 give the numbers of one call), rounds them to float32 and applies the law's
 transformation in float32: a float32 sample is then the float64 sample of the same
 seed to float32 precision, and ``--dtype float32`` is a precision switch only.
+
+**Array backends** (torch, jax, cupy: :mod:`tensorprog.finite.backend`).  :func:`draw_matrix`
+and :func:`draw_vectors` sample the same laws from a :class:`Stream` (the backend's random
+numbers and its array-API namespace ``xp``), through the families' ``draw_*`` methods: the
+same transformations, written with ``xp`` and the operators, on the stream's device.
 """
 from __future__ import annotations
+
+from typing import Protocol
 
 import numpy as np
 
@@ -47,6 +54,46 @@ class Draws:
             fill(*args, out=part)
             flat[i:i + part.size] = part
         return out
+
+
+class Stream(Protocol):
+    """The random numbers of one variable on an array backend, in its dtype
+    (:class:`tensorprog.finite.backend.Stream` implements it)."""
+    xp: object
+    dtype: object
+
+    def asarray(self, a) -> object: ...
+    def normal(self, shape: tuple[int, ...]) -> object: ...
+    def uniform(self, shape: tuple[int, ...]) -> object: ...
+    def exponential(self, shape: tuple[int, ...]) -> object: ...
+    def gamma(self, alpha: float, shape: tuple[int, ...]) -> object: ...
+    def signs(self, shape: tuple[int, ...]) -> object: ...
+
+
+def draw_matrix(stream: Stream, spec: DistSpec, rows: int, cols: int):
+    """:func:`sample_matrix` on an array backend: a (rows, cols) backend array with entries
+    of mean 0 and variance ``spec.var / cols``, from ``stream``."""
+    if spec.mean is not None or spec.cov is not None:
+        raise DistributionError(f"{spec.family}: mean and cov are only allowed for vectors, not for matrices")
+    _check_shape(rows, cols)
+    law = spec.law
+    if law.iid_entries:
+        return law.draw_entries(stream, spec.var / cols, spec.df, (int(rows), int(cols)))
+    return law.draw_matrix(stream, spec.var, spec.df, int(rows), int(cols))
+
+
+def draw_vectors(stream: Stream, spec: DistSpec, k: int, n: int):
+    """:func:`sample_vectors` on an array backend: shape (k, n), from ``stream``."""
+    law = spec.law
+    if not law.vectors:
+        raise DistributionError(f"{spec.family}: only for matrices, not for vectors")
+    if spec.cov is not None:
+        out = law.draw_joint(stream, spec.cov, n)
+    else:
+        out = law.draw_entries(stream, spec.var, spec.df, (int(k), int(n)))
+    if spec.mean is not None:
+        out = out + stream.xp.reshape(stream.asarray(np.asarray(spec.mean)), (int(k), 1))
+    return out
 
 
 def _dtype(dtype) -> np.dtype:

@@ -1,9 +1,9 @@
-"""Finite width: run the IR with numpy at width n over independent, seeded trials.
+"""Finite width: run the IR at width n (numpy, or another array backend) over independent, seeded trials.
 
 The pipeline, one module per stage:
 
 * :mod:`.exec_options`: :class:`ExecOptions` (``jobs``, ``blocked``, ``progress``,
-  ``block_rows``) and :func:`options`, their defaults for a block of code
+  ``block_rows``, ``backend``, ``device``) and :func:`options`, their defaults for a block of code
   (``with tensorprog.finite.options(jobs=2): ...``);
 * :mod:`.plan`: :func:`~.plan.plan_run`, everything decided before a trial runs: sizes,
   laws, the schedule (:mod:`.schedule`: which equations run together, when arrays die)
@@ -11,6 +11,8 @@ The pipeline, one module per stage:
 * :mod:`.executor`: the interpreter of a plan, trial by trial, with a rule per equation
   kind (the hot loop); :mod:`.evaluate`: function trees with numpy, and the cause of a
   non-finite value;
+* :mod:`.backend`: the array libraries (numpy, torch, jax, cupy; ``backend`` and ``device``
+  options): their array-API namespaces, random streams and builtins;
 * :mod:`.workers` and :mod:`.parallel`: trials in worker processes; :mod:`.progress`: bars;
 * :mod:`.run`: :func:`~.run.execute` and :func:`~.run.map_trials`, the entry points.
 """

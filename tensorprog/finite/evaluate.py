@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -56,6 +56,43 @@ EVAL: dict[type, Callable[[ir.Fn, Read], object]] = {
     ir.Call: lambda node, read: BUILTINS[node.name].numpy(*[eval_fn(a, read) for a in node.args]),
     ir.Bin: lambda node, read: UFUNCS[node.op](eval_fn(node.lhs, read), eval_fn(node.rhs, read)),
     ir.Neg: lambda node, read: -eval_fn(node.operand, read),
+}
+
+
+# ---- evaluation on an array backend other than numpy ---------------------------------------
+def eval_array(fn: ir.Fn, read: Read, builtins: Mapping[str, Callable]):
+    """:func:`eval_fn` on a backend array library: arrays go through the backend's
+    ``builtins`` (:func:`~.backend.array_builtins`) and Python's operators (which the
+    libraries implement, with Python numbers as operands); an operation on Python floats
+    only (scalars of the program) is numpy's, as in :func:`eval_fn`, and gives a Python float."""
+    return EVAL_ARRAY[type(fn)](fn, read, builtins)
+
+
+def _host_only(args: Sequence) -> bool:
+    return all(isinstance(a, (int, float)) for a in args)
+
+
+def _call_array(node: ir.Call, read: Read, builtins: Mapping[str, Callable]):
+    args = [eval_array(a, read, builtins) for a in node.args]
+    if _host_only(args):
+        return float(BUILTINS[node.name].numpy(*args))
+    return builtins[node.name](*args)
+
+
+def _bin_array(node: ir.Bin, read: Read, builtins: Mapping[str, Callable]):
+    lhs, rhs = eval_array(node.lhs, read, builtins), eval_array(node.rhs, read, builtins)
+    if _host_only((lhs, rhs)):
+        return float(UFUNCS[node.op](lhs, rhs))
+    return ir.ARITHMETIC[node.op](lhs, rhs)
+
+
+#: the rules of :func:`eval_array`
+EVAL_ARRAY: dict[type, Callable[[ir.Fn, Read, Mapping[str, Callable]], object]] = {
+    ir.Ref: lambda node, read, builtins: read(node.var),
+    ir.Const: lambda node, read, builtins: node.value,
+    ir.Call: _call_array,
+    ir.Bin: _bin_array,
+    ir.Neg: lambda node, read, builtins: -eval_array(node.operand, read, builtins),
 }
 
 

@@ -36,11 +36,15 @@ class ExecOptions:
     are bit-identical to 1).  ``blocked``: None uses blocked matrices only when the dense
     ones do not fit, True forces them, False forbids them.  ``progress``: None shows a
     progress bar on stderr when it is a terminal, True always, False never.
-    ``block_rows``: rows per block of a blocked matrix (None: chosen from the width)."""
+    ``block_rows``: rows per block of a blocked matrix (None: chosen from the width).
+    ``backend``: the array library, ``numpy`` (default), ``torch``, ``jax`` or ``cupy``
+    (:mod:`.backend`); ``device``: ``cpu`` (default) or ``cuda``."""
     jobs: int = 1
     blocked: bool | None = None
     progress: bool | None = None
     block_rows: int | None = None
+    backend: str = "numpy"
+    device: str = "cpu"
 
     def given(self, **values: object) -> ExecOptions:
         """These options with the ``values`` that are not :data:`UNSET` put in."""
@@ -64,8 +68,9 @@ def resolve(**values: object) -> ExecOptions:
 
 @contextlib.contextmanager
 def options(**values: object) -> Iterator[ExecOptions]:
-    """Defaults for ``jobs``, ``blocked``, ``progress`` (and ``block_rows``) of every execution
-    inside the block (see the module docstring); blocks nest, the inner one wins."""
+    """Defaults for ``jobs``, ``blocked``, ``progress``, ``backend``, ``device`` (and
+    ``block_rows``) of every execution inside the block (see the module docstring); blocks
+    nest, the inner one wins."""
     unknown = set(values) - NAMES
     if unknown:
         raise TypeError(f"unknown execution option(s): {', '.join(sorted(unknown))}")

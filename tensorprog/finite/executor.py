@@ -1,4 +1,4 @@
-"""The executor: a small interpreter of the IR at finite width, one trial at a time, with numpy.
+"""The executor: a small interpreter of the IR at finite width, one trial at a time, on an array backend.
 
 It interprets a :class:`~.plan.RunPlan` (built by :func:`~.plan.plan_run`: sizes, laws,
 schedule, memory mode), step by step: a step is one function equation, whose value is
@@ -15,6 +15,14 @@ them (``draw_dtype=float64`` of the samplers; blocked rows likewise), so it equa
 float64 run to float32 precision.  A non-finite value is reported at its statement with
 its cause (:mod:`.evaluate`): overflow, division by zero or invalid operation, found by
 re-evaluating only on that error path.
+
+On an array backend other than numpy (:mod:`.backend`: torch, jax, cupy, array_api_strict)
+the same rules run with the backend's array-API namespace ``xp``: matrices and initial
+vectors are drawn on the device from the backend's streams (:func:`~.backend.stream_seed`:
+the same keys, the library's own generator), blocked matrices are
+:class:`~tensorprog.distributions.blocked.StreamBlockedMatrix`, functions are evaluated by
+:func:`~.evaluate.eval_array`, and scalars come back to the host as Python floats.  numpy
+keeps its own code below, so its numbers never change.
 """
 from __future__ import annotations
 
@@ -24,15 +32,18 @@ import numpy as np
 
 from .. import distributions as D
 from .. import ir
-from ..distributions.blocked import BlockedMatrix, matrix_key
+from ..distributions.blocked import BlockedMatrix, StreamBlockedMatrix, matrix_key
 from ..errors import TPNumericalError
-from .evaluate import OVERFLOW, Cause, eval_fn, first_nonfinite
+from .backend import Stream, all_finite, get_backend, is_array, stream_seed
+from .evaluate import OVERFLOW, Cause, eval_array, eval_fn, first_nonfinite
 from .plan import RunPlan
 from .schedule import Step, inputs
 
 #: ``(trial, step index, steps, what, fraction done)``: progress inside a blocked product
 OnStep = Callable[[int, int, int, str, float], None]
 Read = Callable[[int], object]
+#: the spawn-key tag of the row-block streams of a blocked matrix on an array backend
+BLOCK_TAG = 1
 
 
 class Executor:
@@ -44,6 +55,16 @@ class Executor:
         self.program, self.sizes, self.dtype, self.seed = plan.program, plan.sizes, plan.dtype, plan.seed
         self.blocked = plan.blocked
         self.on_step = on_step
+        self.backend = get_backend(plan.backend, plan.device)
+        self.xp, self.numpy = self.backend.xp, self.backend.is_numpy
+        builtins = self.backend.builtins
+        self.evaluate: Callable[[ir.Fn, Read], object] = (
+            eval_fn if self.numpy else lambda fn, read: eval_array(fn, read, builtins))
+
+    def stream(self, trial: int, var: int, *more: int) -> Stream:
+        """The backend stream of ``var`` in ``trial`` (``more``: a block's tag and index), keyed by
+        ``SeedSequence(seed, spawn_key=(trial, var, *more))``."""
+        return self.backend.stream(stream_seed(self.seed, trial, var, *more), self.dtype)
 
     def rng(self, trial: int, var: int) -> np.random.Generator:
         """The stream of ``var`` in ``trial``: ``SeedSequence(seed, spawn_key=(trial, var))``."""
@@ -53,6 +74,11 @@ class Executor:
         """The matrix ``var`` of ``trial``: an array, or a BlockedMatrix in blocked mode."""
         e, plan = self.program.eqns[var], self.plan
         rows, cols = self.sizes[e.rows], self.sizes[e.cols]
+        if not self.numpy:
+            if plan.blocked:
+                return StreamBlockedMatrix(lambda b: self.stream(trial, var, BLOCK_TAG, b), plan.specs[var],
+                                           rows, cols, self.xp, plan.rows_per_block(rows, cols))
+            return D.draw_matrix(self.stream(trial, var), plan.specs[var], rows, cols)
         if plan.blocked:
             return BlockedMatrix(matrix_key(self.seed, trial, var), plan.specs[var], rows, cols,
                                  self.dtype, plan.rows_per_block(rows, cols), plan.threads)
@@ -63,7 +89,12 @@ class Executor:
         """The initial vectors an output needs, group by group (one (n, 1) column each if ``columns``)."""
         env: dict[int, np.ndarray] = {}
         for g in self.program.groups:
-            if any(v in self.plan.schedule.needed for v in g.members):
+            if any(v in self.plan.schedule.needed for v in g.members) and not self.numpy:
+                n = self.sizes[g.width]
+                drawn = D.draw_vectors(self.stream(trial, g.members[0]), g.dist, len(g.members), n)
+                env.update((v, self.xp.reshape(drawn[k, :], (n, 1)) if columns else drawn[k, :])
+                           for k, v in enumerate(g.members))
+            elif any(v in self.plan.schedule.needed for v in g.members):
                 draws = D.sample_vectors(self.rng(trial, g.members[0]), g.dist, len(g.members),
                                          self.sizes[g.width], self.dtype, draw_dtype=np.float64)
                 env.update(zip(g.members, draws[:, :, None] if columns else draws))
@@ -75,8 +106,10 @@ class Executor:
         same matrices for all P, as for the pairs of a dataset kernel."""
         wide = columns is not None
         env: dict[int, object] = self.initial_vectors(trial, wide)
-        if columns:
+        if columns and self.numpy:
             env.update({v: np.asarray(a, self.dtype) for v, a in columns.items()})
+        elif columns:
+            env.update({v: self.backend.asarray(a, self.dtype) for v, a in columns.items()})
 
         def read(var: int):
             if var not in env:           # a matrix, sampled when first needed
@@ -84,6 +117,7 @@ class Executor:
             return env[var]
 
         steps, last_use, rules = self.plan.schedule.steps, self.plan.schedule.last_use, FUNCTION_RULES
+        evaluate = self.evaluate
         with np.errstate(all="ignore"):
             for i, step in enumerate(steps):
                 if step.is_gemm:
@@ -92,7 +126,7 @@ class Executor:
                     results = self._gemm(step, read, wide)
                 else:
                     e = step.eqns[0]
-                    results = [rules[type(e)](self, e, eval_fn(e.fn, read), wide)]
+                    results = [rules[type(e)](self, e, evaluate(e.fn, read), wide)]
                 for e, value in zip(step.eqns, results):
                     self._check_finite(e, value, trial, read)
                     env[e.var] = value
@@ -101,13 +135,13 @@ class Executor:
                         if last_use.get(v, -1) <= i:
                             env.pop(v, None)
         if wide:
-            return {o.name: np.ravel(read(o.var)) for o in self.program.outputs}
+            return {o.name: np.ravel(self.backend.to_numpy(read(o.var))) for o in self.program.outputs}
         return {o.name: float(read(o.var)) for o in self.program.outputs}
 
     def _watch(self, trial: int, index: int, step: Step, read: Read) -> None:
         """Report the rows of a blocked product to ``on_step`` as they are generated."""
         w = read(step.eqns[0].matrix)
-        if not isinstance(w, BlockedMatrix) or self.on_step is None:
+        if not isinstance(w, (BlockedMatrix, StreamBlockedMatrix)) or self.on_step is None:
             return                   # a dense product is one call: nothing to report inside it
         e, on_step, steps = step.eqns[0], self.on_step, len(self.plan.schedule.steps)
         what = (f"{self.program.eqns[e.matrix].name}{'.T' if e.transposed else ''} @ "
@@ -123,7 +157,7 @@ class Executor:
         """The MatMuls of ``step`` (one matrix, one transposition) as one product W [x¹ … x^B]."""
         first = step.eqns[0]
         w = read(first.matrix)
-        if isinstance(w, BlockedMatrix):
+        if isinstance(w, (BlockedMatrix, StreamBlockedMatrix)):
             def product(x):
                 return w.matmul(x, first.transposed)
         else:
@@ -133,6 +167,8 @@ class Executor:
                 return w @ x
         if len(step.eqns) == 1:
             return [product(read(first.arg))]
+        if not self.numpy:
+            return self._batched(step, product, read, wide)
         if wide:                              # (n, P_k) blocks side by side: still one GEMM
             args = [read(e.arg) for e in step.eqns]
             block = product(np.concatenate(args, axis=1))
@@ -140,11 +176,25 @@ class Executor:
         block = product(np.stack([read(e.arg) for e in step.eqns], axis=1))
         return list(block.T)
 
+    def _batched(self, step: Step, product: Callable, read: Read, wide: bool) -> list:
+        """:meth:`_gemm`'s batch on an array backend: the arguments side by side, one product."""
+        xp, args = self.xp, [read(e.arg) for e in step.eqns]
+        if wide:                              # (n, P_k) blocks side by side
+            block = product(xp.concat(args, axis=1))
+            ends = np.cumsum([a.shape[1] for a in args])
+            return [block[:, int(end - a.shape[1]):int(end)] for a, end in zip(args, ends)]
+        block = product(xp.stack(args, axis=1))
+        return [block[:, k] for k in range(len(args))]
+
     def _check_finite(self, e: ir.Eqn, value, trial: int, read: Read) -> None:
-        if np.all(np.isfinite(value)):
+        finite = np.all(np.isfinite(value)) if self.numpy else all_finite(self.backend, value)
+        if finite:
             return
-        # off the hot path: which operation, raising which floating-point event
-        cause = None if isinstance(e, ir.MatMul) else first_nonfinite(e.fn, read)
+        # off the hot path: which operation, raising which floating-point event (on an array
+        # backend, found on host copies of the operands, with numpy)
+        backend = self.backend
+        host = read if self.numpy else (lambda var: backend.to_numpy(read(var)))
+        cause = None if isinstance(e, ir.MatMul) else first_nonfinite(e.fn, host)
         if cause is None:          # finite operands: the product, the mean or the cast overflowed
             cause = Cause(OVERFLOW, OVERFLOWS_IN.get(type(e), f"the conversion to {self.dtype.name}"))
         what = ir.show_eqn(e).split("    #")[0]
@@ -156,6 +206,8 @@ class Executor:
 def nonlin_value(ex: Executor, e: ir.Nonlin, v, wide: bool) -> np.ndarray:
     """A vector of the equation's width: v itself, or a function of scalars only broadcast
     to every coordinate (to (n, P) if ``wide``)."""
+    if not ex.numpy:
+        return nonlin_array(ex, e, v, wide)
     size = ex.sizes[e.width]
     if wide and np.ndim(v) < 2:
         return np.broadcast_to(np.asarray(v, ex.dtype), (size, np.size(v))).copy()
@@ -164,8 +216,28 @@ def nonlin_value(ex: Executor, e: ir.Nonlin, v, wide: bool) -> np.ndarray:
     return np.asarray(v, ex.dtype)
 
 
+def nonlin_array(ex: Executor, e: ir.Nonlin, v, wide: bool):
+    """:func:`nonlin_value` on an array backend (v: an array, or a Python float)."""
+    xp, size, backend = ex.xp, ex.sizes[e.width], ex.backend
+    dt = backend.dtype(ex.dtype)
+    if not is_array(v):
+        v = xp.asarray(float(v), dtype=dt, device=backend.dev)
+    elif v.dtype != dt:
+        v = xp.astype(v, dt)
+    if wide and v.ndim < 2:
+        row = xp.reshape(v, (1, -1))
+        return xp.zeros((size, row.shape[1]), dtype=dt, device=backend.dev) + row
+    if v.ndim == 0:
+        return xp.zeros((size,), dtype=dt, device=backend.dev) + v
+    return v
+
+
 def moment_value(ex: Executor, e: ir.Moment, v, wide: bool):
     """The empirical moment (1/n) Σ_α v_α (per column if ``wide``)."""
+    if not ex.numpy:
+        if not is_array(v):
+            return v
+        return ex.xp.mean(v, axis=0) if wide else float(ex.xp.mean(v))
     return np.mean(v, axis=0) if wide else float(np.mean(v))
 
 

@@ -7,6 +7,8 @@ block at each product and never stored, so only its workspace counts and memory 
 O(n · batch) per trial.  Automatic blocked mode is refused (forcing it is not) when a
 trial would draw more than ``AUTO_BLOCKED_MAX_ENTRIES`` random numbers, and families
 whose rows depend on the whole matrix (a family whose ``blockable`` is False) are never blocked.
+On an array backend other than numpy (``copies``) the samplers and products are not in place:
+one more full-size temporary is counted per matrix, and per generated block.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import numpy as np
 
 from .. import distributions as D
 from .. import ir
-from ..distributions.blocked import workspace_bytes
+from ..distributions.blocked import default_block_rows, workspace_bytes
 from ..errors import TPError, TPLimitError, TPUsageError
 from .schedule import Plan, generated_entries, matrix_uses, peak_bytes
 
@@ -66,11 +68,12 @@ def _located(program: ir.Program, cls: type[TPError], message: str, where: ir.Eq
 
 def choose_mode(program: ir.Program, schedule: Plan, sizes: dict[str, int], specs: dict[int, D.DistSpec],
                 dtype: np.dtype, limit: int, blocked: bool | None, threads: int,
-                block_rows: int | None) -> tuple[bool, int]:
+                block_rows: int | None, copies: bool = False) -> tuple[bool, int]:
     """``(blocked, peak)``: dense if asked or if the peak of one trial fits within ``limit``
     bytes, else blocked if allowed and it fits; otherwise a located TPUsageError /
     TPLimitError saying what to change.  ``threads`` and ``block_rows`` (None: chosen from
-    the matrix) size the workspace of a blocked product."""
+    the matrix) size the workspace of a blocked product; ``copies``: an array backend whose
+    sampling is not in place (one more temporary per matrix or block)."""
     used = [e for e in program.eqns if isinstance(e, ir.Matrix) and e.var in schedule.needed]
     unblockable = [e for e in used if not specs[e.var].law.blockable]
     if blocked:
@@ -80,18 +83,20 @@ def choose_mode(program: ir.Program, schedule: Plan, sizes: dict[str, int], spec
                            "block by block (every row depends on the whole matrix): run this "
                            "program dense (without blocked / --blocked)", e)
     else:
-        peak = _dense_peak(program, schedule, sizes, specs, dtype, limit, blocked is False, unblockable)
+        peak = _dense_peak(program, schedule, sizes, specs, dtype, limit, blocked is False, unblockable, copies)
         if peak is not None:
             return False, peak
-    return True, _blocked_peak(program, schedule, sizes, dtype, limit, threads, block_rows)
+    return True, _blocked_peak(program, schedule, sizes, dtype, limit, threads, block_rows, copies)
 
 
 def _dense_peak(program: ir.Program, schedule: Plan, sizes: dict[str, int], specs: dict[int, D.DistSpec],
-                dtype: np.dtype, limit: int, dense_only: bool, unblockable: list[ir.Eqn]) -> int | None:
+                dtype: np.dtype, limit: int, dense_only: bool, unblockable: list[ir.Eqn],
+                copies: bool = False) -> int | None:
     """The dense peak if it fits within ``limit``; None if blocked matrices may be tried
     instead; otherwise the TPLimitError that says why neither runs."""
     def dense_bytes(e: ir.Matrix, rows: int, cols: int) -> int:
-        return D.matrix_bytes(rows, cols, dtype, specs[e.var], draw_dtype=np.float64)
+        extra = rows * cols * dtype.itemsize if copies else 0
+        return D.matrix_bytes(rows, cols, dtype, specs[e.var], draw_dtype=np.float64) + extra
     peak, where = peak_bytes(program, schedule, sizes, dtype.itemsize, dense_bytes)
     if peak <= limit:
         return peak
@@ -115,13 +120,15 @@ def _dense_peak(program: ir.Program, schedule: Plan, sizes: dict[str, int], spec
 
 
 def _blocked_peak(program: ir.Program, schedule: Plan, sizes: dict[str, int], dtype: np.dtype,
-                  limit: int, threads: int, block_rows: int | None) -> int:
+                  limit: int, threads: int, block_rows: int | None, copies: bool = False) -> int:
     """The peak with blocked matrices (only their workspace counts), or a TPLimitError."""
     uses = matrix_uses(schedule)
 
     def blocked_bytes(e: ir.Matrix, rows: int, cols: int) -> int:
         batch = max(uses.get(e.var, [1]))
-        return workspace_bytes(rows, cols, dtype, threads, batch, block_rows)
+        block = block_rows or default_block_rows(rows, cols, dtype)
+        extra = block * cols * dtype.itemsize if copies else 0
+        return workspace_bytes(rows, cols, dtype, threads, batch, block_rows) + extra
     peak, where = peak_bytes(program, schedule, sizes, dtype.itemsize, blocked_bytes)
     if peak > limit:
         raise _located(program, TPLimitError, f"executing at this width needs about {peak / 2**30:.2f} GiB "

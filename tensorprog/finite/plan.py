@@ -3,8 +3,10 @@
 :func:`plan_run` checks the arguments, sizes every dimension (``round(ratio · n)``, at
 least 1), applies ``matrix_dist`` to every matrix law, schedules the equations
 (:mod:`.schedule`) and chooses dense or blocked matrices within the memory limit
-(:mod:`.memory`).  The result, a frozen :class:`RunPlan`, is plain data: an
-:class:`~.executor.Executor` interprets it, in this process or in a worker.
+(:mod:`.memory`), on the array backend asked for (:mod:`.backend`: its library is imported
+and its device checked here, and a builtin it lacks is refused at its statement).  The
+result, a frozen :class:`RunPlan`, is plain data: an :class:`~.executor.Executor`
+interprets it, in this process or in a worker.
 """
 from __future__ import annotations
 
@@ -14,8 +16,9 @@ import numpy as np
 
 from .. import distributions as D
 from .. import ir
-from ..distributions.blocked import default_block_rows
+from ..distributions.blocked import DEVICE_BLOCK_BYTES, default_block_rows
 from ..errors import TPUsageError
+from .backend import NUMPY, Backend, BackendError, get_backend
 from .memory import choose_mode, default_limit
 from .parallel import cpu_count
 from .schedule import Plan, make_plan
@@ -26,7 +29,8 @@ class RunPlan:
     """One program at one width: sizes, matrix laws, schedule and memory mode.
 
     ``peak``: the bytes one trial needs at most; ``threads``: threads generating the
-    stripes of a blocked matrix; ``block_rows``: rows per block (None: from the shape)."""
+    stripes of a blocked matrix; ``block_rows``: rows per block (None: from the shape);
+    ``backend`` and ``device``: the array library and where it runs (:func:`~.backend.get_backend`)."""
     program: ir.Program
     seed: int
     dtype: np.dtype
@@ -38,27 +42,58 @@ class RunPlan:
     memory_limit: int
     threads: int
     block_rows: int | None = None
+    backend: str = NUMPY
+    device: str = "cpu"
 
     def rows_per_block(self, rows: int, cols: int) -> int:
-        """Rows per generated block of a blocked rows × cols matrix."""
-        return self.block_rows or default_block_rows(rows, cols, self.dtype)
+        """Rows per generated block of a blocked rows × cols matrix (larger blocks on a GPU)."""
+        if self.block_rows:
+            return self.block_rows
+        if self.device == "cuda":
+            return default_block_rows(rows, cols, self.dtype, DEVICE_BLOCK_BYTES)
+        return default_block_rows(rows, cols, self.dtype)
 
 
 def plan_run(program: ir.Program, n: int, seed: int, dtype, matrix_dist: str | None,
              memory_limit: int | None = None, blocked: bool | None = None, threads: int | None = None,
-             block_rows: int | None = None) -> RunPlan:
+             block_rows: int | None = None, backend: str = NUMPY, device: str = "cpu") -> RunPlan:
     """The :class:`RunPlan` of ``program`` at width ``n``.  ``blocked``: None chooses (dense if
     it fits, else blocked), True forces blocked matrices, False dense ones; ``memory_limit``
     (default: 90% of the available memory) bounds one trial; ``threads`` (default: every
-    core) generate a blocked matrix's stripes.  Errors are TPUsageError / TPLimitError."""
+    core) generate a blocked matrix's stripes; ``backend`` and ``device``: see :mod:`.backend`
+    (on a GPU the memory limit is the device's free memory).  Errors are TPUsageError /
+    TPLimitError."""
     dtype = _check(program, n, seed, dtype, blocked)
+    lib = backend_of(program, backend, device)
     sizes = {w: max(1, int(round(r * n))) for w, r in program.dims.items()}
     specs = matrix_specs(program, matrix_dist)
     schedule = make_plan(program)
     threads = cpu_count() if threads is None else max(1, int(threads))
-    limit = default_limit() if memory_limit is None else memory_limit
-    blocked, peak = choose_mode(program, schedule, sizes, specs, dtype, limit, blocked, threads, block_rows)
-    return RunPlan(program, seed, dtype, sizes, specs, schedule, blocked, peak, limit, threads, block_rows)
+    if not lib.is_numpy:
+        threads = 1                      # the library's own threads (or the device) parallelize
+    free = lib.free_memory()
+    limit = memory_limit if memory_limit is not None else default_limit() if free is None else free * 9 // 10
+    blocked, peak = choose_mode(program, schedule, sizes, specs, dtype, limit, blocked, threads, block_rows,
+                                copies=not lib.is_numpy)
+    return RunPlan(program, seed, dtype, sizes, specs, schedule, blocked, peak, limit, threads, block_rows,
+                   lib.name, lib.device)
+
+
+def backend_of(program: ir.Program, name: str, device: str) -> Backend:
+    """The backend ``name`` on ``device``, or a TPUsageError saying what is missing; a program
+    calling a builtin the backend lacks is refused at the first such statement."""
+    try:
+        lib = get_backend(name, device)
+    except BackendError as err:
+        raise TPUsageError(str(err), file=program.file) from None
+    for e in program.eqns:
+        if isinstance(e, ir.FUNCTION_OPS):
+            for name_ in sorted(ir.calls(e.fn)):
+                if lib.lacks(name_):
+                    raise TPUsageError(f"{name_} is not available on the {lib.name} backend (it needs "
+                                       "a special function the array API does not have): use numpy, "
+                                       "torch or jax", e.pos.line, e.pos.col, program.file, program.source)
+    return lib
 
 
 def _check(program: ir.Program, n: int, seed: int, dtype, blocked: bool | None) -> np.dtype:

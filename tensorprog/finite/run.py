@@ -1,4 +1,4 @@
-"""Finite-width execution: run the IR with numpy at width n, over independent trials.
+"""Finite-width execution: run the IR at width n, over independent trials, with numpy or another array backend.
 
 Trial t draws every random object from its own stream,
 ``SeedSequence(seed, spawn_key=(t, var))``, so results are bit-identical for a
@@ -21,6 +21,11 @@ float64 run to float32 precision: ``dtype`` is a precision switch only.  A non-f
 value is reported at its statement with its cause (:mod:`.evaluate`): overflow,
 division by zero or invalid operation, found by re-evaluating only on that error path.
 
+``backend`` (numpy, torch, jax, cupy) and ``device`` (cpu, cuda) choose the array library
+(:mod:`.backend`): other backends draw other random numbers from the same laws (a seed
+reproduces on one backend and device), and run their trials in this process (``jobs`` is 1:
+the library or the device is parallel itself).
+
 The pipeline, one module per stage; this one is the entry (:func:`execute`,
 :func:`map_trials`, :class:`ExecResult`) and re-exports the names of the others:
 
@@ -42,6 +47,7 @@ import numpy as np
 
 from .. import ir
 from ..errors import TPUsageError
+from .backend import NUMPY
 from .exec_options import UNSET, resolve
 from .executor import Executor
 from .parallel import cpu_count, imap_unordered
@@ -75,12 +81,20 @@ class ExecResult:
     dtype: str = "float64"
     matrix_dist: str | None = None
     blocked: bool = False               # matrices regenerated block by block (other random numbers)
+    backend: str = "numpy"              # the array library (other random numbers than numpy's)
+    device: str = "cpu"
 
     def to_dict(self) -> dict:
         return {"width": self.width, "trials": self.trials, "seed": self.seed, "dtype": self.dtype,
-                "matrix_dist": self.matrix_dist, "blocked": self.blocked,
+                "matrix_dist": self.matrix_dist, "blocked": self.blocked, "backend": self.backend,
+                "device": self.device,
                 "outputs": {k: {"mean": o.mean, "std": o.std, "values": o.values}
                             for k, o in self.outputs.items()}}
+
+    def _repr_html_(self) -> str:
+        """Jupyter: a table of mean, std and SE per output."""
+        from ..tools.display import exec_html
+        return exec_html(self)
 
 
 def run_one(ex: Executor, trial: int) -> dict[str, object]:
@@ -91,22 +105,25 @@ def run_one(ex: Executor, trial: int) -> dict[str, object]:
 def execute(program: ir.Program, n: int, trials: int = 1, seed: int = 0,
             matrix_dist: str | None = None, dtype=np.float64,
             memory_limit: int | None = None, *, jobs=UNSET, blocked=UNSET, progress=UNSET,
-            block_rows=UNSET) -> ExecResult:
+            block_rows=UNSET, backend=UNSET, device=UNSET) -> ExecResult:
     """Run ``program`` at width ``n`` for ``trials`` independent trials.
 
     ``jobs`` worker processes run trials side by side (0: one per core; capped by the
     trials and by memory); the values are bit-identical to ``jobs=1``.  ``blocked``:
     None (default) uses blocked matrices only when the dense ones do not fit, True forces
     them, False forbids them.  ``progress``: None shows a bar on stderr when it is a
-    terminal, True always, False never.  Defaults come from :func:`options`."""
+    terminal, True always, False never.  ``backend`` ('numpy', 'torch', 'jax', 'cupy') and
+    ``device`` ('cpu', 'cuda'): the array library and where it runs (:mod:`.backend`; a
+    library or device missing is a TPUsageError).  Defaults come from :func:`options`."""
     if isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or trials < 1:
         raise TPUsageError("trials must be at least 1", file=program.file)
-    opts = resolve(jobs=jobs, blocked=blocked, progress=progress, block_rows=block_rows)
+    opts = resolve(jobs=jobs, blocked=blocked, progress=progress, block_rows=block_rows, backend=backend,
+                   device=device)
     plan = plan_run(program, n, seed, dtype, matrix_dist, memory_limit, blocked=opts.blocked,
-                    block_rows=opts.block_rows)
+                    block_rows=opts.block_rows, backend=opts.backend, device=opts.device)
     per_trial = map_trials(plan, run_one, trials, opts.jobs, opts.progress)
     result = ExecResult(n, trials, seed, dtype=plan.dtype.name, matrix_dist=matrix_dist,
-                        blocked=plan.blocked)
+                        blocked=plan.blocked, backend=plan.backend, device=plan.device)
     for o in program.outputs:
         values = [r[o.name] for r in per_trial]
         std = float(np.std(values, ddof=1)) if trials > 1 else 0.0
@@ -120,8 +137,11 @@ def map_trials(plan: RunPlan, func: Callable[[Executor, int], T], trials: int, j
     one per core; capped by the trials and by memory: per-trial peak × jobs ≤ the limit).
     Every worker interprets the same plan, so values are bit-identical to jobs=1; ``func``
     must be picklable where workers are spawned (not forked).  ``progress`` as for
-    :func:`execute` (a bar named ``desc``); the first failing trial's error is raised."""
+    :func:`execute` (a bar named ``desc``); the first failing trial's error is raised.  On an
+    array backend other than numpy the trials run in this process (one job)."""
     jobs = resolve_jobs(jobs, trials, plan.peak, plan.memory_limit, plan.program.file)
+    if plan.backend != NUMPY:
+        jobs = 1
     plan = dataclasses.replace(plan, threads=max(1, cpu_count() // jobs))
     with ProgressBar(trials, progress, desc) as bar:
         if jobs == 1:
