@@ -1,8 +1,9 @@
-"""Progress of long finite-width runs: ``tqdm`` bars on stderr.
+"""Progress of long finite-width runs: ``tqdm.auto`` bars, on stderr or in a notebook.
 
-``progress=None`` (the default) shows a bar only when stderr is a terminal, and only
-once the run has lasted :data:`DELAY` seconds; it is erased at the end, so that it
-never mixes with the results.  ``progress=True`` forces it (also on a stream that is
+``progress=None`` (the default) shows a bar only when stderr is a terminal or the code runs
+in a Jupyter kernel (where ``tqdm.auto`` draws an ipywidgets bar, or a text bar without
+ipywidgets), and only once the run has lasted :data:`DELAY` seconds; it is erased at the end,
+so that it never mixes with the results.  ``progress=True`` forces it (also on a stream that is
 not a terminal) and leaves it in place; ``progress=False`` hides it.  Inside a huge
 blocked product the bar notes the step, e.g. ``trial 1: step 2/3, W @ 2 vector(s),
 blocked, 45%``.
@@ -12,6 +13,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+import warnings
 from types import TracebackType
 
 
@@ -21,15 +23,36 @@ DELAY = 1.0
 MININTERVAL = 0.1
 
 
+def in_notebook() -> bool:
+    """True inside a Jupyter kernel (IPython is never imported here: only looked up)."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None and hasattr(ipython, "get_ipython") else None
+    return shell is not None and "IPKernelApp" in getattr(shell, "config", {})
+
+
+def interactive() -> bool:
+    """Where an automatic bar (``progress=None``) is shown: a terminal, or a notebook."""
+    return bool(getattr(sys.stderr, "isatty", lambda: False)()) or in_notebook()
+
+
+def auto_tqdm() -> type:
+    """``tqdm.auto.tqdm``, imported when a run starts (not at start-up); in a notebook without
+    ipywidgets it is the text bar, without tqdm's warning about it."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*IProgress not found.*")
+        from tqdm.auto import tqdm
+    return tqdm
+
+
 class ProgressBar:
     """A bar over ``total`` items (trials, widths) on stderr, shown as ``progress`` says."""
 
     def __init__(self, total: int, progress: bool | None, desc: str = "trials", unit: str = "trial") -> None:
-        from tqdm.auto import tqdm                      # imported when a run starts, not at start-up
+        tqdm = auto_tqdm()
         forced = progress is not None
-        self.bar = tqdm(total=int(total), desc=desc, unit=unit, file=sys.stderr,
-                        disable=None if progress is None else not progress, leave=bool(progress),
-                        delay=0.0 if forced else DELAY, mininterval=MININTERVAL)
+        shown = progress if forced else interactive()
+        self.bar = tqdm(total=int(total), desc=desc, unit=unit, file=sys.stderr, disable=not shown,
+                        leave=bool(progress), delay=0.0 if forced else DELAY, mininterval=MININTERVAL)
         self.enabled = not self.bar.disable
         self._delay = 0.0 if forced else DELAY
         self._start = time.monotonic()

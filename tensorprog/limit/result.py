@@ -92,3 +92,12 @@ class Limit:
                                 "exact": None if v.exact is None else sp.sstr(v.exact)}
                             for k, v in self.outputs.items()},
                 "warnings": list(self.warnings)}
+
+    def _repr_html_(self) -> str:
+        """Jupyter: a table of value, error, method and closed form, then the warnings."""
+        from ..tools.display import limit_html
+        return limit_html(self)
+
+    def _repr_latex_(self) -> str:
+        from ..tools.display import limit_latex
+        return limit_latex(self)

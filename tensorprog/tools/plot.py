@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-from .converge import ConvergeResult
 from ..errors import TPUsageError
+
+if TYPE_CHECKING:      # converge's rich display draws with this module: no import back at run time
+    from .converge import ConvergeResult
 
 INSTALL_HINT = "plotting needs matplotlib: pip install 'tensorprog[plot]' (or pip install matplotlib)"
 
@@ -45,8 +47,8 @@ def plot_convergence(result_or_results: ConvergeResult | Sequence[ConvergeResult
     from matplotlib.lines import Line2D
     from matplotlib.ticker import NullLocator
 
-    results = [result_or_results] if isinstance(result_or_results, ConvergeResult) \
-        else list(result_or_results)
+    results = [result_or_results] if hasattr(result_or_results, "outputs") \
+        else list(result_or_results)       # one ConvergeResult, or several
     if not results:
         raise TPUsageError("plot_convergence: no results to plot")
     if bias is None:
