@@ -9,6 +9,7 @@ from typing import Sequence
 
 from .errors import TPError, TPUsageError
 from .expect.budget import Budget
+from .finite.backend import BACKENDS, DEVICES
 from .finite.exec_options import ExecOptions
 
 
@@ -46,6 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     co = command("compile", "the Master Theorem recurrence and the limit of every out")
     co.add_argument("--symbolic", action="store_true", help="exact closed forms where they exist")
     co.add_argument("--emit", choices=["text", "json", "latex"], default="text")
+    co.add_argument("--matrix-dist", default=None, help="swap the family of every matrix")
     budget = Budget()                      # the defaults live in tensorprog/expect/budget.py only
     co.add_argument("--tol", type=float, default=budget.tol,
                     help="target error of numerical expectations (default %(default)g)")
@@ -98,12 +100,16 @@ def _scale_flags(p: argparse.ArgumentParser, jobs: bool = True) -> None:
                         "numbers, same laws); default: only when the dense matrices do not fit")
     p.add_argument("--progress", action="store_true", default=None,
                    help="a progress bar on stderr (default: only when stderr is a terminal)")
+    p.add_argument("--backend", choices=BACKENDS, default=ExecOptions().backend,
+                   help="the array library (default %(default)s; others draw other random numbers, same laws)")
+    p.add_argument("--device", choices=DEVICES, default=ExecOptions().device,
+                   help="where the array library runs (default %(default)s)")
 
 
 def _options(args, **extra):
     """The execution options of the command line (``extra``: more of them) for a ``with`` block."""
     from .finite import options
-    opts = {"blocked": args.blocked, **extra}
+    opts = {"blocked": args.blocked, "backend": args.backend, "device": args.device, **extra}
     if getattr(args, "jobs", None) is not None:
         opts["jobs"] = args.jobs
     return options(**opts)
@@ -152,10 +158,13 @@ def cmd_check(args) -> str:
 def cmd_execute(args) -> str:
     result = _load(args).execute(n=args.width, trials=args.trials, seed=args.seed,
                                  matrix_dist=args.matrix_dist, dtype=args.dtype, jobs=args.jobs,
-                                 blocked=args.blocked, progress=args.progress)
+                                 blocked=args.blocked, progress=args.progress, backend=args.backend,
+                                 device=args.device)
     if args.json:
         return json.dumps(result.to_dict(), indent=2)
     head = f"width {result.width}, {result.trials} trial(s), seed {result.seed}, {result.dtype}"
+    if result.backend != "numpy" or result.device != "cpu":
+        head += f", {result.backend} on {result.device}"
     if result.blocked:
         head += ", blocked matrices"
     if result.matrix_dist:
@@ -170,7 +179,8 @@ def cmd_execute(args) -> str:
 def cmd_compile(args) -> str:
     from .limit.report import render_compiled
     compiled = _load(args).compile(symbolic=args.symbolic, tol=args.tol, max_qmc_points=args.max_qmc_points,
-                                   max_quad_points=args.max_quad_points, max_expand_size=args.max_expand_size)
+                                   max_quad_points=args.max_quad_points, max_expand_size=args.max_expand_size,
+                                   matrix_dist=args.matrix_dist)
     return render_compiled(compiled, compiled.limit(), args.emit)
 
 

@@ -28,16 +28,18 @@ class Program:
 
     def execute(self, n: int, trials: int = 1, seed: int = 0, matrix_dist: str | None = None,
                 dtype=np.float64, memory_limit: int | None = None, *, jobs=UNSET, blocked=UNSET,
-                progress=UNSET, block_rows=UNSET) -> ExecResult:
+                progress=UNSET, block_rows=UNSET, backend=UNSET, device=UNSET) -> ExecResult:
         """Finite width: run at width ``n`` over ``trials`` independent seeds.  ``jobs``,
-        ``blocked``, ``progress`` (and ``block_rows``): see :func:`tensorprog.finite.run.execute`;
+        ``blocked``, ``progress``, ``backend`` ('numpy', 'torch', 'jax', 'cupy'), ``device``
+        ('cpu', 'cuda') (and ``block_rows``): see :func:`tensorprog.finite.run.execute`;
         those not given come from :func:`tensorprog.finite.options`."""
         return execute(self.ir, n, trials, seed, matrix_dist, dtype, memory_limit, jobs=jobs,
-                       blocked=blocked, progress=progress, block_rows=block_rows)
+                       blocked=blocked, progress=progress, block_rows=block_rows, backend=backend,
+                       device=device)
 
     def compile(self, symbolic: bool = False, tol: float | None = None, max_qmc_points: int | None = None,
                 seed: int | None = None, max_quad_points: int | None = None,
-                max_expand_size: int | None = None):
+                max_expand_size: int | None = None, matrix_dist: str | None = None):
         """Infinite width: the Master Theorem recurrence (``.limit()`` gives the values).
 
         ``symbolic``: closed forms where they exist (params that enter only initial covariances
@@ -47,16 +49,19 @@ class Program:
         expectation; ``seed``, the seed of the randomized QMC rules; ``max_quad_points``, the
         largest tensor quadrature grid (beyond it, QMC); ``max_expand_size``, the largest
         symbolic expansion tried for a closed form (beyond it, numerics).  A [budget] warning
-        names the option whenever a limit was reached; a value out of range is a TPUsageError."""
+        names the option whenever a limit was reached; a value out of range is a TPUsageError.
+        ``matrix_dist`` swaps the law of every matrix (variance kept), as execute's does."""
         from .limit.compiler import compile_program
+        from .limit.matrix_laws import with_matrix_family
+        program = with_matrix_family(self.ir, matrix_dist) if matrix_dist else self.ir
         given = dict(tol=tol, max_qmc_points=max_qmc_points, seed=seed, max_quad_points=max_quad_points,
                      max_expand_size=max_expand_size)
         limits = _budget({k: v for k, v in given.items() if v is not None}, self.ir.file)
         if not symbolic:
-            return compile_program(self.ir, budget=limits)
+            return compile_program(program, budget=limits)
         from .limit.symbolic_params import symbolic_covariances
-        covs, values = symbolic_covariances(self.ir)
-        return compile_program(self.ir, symbolic=True, budget=limits, symbolic_covs=covs, param_values=values)
+        covs, values = symbolic_covariances(program)
+        return compile_program(program, symbolic=True, budget=limits, symbolic_covs=covs, param_values=values)
 
     def limit(self, *args, **options):
         """``compile(*args, **options).limit()``."""
@@ -83,7 +88,7 @@ def _budget(options: Mapping[str, float], file: str) -> Budget:
 
 def parse(text: str, file: str = "<string>", base_dir: str | None = None,
           max_nodes: int = 1_000_000, **params: float) -> Program:
-    """Parse and check program text; ``params`` override the program's ``param``s."""
+    """Parse and check program text; ``params`` override the program's ``param`` statements."""
     module = parse_text(text, file)
     return Program(lower(module, params, file=file, source=text,
                          base_dir=base_dir or os.getcwd(), max_nodes=max_nodes))

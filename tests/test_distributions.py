@@ -568,10 +568,7 @@ def test_family_limit_law_and_hypothesis_facts():
     assert [n for n in f if f[n].gaussian] == ["normal"]
     assert [n for n in f if f[n].row_scale is not None] == ["mvt"]
     assert sorted(n for n in f if f[n].non_gaussian_iid) == ["laplace", "rademacher", "student_t", "uniform"]
-    assert [n for n in f if f[n].breaks_transpose_iid] == ["orthogonal"]
-    assert f["orthogonal"].transposed_warning("W") == (
-        "W (orthogonal) is used transposed; the Master Theorem with transposes is proven for iid entries only")
-    assert f["normal"].transposed_warning("W") is None
+    assert [n for n in f if f[n].haar] == ["orthogonal"]
     assert f["student_t"].moment_order(5.0) == 5.0 and f["laplace"].moment_order(None) == math.inf
     assert f["mvt"].moments_warning(6.0) == ("mvt(df=6) has finite moments only of order < 6; "
                                              "the Master Theorem assumes all moments")

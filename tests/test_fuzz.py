@@ -948,3 +948,55 @@ def test_random_batch_coupled_programs_agree_with_their_limit(text):
 @given(multi_step_programs())
 def test_random_multi_step_programs_agree_with_their_limit(text):
     consistent(text, budget=CHEAP)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Haar-orthogonal matrices with transposes (issue 12): the conditioning rule of tensorprog/limit/haar.py
+# ---------------------------------------------------------------------------------------------------------
+MATRIX_DECL = re.compile(r"^(matrix \w+(?:\[[^\]]*\])?(?: : \w+ x \w+)?) ~ .*$", re.M)
+
+
+def with_haar_matrices(draw, text: str) -> str:
+    """``text`` with each matrix declaration's law redrawn: orthogonal (mostly) or normal, variance 1–2."""
+    def law(match: re.Match) -> str:
+        family = draw(st.sampled_from(["orthogonal", "orthogonal", "normal"]))
+        return f"{match.group(1)} ~ {family}({draw(st.sampled_from(['', 'var=2', '1.5']))})"
+    return MATRIX_DECL.sub(law, text)
+
+
+@st.composite
+def haar_backward_programs(draw) -> str:
+    """The forward / backward (through W.T) / update / forward-again programs of ``backward_programs``,
+    with orthogonal matrices mixed with Gaussian ones: forward products after transposed ones.  The backward
+    pass starts from the output itself (no independent readout v ⊙): WᵀW then differs from the Gaussian
+    law at first order (with a readout, the conditioning corrections vanish and only O(lr²) differs)."""
+    text = with_haar_matrices(draw, draw(backward_programs()))
+    return re.sub(r"^(d\d+) = v\d+ \* ", r"\1 = ", text, count=1, flags=re.M)
+
+
+@st.composite
+def haar_multi_step_programs(draw) -> str:
+    """SGD steps (``multi_step_programs``) with an orthogonal hidden matrix: W and W.T alternate T times."""
+    return with_haar_matrices(draw, draw(multi_step_programs()))
+
+
+@settings(max_examples=6, **FAST)
+@given(haar_backward_programs())
+def test_random_haar_backward_programs_agree_with_their_limit(text):
+    assert "orthogonal" in text or "normal(" in text
+    consistent(text, budget=CHEAP)
+
+
+@settings(max_examples=3, **FAST)
+@given(haar_multi_step_programs())
+def test_random_haar_multi_step_programs_agree_with_their_limit(text):
+    consistent(text, budget=CHEAP)
+
+
+def test_haar_generators_draw_orthogonal_transposes():
+    """The generators above do reach what they are for: an orthogonal matrix used transposed."""
+    from hypothesis import find
+    text = find(haar_backward_programs(), lambda t: re.search(r"matrix (\w+) ~ orthogonal", t) is not None,
+                settings=settings(database=None, derandomize=True))
+    name = re.search(r"matrix (\w+) ~ orthogonal", text).group(1)
+    assert f"{name}.T @" in text

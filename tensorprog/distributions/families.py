@@ -36,9 +36,31 @@ from .family import Family, HeavyTailed, ScalarLaw, random_bits, random_signs, s
 
 if TYPE_CHECKING:
     import sympy as sp
-    from .sample import Draws
+    from .sample import Draws, Stream
 
 F64 = np.dtype(np.float64)
+
+
+def row_plan(lf: np.ndarray) -> tuple[list[int], list[tuple[int, float]]]:
+    """The distinct rows of ``lf`` up to sign: (their indices, and for every row the index of its
+    distinct row, −1 for a zero row, with its sign), as :func:`~.factor.combine` computes them."""
+    keys: dict[bytes, tuple[int, float]] = {}
+    canon: list[int] = []
+    plan: list[tuple[int, float]] = []
+    for i in range(lf.shape[0]):
+        row = lf[i] + 0.0                                  # -0.0 -> 0.0
+        if not np.any(row):
+            plan.append((-1, 0.0))
+        elif row.tobytes() in keys:
+            plan.append(keys[row.tobytes()])
+        elif (-row + 0.0).tobytes() in keys:
+            j, sign = keys[(-row + 0.0).tobytes()]
+            plan.append((j, -sign))
+        else:
+            keys[row.tobytes()] = (len(canon), 1.0)
+            plan.append((len(canon), 1.0))
+            canon.append(i)
+    return canon, plan
 
 
 # ================================================================================ iid families
@@ -116,6 +138,23 @@ class Normal(Family):
         gen.standard_normal(dtype=F64, out=out)
         out *= F64.type(math.sqrt(entry_var))
 
+    def draw_entries(self, s: Stream, entry_var: float, df: float | None, shape: tuple[int, ...]):
+        """On an array backend: ``normal`` · √v."""
+        out = s.normal(shape)
+        out *= math.sqrt(entry_var)
+        return out
+
+    def draw_joint(self, s: Stream, cov: object, n: int):
+        """On an array backend: L z, L the pivoted-Cholesky factor; rows of L that are equal,
+        opposite or zero give equal, exactly negated or zero vectors (as :func:`~.factor.combine`)."""
+        lf = cached_factor(cov)
+        z = s.normal((lf.shape[1], int(n)))
+        xp, canon, plan = s.xp, *row_plan(lf)
+        base = s.asarray(lf[canon]) @ z if canon else None
+        zero = xp.zeros((int(n),), dtype=s.dtype, device=getattr(z, "device", None))
+        rows = [zero if j < 0 else base[j, :] if sign > 0 else -base[j, :] for j, sign in plan]
+        return xp.stack(rows, axis=0)
+
 
 class Uniform(Family):
     """Uniform on [−A, A), A = √(3 var)."""
@@ -166,6 +205,14 @@ class Uniform(Family):
         out *= F64.type(2.0 * b)
         out -= F64.type(b)
 
+    def draw_entries(self, s: Stream, entry_var: float, df: float | None, shape: tuple[int, ...]):
+        """On an array backend: ``uniform`` in [0, 1), mapped to [−A, A)."""
+        b = math.sqrt(3.0 * entry_var)
+        out = s.uniform(shape)
+        out *= 2.0 * b
+        out -= b
+        return out
+
 
 class Rademacher(Family):
     """±√var with probability 1/2 each (a discrete law)."""
@@ -204,6 +251,12 @@ class Rademacher(Family):
         a = math.sqrt(entry_var)
         np.multiply(random_bits(gen, out.shape), F64.type(2.0 * a), out=out)
         out -= F64.type(a)
+
+    def draw_entries(self, s: Stream, entry_var: float, df: float | None, shape: tuple[int, ...]):
+        """On an array backend: ``signs`` · √v."""
+        out = s.signs(shape)
+        out *= math.sqrt(entry_var)
+        return out
 
 
 class Laplace(Family):
@@ -259,6 +312,13 @@ class Laplace(Family):
         gen.standard_exponential(dtype=F64, out=out)
         out *= random_signs(gen, out.shape)
         out *= F64.type(math.sqrt(entry_var / 2.0))
+
+    def draw_entries(self, s: Stream, entry_var: float, df: float | None, shape: tuple[int, ...]):
+        """On an array backend: ``exponential``, then ``signs``, · b."""
+        out = s.exponential(shape)
+        out *= s.signs(shape)
+        out *= math.sqrt(entry_var / 2.0)
+        return out
 
 
 class StudentT(HeavyTailed):
@@ -333,6 +393,17 @@ class StudentT(HeavyTailed):
         out /= g
         out *= F64.type(math.sqrt(entry_var))
 
+    def draw_entries(self, s: Stream, entry_var: float, df: float | None, shape: tuple[int, ...]):
+        """On an array backend: ``gamma(df/2)`` then ``normal``: z / √(2 Γ / (df − 2)) · √v."""
+        g = s.gamma(df / 2.0, shape)
+        g *= 2.0 / (df - 2.0)
+        g = s.xp.sqrt(g)
+        out = s.normal(shape)
+        out /= g
+        del g
+        out *= math.sqrt(entry_var)
+        return out
+
 
 # ================================================================================ matrix-only families
 class Orthogonal(Family):
@@ -341,11 +412,11 @@ class Orthogonal(Family):
     Square: Q·√var.  Rectangular: from a Haar orthogonal N x N matrix Q, N = max(rows, cols):
     wide (rows ≤ cols) M = √var·Q[:rows, :], so M Mᵀ = var I; tall (rows > cols)
     M = √(var·rows/cols)·Q[:, :cols], so MᵀM = var (rows/cols) I.  Every row depends on the
-    whole matrix: it cannot be blocked; its entries are not iid (the Master Theorem with
-    transposes does not cover it).
+    whole matrix: it cannot be blocked; its entries are not iid: the limit compiler has its own
+    rule for its transposes (limit/haar.py).
     """
 
-    name, vectors, iid_entries, blockable, breaks_transpose_iid = "orthogonal", False, False, False, True
+    name, vectors, iid_entries, blockable, haar = "orthogonal", False, False, False, True
 
     def sample_matrix(self, draws: Draws, var: float, df: float | None, rows: int, cols: int) -> np.ndarray:
         """Fortran-ordered when rows > cols."""
@@ -357,6 +428,21 @@ class Orthogonal(Family):
             out = haar_columns(draws, rows, cols)
             out *= dt.type(math.sqrt(var * rows / cols))
         return out
+
+    def draw_matrix(self, s: Stream, var: float, df: float | None, rows: int, cols: int):
+        """On an array backend: the same matrix from ``xp.linalg.qr`` of a Gaussian (signs fixed
+        by diag(R)); a backend without the linalg extension is named."""
+        xp = s.xp
+        if not hasattr(xp, "linalg"):
+            raise DistributionError(f"orthogonal matrices need a QR decomposition, which the "
+                                    f"{getattr(s.backend, 'name', 'array')} backend lacks")
+        big, small = max(int(rows), int(cols)), min(int(rows), int(cols))
+        q, r = xp.linalg.qr(s.normal((small, big)).T)         # the Gaussian of the numpy sampler
+        d = xp.linalg.diagonal(r)
+        q *= xp.reshape(xp.where(d < 0, -xp.ones_like(d), xp.ones_like(d)), (1, small))
+        if rows <= cols:                              # wide: orthonormal rows
+            return q.T * math.sqrt(var)
+        return q * math.sqrt(var * rows / cols)       # tall: orthonormal columns
 
     def extra_bytes(self, rows: int, cols: int, itemsize: int) -> int:
         """In-place LAPACK QR on one buffer + tau + signs + workspace (~ block size · big)."""
@@ -468,6 +554,14 @@ class Mvt(HeavyTailed):
         chi2 = 2.0 * float(gen.standard_gamma(df / 2.0))
         gen.standard_normal(dtype=F64, out=out)
         out *= F64.type(math.sqrt((df - 2.0) / chi2 * entry_var))
+
+    def draw_matrix(self, s: Stream, var: float, df: float | None, rows: int, cols: int):
+        """On an array backend: ``gamma(df/2)`` for the rows, then ``normal``."""
+        xp = s.xp
+        factor = xp.sqrt(((df - 2.0) * var / cols) / (2.0 * s.gamma(df / 2.0, (int(rows),))))
+        out = s.normal((int(rows), int(cols)))
+        out *= xp.reshape(factor, (int(rows), 1))
+        return out
 
 
 # ================================================================================ registries

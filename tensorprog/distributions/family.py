@@ -143,9 +143,10 @@ class Family(ScalarLaw):
     blockable: bool = True
     #: the law of the row scale S of a matrix W = diag(S)·G with G iid Gaussian (mvt), else None
     row_scale: ScalarLaw | None = None
-    #: it leaves the Master Theorem with transposes (proven for iid entries): orthogonal.  mvt
-    #: is not iid either, but the compiler writes it exactly as diag(S)·G with G iid Gaussian
-    breaks_transpose_iid: bool = False
+    #: Haar-distributed on the orthogonal group (orthogonal): the limit compiler conditions its
+    #: products on the earlier ones (limit/haar.py) instead of the iid Ẑ + Ż rule.  mvt is not iid
+    #: either, but the compiler writes it exactly as diag(S)·G with G iid Gaussian
+    haar: bool = False
 
     def __repr__(self) -> str:
         return f"<family {self.name}>"
@@ -279,13 +280,6 @@ class Family(ScalarLaw):
             return None
         return (f"{self.name}(df={df:g}) has finite moments only of order < {df:g}; "
                 "the Master Theorem assumes all moments")
-
-    def transposed_warning(self, matrix: str) -> str | None:
-        """The warning [iid entries] of the matrix ``matrix`` of this law used transposed, else None."""
-        if not self.breaks_transpose_iid:
-            return None
-        return (f"{matrix} ({self.name}) is used transposed; the Master Theorem with transposes is "
-                "proven for iid entries only")
 
     def exp_moment_reason(self, threshold: float) -> str:
         """Why E exp(t|X|) is infinite from ``threshold`` on (the end of the [exponential moments] warning)."""

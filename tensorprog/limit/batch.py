@@ -95,16 +95,16 @@ class Batch:
                     coeffs: Sequence[sp.Symbol], laws: Mapping, budget: Budget) -> BatchEstimate:
         """One ``expect`` per item, its varying coefficients replaced by the item's values."""
         values, errors, methods = np.empty(self.P), np.empty(self.P), set()
-        budget, heavy = set(), False
+        reached, heavy = set(), False
         for p in range(self.P):
             item = expr.subs({s: float(self.values[s][p]) for s in coeffs})
             est = expect(item, gauss, sp.Matrix(covs[p].tolist()), laws, exact=True, budget=budget)
             values[p], errors[p] = est.value, est.error
             methods.add(est.method)
-            budget |= set(est.budget)
+            reached |= set(est.budget)
             heavy = heavy or est.heavy_tail
         return BatchEstimate(values, errors, max(methods, key=METHOD_RANK.__getitem__, default="exact"), None,
-                             tuple(sorted(budget)), heavy)
+                             tuple(sorted(reached)), heavy)
 
     def summarize(self, value: sp.Expr, estimates: Sequence) -> LimitValue:
         """The limit value of a scalar for every item; its error is the sum of the errors of

@@ -41,6 +41,7 @@ from ..symbolic.dag import distinct_nodes
 from ..symbolic.heads import HEADS
 from .batch import Batch
 from .finiteness import Finiteness
+from .haar import Arithmetic, HaarMatrix, HaarShape, Term
 from .hypotheses import Hypotheses
 from .ledger import Ledger, scalar_limit
 from .result import Limit, LimitValue
@@ -98,6 +99,15 @@ class Compiled:
     def __str__(self) -> str:
         return "\n".join(self.lines)
 
+    def _repr_html_(self) -> str:
+        """Jupyter: the recurrence typeset (Ẑ covariances, Ż terms), see :mod:`tensorprog.tools.display`."""
+        from ..tools.display import compiled_html
+        return compiled_html(self)
+
+    def _repr_latex_(self) -> str:
+        from ..tools.display import compiled_latex
+        return compiled_latex(self)
+
 
 def compile_program(program: ir.Program, symbolic: bool = False, *, budget: Budget = DEFAULT,
                     zdot: bool = True, batch_covs: Mapping[int, np.ndarray] | None = None,
@@ -149,6 +159,9 @@ class Compiler:
         self.families: dict[tuple[int, bool], Family] = {}
         self.row_scale: dict[int, sp.Expr] = {}          # mvt matrix var -> |u|, its rows' random scale
         self.matmul_of: dict[tuple[int, bool, int], int] = {}
+        self.haar: dict[tuple[int, bool], HaarMatrix] = {}       # (orthogonal matrix, direction) -> its products
+        self.haar_deps: dict[tuple[int, bool], set[int]] = {}    # the estimates those rest on
+        self.transposed = {e.matrix for e in program.eqns if isinstance(e, ir.MatMul) and e.transposed}
         self.lines: list[str] = []
         self.nesting: dict[int, int] = {}     # var -> depth of the Nonlins nested in its Z
         self._done = False
@@ -258,7 +271,43 @@ class Compiler:
             self.ledger.add_law(u, Law(scale_law.name, 1, e.dist.df))
             self.row_scale[e.var] = sp.Abs(u)
             self.hypotheses.row_scale(e, u)
+        if e.dist.law.haar and e.var in self.transposed:
+            for direction in ({False} if self.use_zdot else {False, True}):
+                self.haar[(e.var, direction)] = self.haar_matrix(e, direction)
         self.lines.append(f"{e.name}: {e.dist.family}, variance {e.dist.var:g}/{e.cols} ({e.rows}x{e.cols})")
+
+    def haar_matrix(self, e: ir.Matrix, direction: bool) -> HaarMatrix:
+        """The products by a Haar-orthogonal matrix used transposed (:mod:`.haar`); ``direction`` keys
+        its state (one state for both directions; one each under zdot=False, which takes the
+        transposed products independent of the forward ones)."""
+        deps = self.haar_deps.setdefault((e.var, direction), set())
+        exact = self.symbolic or self.symbolic_covs
+        number = (lambda v: self.num(v)) if exact else float
+        shape = HaarShape.of(self.program.dims[e.rows], self.program.dims[e.cols], self.num(e.dist.var), number)
+
+        def inner(a: Term, b: Term) -> sp.Expr:
+            za, zb = (self.Z[t] if isinstance(t, int) else t for t in (a, b))
+            deps.update(*(self.deps[t] for t in (a, b) if isinstance(t, int)))
+            return self.E(za * zb, e, deps)
+
+        def tolerance(scale, spread):
+            """Rounding at ``scale``, plus the estimates' errors times the coefficients' spread."""
+            if exact:
+                return 1e-13 * abs(float(scale)) if scale.is_number else 0
+            errors = sum((self.ledger.estimates[i].error for i in deps), 0.0)
+            return 64 * np.finfo(float).eps * np.abs(scale) + spread * errors
+
+        def fresh(name: str) -> sp.Symbol:
+            return sp.Symbol(f"Zhat_{name}", real=True)
+        return HaarMatrix(shape, self.haar_arithmetic(bool(exact)), inner, tolerance, fresh)
+
+    def haar_arithmetic(self, exact: bool) -> Arithmetic:
+        """Numbers of the Haar rule: sympy (exact compiles), the batch's arrays, or floats."""
+        if exact:
+            return Arithmetic(lambda v: v, lambda v: v, True)
+        if self.batch:
+            return Arithmetic(self.batch.array, self.batch.number, False)
+        return Arithmetic(float, sp.Float, False)
 
     def do_MatMul(self, e: ir.MatMul) -> None:
         key = (e.matrix, e.transposed, e.arg)
@@ -267,6 +316,8 @@ class Compiler:
             self.deps[e.var] = self.deps[self.matmul_of[key]]
             return
         self.matmul_of[key] = e.var
+        if (e.matrix, e.transposed and not self.use_zdot) in self.haar:
+            return self.haar_matmul(e)
         fam = self.families[(e.matrix, e.transposed)]
         scale = self.row_scale.get(e.matrix)            # mvt: Wx = S ⊙ (Gx), Wᵀy = Gᵀ(S ⊙ y)
         zx = self.Z[e.arg] if scale is None or not e.transposed else scale * self.Z[e.arg]
@@ -292,6 +343,28 @@ class Compiler:
                           + f"    # {name} @ %{e.arg};  Var {hat} = {_short(covs[hat])}"
                           + "".join(f", Cov(., {o}) = {_short(v)}" for o, v in covs.items()
                                     if o is not hat and v != 0))
+
+    def haar_matmul(self, e: ir.MatMul) -> None:
+        """Z of a product by a Haar-orthogonal matrix used transposed: s·(Σ_k c_k v_k + g), the
+        earlier products' images plus a fresh Gaussian g for the residual (:mod:`.haar`)."""
+        direction = e.transposed and not self.use_zdot
+        state, deps = self.haar[(e.matrix, direction)], self.haar_deps[(e.matrix, direction)]
+        deps.update(self.deps[e.arg])
+        name = self.program.eqns[e.matrix].name + ("T" if e.transposed else "") + f"_{e.var}"
+        product = state.product(e.arg, name, e.transposed)
+        if product.hat is not None:
+            self.add_gaussian(product.hat, {h: state.arith.to_sympy(c) for h, c in product.covs.items()})
+        terms = [(state.arith.to_sympy(c), self.Z[t] if isinstance(t, int) else t) for t, c in product.seen.items()]
+        images = sp.Add(*(c * z for c, z in terms if c != 0))
+        self.Z[e.var] = state.shape.scale * images
+        self.deps[e.var] = set(deps)
+        self.nesting[e.var] = max((self.nesting.get(t, 0) for t in product.seen if isinstance(t, int)), default=0)
+        self.hypotheses.matmul(e)
+        covs = {h: state.arith.to_sympy(c) for h, c in product.covs.items()}
+        self.lines.append(f"Z[%{e.var}] = {self.Z[e.var]}    # {name.rsplit('_', 1)[0]} @ %{e.arg} (Haar)"
+                          + (f";  Var {product.hat} = {_short(covs[product.hat])}" if product.hat is not None else "")
+                          + "".join(f", Cov(., {o}) = {_short(v)}" for o, v in covs.items()
+                                    if o is not product.hat and v != 0))
 
     def zdot(self, e: ir.MatMul, zx: sp.Expr, deps: set[int]) -> sp.Expr:
         """Ż^{Wx} = σ² f Σ_y Z^y E[∂Z^x/∂Ẑ^{Wᵀy}] over the products by the other direction."""

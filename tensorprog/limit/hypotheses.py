@@ -2,7 +2,7 @@
 
   * non-Gaussian Master Theorem (Golikov, ch. 3): iid entries with all moments and
     polynomially smooth nonlinearities;
-  * Master Theorem with transposes: iid entries (not orthogonal, not rotation-invariant rows);
+  * Master Theorem with transposes: iid entries, or Haar-orthogonal (its own exact rule, limit/haar.py);
   * moments: student_t(df) has moments only of order < df;
   * regularity: a denominator that can vanish makes φ non-pseudo-Lipschitz;
   * growth [polynomially bounded]: the Master Theorem is stated for polynomially bounded
@@ -107,9 +107,6 @@ class Hypotheses:
             self.warn(e, "all moments", spec.law.moments_warning(spec.df))
 
     def matmul(self, e: ir.MatMul) -> None:
-        m = self.matrices[e.matrix]
-        if e.transposed and m.dist.law.breaks_transpose_iid:
-            self.warn(e, "iid entries", m.dist.law.transposed_warning(m.name))
         if e.arg in self._fast:
             self.warn(e, "polynomially bounded", _POLY_MESSAGE)
         for sym, rate in self._rates.get(e.arg, {}).items():

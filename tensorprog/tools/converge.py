@@ -22,7 +22,6 @@ streams share their first coordinates and neighbouring widths are correlated.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
@@ -30,10 +29,8 @@ from typing import Callable, Iterable, Sequence, Union
 
 import numpy as np
 
-from .. import distributions as D
-from .. import ir
 from ..errors import TPUsageError
-from ..finite.exec_options import UNSET, Unset, current, resolve
+from ..finite.exec_options import UNSET, Unset, resolve
 from ..finite.plan import plan_run
 from ..finite.progress import ProgressBar
 
@@ -106,6 +103,11 @@ class ConvergeResult:
                 "outputs": {k: o.to_dict(values) for k, o in self.outputs.items()},
                 "warnings": list(self.warnings)}
 
+    def _repr_html_(self) -> str:
+        """Jupyter: the table of every output across the widths, and the plot inline."""
+        from .display import converge_html
+        return converge_html(self)
+
 
 def _num(x) -> float | None:
     """JSON has no NaN/inf: they become null."""
@@ -152,21 +154,6 @@ def width_seed(seed: int, width: int) -> int:
     return int(np.random.SeedSequence([seed, width]).generate_state(1, np.uint32)[0])
 
 
-def _with_matrix_family(program: ir.Program, family: str) -> ir.Program:
-    """The program with every matrix's law swapped to ``family`` (variance kept), for compile:
-    the limit is the same for iid laws, but the hypotheses it leaves (smooth φ, moments,
-    transposes of non-iid matrices) depend on the law and are reported."""
-    eqns = []
-    for e in program.eqns:
-        if isinstance(e, ir.Matrix):
-            try:
-                e = dataclasses.replace(e, dist=D.with_family(e.dist, family))
-            except D.DistributionError as err:
-                raise TPUsageError(f"--matrix-dist: {err}", file=program.file) from None
-        eqns.append(e)
-    return dataclasses.replace(program, eqns=tuple(eqns))
-
-
 def _slope(widths: Sequence[int], ys: Sequence[float], y_errors: Sequence[float] | None = None
            ) -> tuple[float | None, float | None]:
     """Least-squares slope of log y against log n, and its standard error propagated from
@@ -187,7 +174,7 @@ def _slope(widths: Sequence[int], ys: Sequence[float], y_errors: Sequence[float]
 
 def converge(program, widths: Sequence[int], trials: int = 8, seed: int = 0,
              matrix_dist: str | None = None, dtype="float64", progress: Progress = UNSET,
-             limit=None, memory_limit: int | None = None) -> ConvergeResult:
+             limit=None, memory_limit: int | None = None, *, backend=UNSET, device=UNSET) -> ConvergeResult:
     """Execute ``program`` (a ``tensorprog.Program``) at each width and compare with its limit.
 
     ``progress``: a bar over the widths on stderr (None: when it is a terminal; True: always;
@@ -206,12 +193,13 @@ def converge(program, widths: Sequence[int], trials: int = 8, seed: int = 0,
     except TypeError:
         raise TPUsageError(f"dtype must be float64 or float32, not {dtype!r}", file=file) from None
     # fail fast, before the small widths run: the law, the dtype and the memory of the largest width
-    opts = current()
+    opts = resolve(backend=backend, device=device)       # backend, device: as for execute
     plan_run(program.ir, widths[-1], 0, dtype, matrix_dist, memory_limit, blocked=opts.blocked,
-             block_rows=opts.block_rows)
+             block_rows=opts.block_rows, backend=opts.backend, device=opts.device)
     if limit is None:
         from ..limit.compiler import compile_program
-        target = _with_matrix_family(program.ir, matrix_dist) if matrix_dist else program.ir
+        from ..limit.matrix_laws import with_matrix_family
+        target = with_matrix_family(program.ir, matrix_dist) if matrix_dist else program.ir
         limit = compile_program(target).limit()
 
     if not (progress is None or isinstance(progress, (bool, Unset)) or callable(progress)):
@@ -226,7 +214,8 @@ def converge(program, widths: Sequence[int], trials: int = 8, seed: int = 0,
             s = width_seed(int(seed), w)
             start = time.perf_counter()
             runs.append(program.execute(n=w, trials=int(trials), seed=s, matrix_dist=matrix_dist,
-                                        dtype=dtype, memory_limit=memory_limit))
+                                        dtype=dtype, memory_limit=memory_limit, backend=opts.backend,
+                                        device=opts.device))
             seconds.append(time.perf_counter() - start)
             seeds.append(s)
             bar.advance()

@@ -75,6 +75,11 @@ class KernelResult:
             raise TPUsageError(f"--output: no output '{name}' (outputs: {', '.join(self.outputs)})")
         np.save(path, self.outputs[name].mean)
 
+    def _repr_html_(self) -> str:
+        """Jupyter: a summary per output and the kernels as heatmaps."""
+        from .display import kernel_html
+        return kernel_html(self)
+
 
 def load_inputs(path: str) -> np.ndarray:
     """An (N, d) numeric array from a .npy file (no pickles)."""
@@ -162,7 +167,7 @@ def _singularity_classes(q: np.ndarray, i: np.ndarray, j: np.ndarray) -> list[np
 
 def finite_kernel(program: ir.Program, X: np.ndarray, n: int, trials: int = 1, seed: int = 0,
                   matrix_dist: str | None = None, dtype=np.float64, params: dict | None = None,
-                  max_elements: int = 1 << 22, jobs=UNSET) -> KernelResult:
+                  max_elements: int = 1 << 22, jobs=UNSET, backend=UNSET, device=UNSET) -> KernelResult:
     """Empirical kernels of width-n networks: the same matrices for every input of a trial.
     ``jobs`` worker processes run the trials (default: the ``tensorprog.finite.options`` setting,
     else 1); the values are bit-identical to one process.  ``blocked`` and ``progress`` (a bar
@@ -170,8 +175,9 @@ def finite_kernel(program: ir.Program, X: np.ndarray, n: int, trials: int = 1, s
     tmpl, g, s = template(program, params)
     q, i, j = _pairs(X)
     N = q.shape[0]
-    opts = resolve(jobs=jobs)
-    plan = plan_run(tmpl, n, seed, dtype, matrix_dist, blocked=opts.blocked, block_rows=opts.block_rows)
+    opts = resolve(jobs=jobs, backend=backend, device=device)     # backend, device: as for execute
+    plan = plan_run(tmpl, n, seed, dtype, matrix_dist, blocked=opts.blocked, block_rows=opts.block_rows,
+                    backend=opts.backend, device=opts.device)
     trial = functools.partial(_kernel_trial, g=g, factor=D.psd_factor(s * q), i=i, j=j, N=N,
                               chunk=max(1, max_elements // n))
     runs = map_trials(plan, trial, trials, opts.jobs, opts.progress, desc="kernel trials")
@@ -208,5 +214,8 @@ def kernel(program, X, *, n: int | None = None, trials: int = 1, seed: int = 0,
     base = program.ir if isinstance(program, Program) else program
     merged = {**base.params, **params}
     if n is None:
+        if matrix_dist:
+            from ..limit.matrix_laws import with_matrix_family
+            base = with_matrix_family(base, matrix_dist)
         return limit_kernel(base, X, tol=tol, params=merged)
     return finite_kernel(base, X, n, trials, seed, matrix_dist, dtype, params=merged)
