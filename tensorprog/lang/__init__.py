@@ -9,7 +9,9 @@ The pipeline, one module per stage:
   folding constants (:mod:`.consts`);
 * :mod:`.builder`: the equation list one lowering emits into, shared by the stages;
 * :mod:`.diff`: ``diff(e, x)``, the coordinatewise derivative, emitted as IR function trees
-  (imported, with sympy, only by programs that use it).
+  (imported, with sympy, only by programs that use it);
+* :mod:`.grad`: ``grad(f, x)`` = n·∂f/∂x, reverse mode over the equations (transposed MatMuls,
+  the chain rule on scalars), emitted as ordinary equations (imported, with sympy, likewise).
 
-Dependencies go one way: lower -> expressions -> (diff, builder) -> values.
+Dependencies go one way: lower -> expressions -> (diff, grad, builder) -> values.
 """

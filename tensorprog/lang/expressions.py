@@ -28,9 +28,10 @@ from .values import MatVal, RExpr, Value, located, runtime
 
 if TYPE_CHECKING:
     from .diff import DiffState
+    from .grad import GradState
 
 #: the functions evaluated by the expression lowering itself (``call_<name>``), not builtins
-SPECIAL_FUNCTIONS = ("mean", "eye", "load", "diff")
+SPECIAL_FUNCTIONS = ("mean", "eye", "load", "diff", "grad")
 
 #: a def: its parameter names and its body (an expression)
 DefBody = tuple[tuple[str, ...], S.Node]
@@ -71,6 +72,7 @@ class Expressions:
         self.def_scope: dict[str, Value] | None = None     # the arguments, inside a def
         self.active_defs: set[str] = set()
         self.diff_state: DiffState | None = None
+        self.grad_state: GradState | None = None
 
     @property
     def max_nodes(self) -> int:
@@ -236,6 +238,20 @@ class Expressions:
             from .diff import DiffState          # sympy: only for programs that use diff
             self.diff_state = DiffState(self.equations)
         return self.diff_state.derivative(node, expr, wrt.var)
+
+    def call_grad(self, node: S.Call) -> Value:
+        """``grad(f, x)``: n·∂f/∂x, for a scalar f and a vector variable x bound before, by
+        reverse-mode differentiation over the IR (:mod:`.grad`)."""
+        if node.kwargs or len(node.args) != 2:
+            raise located(TPTypeError, node, "grad() takes two arguments: grad(scalar, vector)")
+        if self.def_scope is not None:
+            raise located(TPTypeError, node, "a def is a coordinatewise function: grad() is not allowed in it")
+        from .grad import GradState, check_operands     # sympy: only for programs that use grad
+        f, wrt = self.ev(node.args[0]), self.ev(node.args[1])
+        check_operands(node, f, wrt)
+        if self.grad_state is None:
+            self.grad_state = GradState(self.equations)
+        return self.grad_state.gradient(node, f, wrt.var)
 
     def call_def(self, node: S.Call) -> Value:
         """A def applied to scalars or vectors: its body with the parameters bound to them."""
