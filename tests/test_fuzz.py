@@ -1000,3 +1000,40 @@ def test_haar_generators_draw_orthogonal_transposes():
                 settings=settings(database=None, derandomize=True))
     name = re.search(r"matrix (\w+) ~ orthogonal", text).group(1)
     assert f"{name}.T @" in text
+
+
+# ---------------------------------------------------------------------------------------------------------
+# issue 16: random grads (reverse mode lowered to ordinary equations) agree with their limit
+# ---------------------------------------------------------------------------------------------------------
+@st.composite
+def grad_programs(draw) -> str:
+    """A forward pass of 2–3 layers h[l] = W_l φ(h[l − 1]) (one matrix shared or one per layer, sometimes a
+    transposed layer, sometimes a centring h − mean(h)), a scalar loss built from Moments (a readout f, its
+    square loss (f − y)², a kernel term), and grads of it with respect to random earlier vectors: the
+    limit of mean(grad · grad) and mean(grad · h) against finite width."""
+    g = Gen(draw, smooth=True)
+    depth, shared = draw(st.integers(2, 3)), g.boolean(0.4)
+    g.lines += ["vector x, v ~ normal()", f"matrix W[1..{1 if shared else depth}] ~ {plain_matrix(g)}", "h[0] = x"]
+    for l in range(1, depth + 1):
+        w = "W[1]" if shared else f"W[{l}]"
+        w += ".T" if g.boolean(0.3) else ""
+        arg = f"{g.pick(BOUNDED)}(h[{l - 1}])"
+        if g.boolean(0.25):
+            arg = f"({arg} - mean({arg}))"
+        g.lines.append(f"h[{l}] = {w} @ {arg}")
+    g.lines.append(f"f = mean(v * {g.pick(BOUNDED)}(h[{depth}]))")
+    loss = g.pick(["f", f"(f - {g.pick(['1', '-0.5'])}) ** 2 / 2",
+                   f"f + mean({g.pick(BOUNDED)}(h[{depth}]) * {g.pick(BOUNDED)}(h[1]))"])
+    g.lines.append(f"loss = {loss}")
+    wrt = sorted(set(draw(st.lists(st.integers(0, depth), min_size=1, max_size=2))))
+    for k in wrt:
+        g.lines.append(f"g{k} = grad(loss, h[{k}])")
+        g.lines.append(f"out a{k} = mean(g{k} * g{k})")
+        g.lines.append(f"out b{k} = mean(g{k} * {g.pick(BOUNDED)}(h[{k}]))")
+    return "\n".join(g.lines) + "\n"
+
+
+@settings(max_examples=4, **FAST)
+@given(grad_programs())
+def test_random_grad_programs_agree_with_their_limit(text):
+    consistent(text)

@@ -75,30 +75,33 @@ def psd_factor(cov: np.ndarray) -> np.ndarray:
     return out
 
 
-def combine(lf: np.ndarray, z: np.ndarray) -> np.ndarray:
-    """lf @ z, computing each distinct row of lf once (up to sign), so rows of lf
-    that are equal / opposite / zero give bit-identical / exactly negated / zero rows."""
-    k = lf.shape[0]
+def row_plan(lf: np.ndarray) -> tuple[list[int], list[tuple[int, float]]]:
+    """The distinct rows of ``lf`` up to sign: (their indices, and for every row the index of its
+    distinct row, −1 for a zero row, with its sign)."""
     keys: dict[bytes, tuple[int, float]] = {}
     canon: list[int] = []
-    plan: list[tuple[int, float]] = []  # (index into canon or -1 for zero, sign)
-    for i in range(k):
-        row = lf[i] + 0.0  # -0.0 -> 0.0
+    plan: list[tuple[int, float]] = []
+    for i in range(lf.shape[0]):
+        row = lf[i] + 0.0                                  # -0.0 -> 0.0
         if not np.any(row):
             plan.append((-1, 0.0))
-            continue
-        key = row.tobytes()
-        if key in keys:
-            plan.append(keys[key])
-            continue
-        nkey = (-row + 0.0).tobytes()
-        if nkey in keys:
-            j, s = keys[nkey]
-            plan.append((j, -s))
-            continue
-        keys[key] = (len(canon), 1.0)
-        plan.append((len(canon), 1.0))
-        canon.append(i)
+        elif row.tobytes() in keys:
+            plan.append(keys[row.tobytes()])
+        elif (-row + 0.0).tobytes() in keys:
+            j, sign = keys[(-row + 0.0).tobytes()]
+            plan.append((j, -sign))
+        else:
+            keys[row.tobytes()] = (len(canon), 1.0)
+            plan.append((len(canon), 1.0))
+            canon.append(i)
+    return canon, plan
+
+
+def combine(lf: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """lf @ z, computing each distinct row of lf once (up to sign, :func:`row_plan`), so rows of lf
+    that are equal / opposite / zero give bit-identical / exactly negated / zero rows."""
+    k = lf.shape[0]
+    canon, plan = row_plan(lf)
     out = np.empty((k, z.shape[1]), dtype=z.dtype)
     base = lf[canon] @ z if canon else None
     for i, (j, s) in enumerate(plan):

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Mapping
 import numpy as np
 
 from .checks import DistributionError, check_cov, numeric_array
-from .factor import cached_factor, combine
+from .factor import cached_factor, combine, row_plan
 from .family import Family, HeavyTailed, ScalarLaw, random_bits, random_signs, sign_bytes
 
 if TYPE_CHECKING:
@@ -39,28 +39,6 @@ if TYPE_CHECKING:
     from .sample import Draws, Stream
 
 F64 = np.dtype(np.float64)
-
-
-def row_plan(lf: np.ndarray) -> tuple[list[int], list[tuple[int, float]]]:
-    """The distinct rows of ``lf`` up to sign: (their indices, and for every row the index of its
-    distinct row, −1 for a zero row, with its sign), as :func:`~.factor.combine` computes them."""
-    keys: dict[bytes, tuple[int, float]] = {}
-    canon: list[int] = []
-    plan: list[tuple[int, float]] = []
-    for i in range(lf.shape[0]):
-        row = lf[i] + 0.0                                  # -0.0 -> 0.0
-        if not np.any(row):
-            plan.append((-1, 0.0))
-        elif row.tobytes() in keys:
-            plan.append(keys[row.tobytes()])
-        elif (-row + 0.0).tobytes() in keys:
-            j, sign = keys[(-row + 0.0).tobytes()]
-            plan.append((j, -sign))
-        else:
-            keys[row.tobytes()] = (len(canon), 1.0)
-            plan.append((len(canon), 1.0))
-            canon.append(i)
-    return canon, plan
 
 
 # ================================================================================ iid families
