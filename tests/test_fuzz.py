@@ -1037,3 +1037,30 @@ def grad_programs(draw) -> str:
 @given(grad_programs())
 def test_random_grad_programs_agree_with_their_limit(text):
     consistent(text)
+
+
+@st.composite
+def update_programs(draw) -> str:
+    """T = 1–2 SGD steps by rank-one updates W = W − lr·outer(grad(L, h), φ(x)) (sometimes a second term
+    outer(ψ(h), v), sometimes the input trained by grad too), then forward and transposed products of
+    the updated matrix: the expansion (W − Σ c u vᵀ/n) x = W x − Σ c u mean(v x) in both back ends."""
+    g = Gen(draw, smooth=True)
+    phi, psi = g.pick(list(BOUNDED)), g.pick(list(BOUNDED))
+    T, lr, y = draw(st.integers(1, 2)), g.pick(["0.2", "0.5", "1"]), g.pick(["1", "-0.5"])
+    g.lines += ["vector x, v ~ normal()", f"matrix W ~ {plain_matrix(g)}", f"for s in 1..{T} {{",
+                f"    h = W @ {phi}(x)", f"    L = (mean(v * {psi}(h)) - {y}) ** 2 / 2",
+                f"    dh = grad(L, h)"]
+    extra = f" + {g.pick(['0.3', '-0.5'])} * outer({psi}(h), v)" if g.boolean(0.4) else ""
+    if g.boolean(0.5):
+        g.lines.append(f"    x = x - {lr} * grad(L, x)")
+    g.lines += [f"    W = W - {lr} * outer(dh, {phi}(x)){extra}", "}",
+                f"out q = mean(v * {psi}(W @ {phi}(x)))",
+                f"out k = mean({phi}(x) * (W.T @ {psi}(W @ {phi}(x))))",
+                f"out b = mean((W.T @ v) ** 2)"]
+    return "\n".join(g.lines) + "\n"
+
+
+@settings(max_examples=4, **FAST)
+@given(update_programs())
+def test_random_update_programs_agree_with_their_limit(text):
+    consistent(text, budget=CHEAP)

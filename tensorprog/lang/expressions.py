@@ -24,14 +24,15 @@ from . import syntax as S
 from ..errors import TPLimitError, TPLoadError, TPNameError, TPTypeError, TPValueError
 from ..builtins import BUILTINS, CONSTANTS
 from .builder import IRBuilder
-from .values import MatVal, RExpr, Value, located, runtime
+from .matrices import MatrixAlgebra
+from .values import MATRICES, MatExpr, MatVal, RExpr, Value, located, runtime
 
 if TYPE_CHECKING:
     from .diff import DiffState
     from .grad import GradState
 
 #: the functions evaluated by the expression lowering itself (``call_<name>``), not builtins
-SPECIAL_FUNCTIONS = ("mean", "eye", "load", "diff", "grad")
+SPECIAL_FUNCTIONS = ("mean", "eye", "load", "diff", "grad", "outer")
 
 #: a def: its parameter names and its body (an expression)
 DefBody = tuple[tuple[str, ...], S.Node]
@@ -45,7 +46,8 @@ class Scope(Protocol):
     * ``loop_var(name, value)``: a context binding the loop variable ``name`` to ``value``
       while an expression (``sum``, a list comprehension) is evaluated, restoring it after;
     * ``defs``: the defs so far, by name; ``params``: the params so far (a def reads these);
-    * ``base_dir``: the folder ``load`` reads from.
+    * ``base_dir``: the folder ``load`` reads from;
+    * ``dims``: the widths declared so far, by name, as sizes relative to n.
     """
 
     @property
@@ -56,6 +58,9 @@ class Scope(Protocol):
 
     @property
     def base_dir(self) -> str: ...
+
+    @property
+    def dims(self) -> Mapping[str, float]: ...
 
     def lookup(self, node: S.Node, name: str, idx: tuple[int, ...]) -> Value: ...
 
@@ -73,6 +78,7 @@ class Expressions:
         self.active_defs: set[str] = set()
         self.diff_state: DiffState | None = None
         self.grad_state: GradState | None = None
+        self.matrices = MatrixAlgebra(equations, scope, self.combine, self.plain_matmul)
 
     @property
     def max_nodes(self) -> int:
@@ -113,15 +119,17 @@ class Expressions:
 
     def ev_Transpose(self, node: S.Transpose) -> Value:
         value = self.ev(node.operand)
-        if not isinstance(value, MatVal):
+        if not isinstance(value, MATRICES):
             raise located(TPTypeError, node, "'.T' applies to a matrix only")
-        return MatVal(value.var, not value.transposed)
+        return self.matrices.transpose(value)
 
     # ---- arithmetic
     def ev_Neg(self, node: S.Neg) -> Value:
         value = self.ev(node.operand)
         if consts.is_const(value):
             return consts.as_const(-np.asarray(value))
+        if isinstance(value, MATRICES):
+            return self.matrices.scale(node, -1.0, value)
         r = runtime(node, value)
         return self.combine(node, ir.Neg(r.fn), [r])
 
@@ -129,6 +137,8 @@ class Expressions:
         lhs, rhs = self.ev(node.lhs), self.ev(node.rhs)
         if node.op == "@":
             return self.matmul(node, lhs, rhs)
+        if isinstance(lhs, MATRICES) or isinstance(rhs, MATRICES):
+            return self.matrix_op(node, lhs, rhs)
         if consts.is_const(lhs) and consts.is_const(rhs):
             return self.fold(node, node.op, lhs, rhs)
         if node.op in ("==", "!=", "<", "<=", ">", ">="):
@@ -144,14 +154,38 @@ class Expressions:
         return self.ev(node.then if test != 0 else node.orelse)
 
     def matmul(self, node: S.BinOp, lhs: Value, rhs: Value) -> RExpr:
-        """``W @ v`` or ``W.T @ v``: a MatMul of the matrix and (the variable holding) v."""
-        if not isinstance(lhs, MatVal):
+        """``W @ v`` or ``W.T @ v``: a MatMul of the matrix and (the variable holding) v; a matrix
+        with rank-one terms expands (:mod:`.matrices`)."""
+        if not isinstance(lhs, MATRICES):
             raise located(TPTypeError, node, "the left side of '@' must be a matrix (W @ v or W.T @ v)")
-        if isinstance(rhs, MatVal):
+        if isinstance(rhs, MATRICES):
             raise located(TPTypeError, node.rhs, "a matrix used as a value: '@' takes a vector on its right")
         arg = runtime(node.rhs, rhs) if not consts.is_const(rhs) else None
         if arg is None or arg.kind != "vector":
             raise located(TPTypeError, node.rhs, "the right side of '@' must be a vector, not a scalar")
+        if isinstance(lhs, MatExpr):
+            return self.matrices.matmul(node, lhs, arg)
+        return self.plain_matmul(node, lhs, arg)
+
+    def matrix_op(self, node: S.BinOp, lhs: Value, rhs: Value) -> Value:
+        """``A + B``, ``A - B``, ``c * A``, ``A * c``, ``A / c`` for matrices A, B and scalars c."""
+        both = isinstance(lhs, MATRICES) and isinstance(rhs, MATRICES)
+        if node.op in ("+", "-") and both:
+            return self.matrices.add(node, lhs, rhs, 1.0 if node.op == "+" else -1.0)
+        matrix, other = (lhs, rhs) if isinstance(lhs, MATRICES) else (rhs, lhs)
+        scalar = not both and (isinstance(other, float) or isinstance(other, RExpr) and other.kind == "scalar")
+        if node.op == "*" and scalar:
+            return self.matrices.scale(node, other, matrix)
+        if node.op == "/" and scalar and matrix is lhs:
+            one = RExpr(ir.Const(1.0), "scalar", None)
+            inverse = 1.0 / other if isinstance(other, float) and other != 0 else \
+                self.combine(node, ir.Bin("/", one.fn, runtime(node, other).fn), [one, runtime(node, other)])
+            return self.matrices.scale(node, inverse, matrix)
+        raise located(TPTypeError, node, f"'{node.op}' with a matrix: matrices add and subtract, and "
+                      "multiply or divide by scalars (then multiply a vector: A @ v)")
+
+    def plain_matmul(self, node: S.Node, lhs: MatVal, arg: RExpr) -> RExpr:
+        """The MatMul of a matrix variable (or its transpose) and a vector."""
         mat = self.equations.eqn(lhs.var)
         need, out = (mat.rows, mat.cols) if lhs.transposed else (mat.cols, mat.rows)
         if arg.width != need:
@@ -208,7 +242,7 @@ class Expressions:
             return self.equations.var_expr(self.equations.emit(ir.Moment, node, fn=value.fn,
                                                                args=ir.refs(value.fn), width=value.width))
         raise located(TPTypeError, node, "mean() needs a vector expression, not a "
-                      f"{'matrix' if isinstance(value, MatVal) else 'scalar'}")
+                      f"{'matrix' if isinstance(value, MATRICES) else 'scalar'}")
 
     def call_eye(self, node: S.Call) -> Value:
         """``eye(k)``: the k×k identity, a constant."""
@@ -253,12 +287,22 @@ class Expressions:
             self.grad_state = GradState(self.equations)
         return self.grad_state.gradient(node, f, wrt.var)
 
+    def call_outer(self, node: S.Call) -> Value:
+        """``outer(g, h)``: the matrix g hᵀ / |width(h)| (:mod:`.matrices`)."""
+        g, h = self.call_args(node, 2)
+        for value, arg_node in ((g, node.args[0]), (h, node.args[1])):
+            if not (isinstance(value, RExpr) and value.kind == "vector"):
+                raise located(TPTypeError, arg_node, "outer(g, h) takes two vectors")
+        if self.def_scope is not None:
+            raise located(TPTypeError, node, "a def is a coordinatewise function: outer() is not allowed in it")
+        return self.matrices.outer(node, g, h)
+
     def call_def(self, node: S.Call) -> Value:
         """A def applied to scalars or vectors: its body with the parameters bound to them."""
         params, body = self.scope.defs[node.func]
         args = self.call_args(node, len(params))
         for a, arg_node in zip(args, node.args):
-            if isinstance(a, (MatVal, str, np.ndarray)):
+            if isinstance(a, (MatVal, MatExpr, str, np.ndarray)):
                 raise located(TPTypeError, arg_node, f"{node.func}() takes scalars or vectors")
         if node.func in self.active_defs:
             raise located(TPLimitError, node, f"'{node.func}' calls itself: a def cannot be recursive")

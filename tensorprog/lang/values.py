@@ -5,6 +5,7 @@ An expression evaluates to one of:
 * a constant: a Python ``float`` or a numpy array (folded while the program is unrolled);
 * a ``str`` (the file name of ``load``);
 * a :class:`MatVal`: a matrix variable, possibly transposed (usable only left of ``@``);
+* a :class:`MatExpr`: a matrix plus rank-one terms (``outer``, updates ``W - c * outer(g, h)``);
 * an :class:`RExpr`: a runtime value, a function tree ``fn`` over IR variables, typed
   ``vector`` (of a width) or ``scalar``.
 
@@ -43,8 +44,32 @@ class MatVal:
     transposed: bool
 
 
+@dataclass(frozen=True)
+class RankOne:
+    """``coeff · left rightᵀ / |denom|``: a rank-one term of a matrix expression (``left``, ``right``
+    vector variables, ``coeff`` a scalar: a float or a scalar RExpr; ``denom`` the width whose size
+    divides, the columns of the ``outer`` that made it)."""
+    coeff: "float | RExpr"
+    left: int
+    right: int
+    denom: str
+
+
+@dataclass(frozen=True)
+class MatExpr:
+    """``base_coeff · base + Σ terms``: a random matrix (or none) plus rank-one terms, ``rows`` x ``cols``
+    (the value of ``outer(g, h)`` and of updates such as ``W - lr * outer(g, h)``)."""
+    base: MatVal | None
+    base_coeff: "float | RExpr"
+    terms: tuple[RankOne, ...]
+    rows: str
+    cols: str
+
+
 #: what an expression evaluates to
-Value = Union[float, np.ndarray, str, MatVal, RExpr]
+Value = Union[float, np.ndarray, str, MatVal, MatExpr, RExpr]
+#: the matrix values
+MATRICES = (MatVal, MatExpr)
 
 
 def located(cls: type[TPError], node, message: str) -> TPError:
@@ -59,7 +84,7 @@ def runtime(node, value: Value) -> RExpr:
         return value
     if isinstance(value, float):
         return RExpr(ir.Const(value), "scalar", None)
-    if isinstance(value, MatVal):
+    if isinstance(value, MATRICES):
         raise located(TPTypeError, node, "a matrix used as a value (write W @ v)")
     if isinstance(value, np.ndarray):
         raise located(TPTypeError, node, "a list constant cannot be used as a value here")
