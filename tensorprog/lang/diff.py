@@ -33,6 +33,22 @@ def is_leaf(fn: ir.Fn) -> bool:
 MIN_SHARED = 8
 
 
+class VarSymbols:
+    """One real sympy symbol ``v<var>`` per IR variable (``symbol(var)``), and the way back
+    (``var_of[symbol]``): the leaves of the expressions ``diff`` and ``grad`` differentiate."""
+
+    def __init__(self) -> None:
+        self.symbols: dict[int, sp.Symbol] = {}
+        self.var_of: dict[sp.Symbol, int] = {}
+
+    def symbol(self, var: int) -> sp.Symbol:
+        got = self.symbols.get(var)
+        if got is None:
+            got = self.symbols[var] = sp.Symbol(f"v{var}", real=True)
+            self.var_of[got] = var
+        return got
+
+
 class DiffState:
     """What ``diff`` keeps across the calls of one lowering (valid because the IR is
     single-assignment): the sympy symbol of each independent variable, the expansion of
@@ -46,8 +62,8 @@ class DiffState:
 
     def __init__(self, equations: "IRBuilder") -> None:
         self.equations = equations
-        self.symbols: dict[int, sp.Symbol] = {}
-        self.var_of: dict[sp.Symbol, int] = {}
+        self.names = VarSymbols()
+        self.var_of = self.names.var_of
         self.expansions: dict[tuple[int, int | None], sp.Expr] = {}
         self.differentiators: dict[sp.Symbol, fnsym.Differentiator] = {}
         self.trees = fnsym.TreeBuilder(self.var_of.__getitem__, self.share,
@@ -94,11 +110,7 @@ class DiffState:
 
     def symbol(self, var: int) -> sp.Symbol:
         """The real sympy symbol ``v<var>`` of an independent variable."""
-        got = self.symbols.get(var)
-        if got is None:
-            got = self.symbols[var] = sp.Symbol(f"v{var}", real=True)
-            self.var_of[got] = var
-        return got
+        return self.names.symbol(var)
 
     def differentiator(self, x: sp.Symbol) -> fnsym.Differentiator:
         """The memoised ``∂/∂x`` (one per variable of differentiation)."""

@@ -31,6 +31,7 @@ import sympy as sp
 from ..symbolic import functions as fnsym
 from .. import ir
 from ..errors import TPTypeError, TPValueError
+from .diff import VarSymbols
 from .values import RExpr, located
 
 if TYPE_CHECKING:
@@ -44,8 +45,8 @@ class GradState:
 
     def __init__(self, equations: "IRBuilder") -> None:
         self.equations = equations
-        self.symbols: dict[int, sp.Symbol] = {}
-        self.var_of: dict[sp.Symbol, int] = {}
+        self.names = VarSymbols()
+        self.var_of = self.names.var_of
         self.partials: dict[tuple[int, int], sp.Expr] = {}
         self.adjoints: dict[tuple[ir.Fn, int], sp.Expr] = {}
         self.emitted: dict[tuple, int] = {}
@@ -179,11 +180,7 @@ class GradState:
 
     def symbol(self, var: int) -> sp.Symbol:
         """The real sympy symbol ``v<var>`` of a variable."""
-        got = self.symbols.get(var)
-        if got is None:
-            got = self.symbols[var] = sp.Symbol(f"v{var}", real=True)
-            self.var_of[got] = var
-        return got
+        return self.names.symbol(var)
 
 
 def check_operands(node, f, x) -> None:
