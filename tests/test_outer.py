@@ -145,3 +145,15 @@ def test_batchnorm_backward_by_grad_has_the_paper_rate():
     activation: the paper's linear rate λ_G = (B − 2)/(B − 3) = 2 for B = 4, within its stated error."""
     rate = tp.load("programs/bn_gradient_grad.tp", act=0).compile().limit().outputs["rate"]
     assert rate.error < 1e-3 and abs(rate.value - 2.0) <= rate.error
+
+
+def test_the_gallery_training_program_agrees_with_finite_width():
+    """programs/mup_train_batch.tp after one full-batch step (P = 2 examples): width 1024 against the limit."""
+    program, trials = tp.load("programs/mup_train_batch.tp", T=1), 8
+    lim = program.compile().limit().outputs
+    assert lim["loss0"].value == pytest.approx(0.3125, abs=1e-10)        # f starts at 0: (1 + 0.25)/4
+    run = program.execute(n=1024, trials=trials, seed=2)
+    for name in ("loss0", "lossT"):
+        o = run.outputs[name]
+        assert abs(o.mean - lim[name].value) <= 5 * o.std / math.sqrt(trials) + 4 / 1024 + lim[name].error, name
+    assert lim["lossT"].value < 0.3 * lim["loss0"].value                  # the step trains
