@@ -78,8 +78,11 @@ def _parser() -> argparse.ArgumentParser:
     tb.add_argument("--lam", type=float, default=None, help="a Lipschitz constant (default: from the rules)")
     ke = command("kernel", "N×N kernels of a template over a dataset (limit, or finite width with -n)")
     ke.add_argument("--inputs", required=True, metavar="X.npy", help="an (N, d) array of inputs")
-    ke.add_argument("--out", metavar="K.npz|K.npy", default=None,
-                    help="save the kernels (.npz: every output; .npy: the one named by --output)")
+    ke.add_argument("--out", metavar="K.npz|K.npy|DIR/", default=None,
+                    help="save the kernels (.npz: every output; .npy: the one named by --output; DIR/: "
+                         "DIR/NAME.npy per output, filled tile by tile out of core, resumable)")
+    ke.add_argument("--tile-pairs", type=_positive, default=None, metavar="P",
+                    help="pairs per tile of an out-of-core or cluster kernel (default 524288)")
     ke.add_argument("--output", default=None, help="the output saved to a .npy (default: the first)")
     ke.add_argument("-n", "--width", type=int, default=None, help="finite width (default: the limit)")
     ke.add_argument("--trials", type=int, default=1)
@@ -104,12 +107,16 @@ def _scale_flags(p: argparse.ArgumentParser, jobs: bool = True) -> None:
                    help="the array library (default %(default)s; others draw other random numbers, same laws)")
     p.add_argument("--device", choices=DEVICES, default=ExecOptions().device,
                    help="where the array library runs (default %(default)s)")
+    p.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="run trials (kernel: tiles) on this Dask scheduler, e.g. tcp://host:8786; "
+                        "'local' starts a LocalCluster (needs tensorprog[dask]); same values as locally")
 
 
 def _options(args, **extra):
     """The execution options of the command line (``extra``: more of them) for a ``with`` block."""
     from .finite import options
-    opts = {"blocked": args.blocked, "backend": args.backend, "device": args.device, **extra}
+    opts = {"blocked": args.blocked, "backend": args.backend, "device": args.device,
+            "scheduler": args.scheduler, **extra}
     if getattr(args, "jobs", None) is not None:
         opts["jobs"] = args.jobs
     return options(**opts)
@@ -159,7 +166,7 @@ def cmd_execute(args) -> str:
     result = _load(args).execute(n=args.width, trials=args.trials, seed=args.seed,
                                  matrix_dist=args.matrix_dist, dtype=args.dtype, jobs=args.jobs,
                                  blocked=args.blocked, progress=args.progress, backend=args.backend,
-                                 device=args.device)
+                                 device=args.device, scheduler=args.scheduler)
     if args.json:
         return json.dumps(result.to_dict(), indent=2)
     head = f"width {result.width}, {result.trials} trial(s), seed {result.seed}, {result.dtype}"
@@ -203,11 +210,14 @@ def cmd_converge(args) -> str:
 
 def cmd_kernel(args) -> str:
     from .tools.kernel import kernel, load_inputs
+    from .tools.tiles import TILE_PAIRS
     X = load_inputs(args.inputs)
+    directory = args.out if args.out and args.out.endswith(("/", os.sep)) else None
     with _options(args, progress=args.progress):
         result = kernel(args.file, X, n=args.width, trials=args.trials, seed=args.seed,
-                        matrix_dist=args.matrix_dist, dtype=args.dtype, **dict(args.defines))
-    if args.out:
+                        matrix_dist=args.matrix_dist, dtype=args.dtype, out=directory,
+                        tile_pairs=args.tile_pairs or TILE_PAIRS, **dict(args.defines))
+    if args.out and directory is None:
         result.save(args.out, args.output)
     if args.json:
         return json.dumps(result.summary(), indent=2)

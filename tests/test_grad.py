@@ -1,7 +1,8 @@
 """``grad(f, x)`` (issue 16, item 1): n·∂f/∂x by reverse mode over the IR, lowered to ordinary equations.
 
-* it equals the hand-written backward passes of programs/kernels/relu_mlp.tp and tanh_mlp.tp (the
-  templates *_grad.tp), in the limit to 1e-12 and bit for bit at finite width;
+* the kernel templates programs/kernels/relu_mlp.tp and tanh_mlp.tp (backward passes by grad) equal
+  their hand-written versions (tests/data/*_mlp_hand.tp), in the limit to 1e-12 and bit for bit at
+  finite width;
 * it equals hand derivations through the chain rule on scalars, Nonlins with scalar arguments
   (centring), weight sharing and transposes, at finite width to 1e-12;
 * shared paths are emitted once; the finite width agrees with the limit within 5 SE;
@@ -21,14 +22,15 @@ from tensorprog import ir
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNELS = ROOT / "programs" / "kernels"
+HAND = ROOT / "tests" / "data"
 
 
 # ---- the kernel templates: grad vs the hand-written backward pass -------------------------------------------
 @pytest.mark.parametrize("name", ["relu_mlp", "tanh_mlp"])
 @pytest.mark.parametrize("L", [2, 3])
 def test_grad_template_equals_the_hand_written_one_in_the_limit(name, L):
-    hand = tp.load(KERNELS / f"{name}.tp", L=L).compile().limit().outputs
-    auto = tp.load(KERNELS / f"{name}_grad.tp", L=L).compile().limit().outputs
+    hand = tp.load(HAND / f"{name}_hand.tp", L=L).compile().limit().outputs
+    auto = tp.load(KERNELS / f"{name}.tp", L=L).compile().limit().outputs
     assert set(hand) == set(auto)
     for out in hand:
         assert auto[out].value == pytest.approx(hand[out].value, abs=1e-12)
@@ -36,8 +38,8 @@ def test_grad_template_equals_the_hand_written_one_in_the_limit(name, L):
 
 @pytest.mark.parametrize("name", ["relu_mlp", "tanh_mlp"])
 def test_grad_template_equals_the_hand_written_one_at_finite_width(name):
-    hand = tp.load(KERNELS / f"{name}.tp").execute(n=96, trials=2, seed=7).outputs
-    auto = tp.load(KERNELS / f"{name}_grad.tp").execute(n=96, trials=2, seed=7).outputs
+    hand = tp.load(HAND / f"{name}_hand.tp").execute(n=96, trials=2, seed=7).outputs
+    auto = tp.load(KERNELS / f"{name}.tp").execute(n=96, trials=2, seed=7).outputs
     for out in hand:
         assert auto[out].values == hand[out].values          # the same operations: bit for bit
 
@@ -49,7 +51,7 @@ def test_grad_template_emits_the_hand_written_backward_equations():
         eqns = tp.load(path).ir.eqns
         return (sum(isinstance(e, ir.MatMul) and e.transposed for e in eqns),
                 sum(isinstance(e, ir.Nonlin) and "step" in ir.calls(e.fn) for e in eqns))
-    assert backward(KERNELS / "relu_mlp_grad.tp") == backward(KERNELS / "relu_mlp.tp") == (4, 6)
+    assert backward(KERNELS / "relu_mlp.tp") == backward(HAND / "relu_mlp_hand.tp") == (4, 6)
 
 
 # ---- hand derivations -------------------------------------------------------------------------------------

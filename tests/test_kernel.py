@@ -140,3 +140,84 @@ def test_kernel_cli(tmp_path, data):
     bad = subprocess.run([sys.executable, "-m", "tensorprog", "kernel", TEMPLATE, "--inputs",
                           str(tmp_path / "missing.npy")], capture_output=True, text=True)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+# ---- templates: depth 1, a first-layer bias (q entering affinely), tanh by grad ---------------------------
+@pytest.mark.parametrize("L", [1, 2])
+def test_depth_one_and_two_templates(data, L):
+    """L = 1 (an empty hidden-layer loop) is a valid template: one activation, then the readout."""
+    K = tp.kernel(TEMPLATE, data, L=L, var=2.0, var1=1.5)
+    nngp, ntk = relu_nngp_ntk(data @ data.T / data.shape[1], L, 2.0, 1.5)
+    assert np.max(np.abs(K.outputs["nngp"].mean - nngp)) < 1e-12
+    assert np.max(np.abs(K.outputs["ntk"].mean - ntk)) < 1e-12
+    T = tp.kernel("programs/kernels/tanh_mlp.tp", data[:4], L=1)
+    assert np.all(np.isfinite(T.outputs["ntk"].mean))
+
+
+def test_first_layer_bias_enters_affinely(data):
+    """A first-layer bias of variance b1: Σ¹ = var1·q + b1 = var1·(q + b1/var1), and Θ¹ = Σ¹."""
+    from tensorprog.tools.kernel import affine_template
+    _, _, s, b = affine_template(tp.load(TEMPLATE, var1=1.5, b1=0.25).ir)
+    assert (s, b) == pytest.approx((1.5, 0.25), abs=1e-15)
+    K = tp.kernel(TEMPLATE, data, L=3, var=2.0, var1=1.5, b1=0.25)
+    nngp, ntk = relu_nngp_ntk(data @ data.T / data.shape[1] + 0.25 / 1.5, 3, 2.0, 1.5)
+    assert np.max(np.abs(K.outputs["nngp"].mean - nngp)) < 1e-12
+    assert np.max(np.abs(K.outputs["ntk"].mean - ntk)) < 1e-11
+
+
+def test_template_q_must_enter_affinely(tmp_path):
+    bad = tmp_path / "square.tp"
+    bad.write_text("param q11 = 1\nparam q12 = 0\nparam q22 = 1\n"
+                   "vector x, y ~ normal(cov=[[q11 * q11, q12], [q12, q22]])\nout k = mean(x * y)\n")
+    with pytest.raises(tp.TPUsageError, match="only as the covariance"):
+        tp.kernel(bad, np.eye(3))
+
+
+# ---- the replay of a recorded batch compile (tensorprog.limit.replay) ---------------------------------------
+def test_replay_agrees_with_the_batch_compile(data, monkeypatch):
+    from tensorprog.tools import kernel as kmod
+    kmod.REPLAYS.clear()
+    fast = tp.kernel(TEMPLATE, data, L=4, b1=0.1)
+    assert any(v is not None for v in kmod.REPLAYS.values())
+    monkeypatch.setattr(kmod, "record", lambda compiled, names: None)      # the batch compile itself
+    kmod.REPLAYS.clear()
+    slow = tp.kernel(TEMPLATE, data, L=4, b1=0.1)
+    for name in ("nngp", "ntk"):
+        assert np.max(np.abs(fast.outputs[name].mean - slow.outputs[name].mean)) < 1e-13
+        assert np.allclose(fast.outputs[name].error, slow.outputs[name].error, rtol=1e-6, atol=0)
+        assert fast.outputs[name].method == slow.outputs[name].method == "exact"
+    kmod.REPLAYS.clear()
+
+
+def test_replay_rechecks_what_its_record_took_as_constant(data):
+    """A record made on inputs of equal norms (q11 = q22 = 1: constants of the compile) does not hold
+    for other inputs: it is recorded again, and the kernels stay right."""
+    from tensorprog.tools import kernel as kmod
+    kmod.REPLAYS.clear()
+    unit = data / np.linalg.norm(data, axis=1, keepdims=True) * np.sqrt(data.shape[1])
+    unit[5] = -unit[2]
+    for X in (unit, data, unit):
+        K = tp.kernel(TEMPLATE, X, L=4)
+        nngp, ntk = relu_nngp_ntk(X @ X.T / X.shape[1], 4, 2.0, 1.0)
+        assert np.max(np.abs(K.outputs["nngp"].mean - nngp)) < 1e-12
+        assert np.max(np.abs(K.outputs["ntk"].mean - ntk)) < 1e-11
+    kmod.REPLAYS.clear()
+
+
+def test_kernel_memory_does_not_grow_across_calls():
+    """The limit kernel frees what it builds: four calls hold no more than one call's outputs."""
+    import gc
+    import tracemalloc
+    X = np.random.default_rng(1).standard_normal((150, 5))
+    tp.kernel(TEMPLATE, X, L=3)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        for _ in range(4):
+            K = tp.kernel(TEMPLATE, X, L=3)
+            del K
+        held = tracemalloc.get_traced_memory()[0] - base
+    finally:
+        tracemalloc.stop()
+    assert held < 4 * 150 * 150 * 8          # less than one call's four N×N outputs

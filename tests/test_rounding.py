@@ -18,7 +18,8 @@ import tensorprog as tp
 SLOPE = mp.mpf("0.2")
 DEPTH = 10
 VAR = 2 / (1 + SLOPE ** 2)          # keeps the diagonal of the kernel at its input value
-TEMPLATE = (Path(__file__).resolve().parent.parent / "programs" / "kernels" / "relu_mlp.tp").read_text()
+# the hand-written backward pass (step for relu′), so that the text edits below can name the derivative
+TEMPLATE = (Path(__file__).resolve().parent / "data" / "relu_mlp_hand.tp").read_text()
 
 
 def leaky_template() -> str:

@@ -20,8 +20,8 @@ looked heavy-tailed.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Sequence
+from dataclasses import dataclass, replace
+from typing import Iterator, Sequence
 
 import numpy as np
 import sympy as sp
@@ -34,6 +34,31 @@ from .linalg import Matrix
 from .quad import ORDERS, estimate_error
 from .reduce import Ctx, Engine
 from ..symbolic.evaluate import compile_exprs, evaluate
+
+
+class Uniform(Sequence[str]):
+    """P copies of one method name, without a list of P entries (a batch has 10⁵–10⁶ items)."""
+
+    def __init__(self, method: str, size: int) -> None:
+        self.method, self.size = method, size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, k):
+        if isinstance(k, slice):
+            return [self.method] * len(range(*k.indices(self.size)))
+        if not -self.size <= k < self.size:
+            raise IndexError(k)
+        return self.method
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([self.method] * self.size)
+
+
+def method_kinds(methods: Sequence[str]) -> set[str]:
+    """The distinct methods of a batch (one look when they are :class:`Uniform`)."""
+    return {methods.method} if isinstance(methods, Uniform) and len(methods) else set(methods)
 
 
 @dataclass(frozen=True)
@@ -49,34 +74,52 @@ class BatchResult:
     methods: list[str]
     budget: tuple[str, ...] = ()
     heavy_tail: bool = False
+    form: ClosedFormTrace | None = None      # all values by one closed form: how (else None)
 
 
-def _same(a: np.ndarray, b: np.ndarray) -> bool:
-    """Equal to rounding over the whole batch (a cheap probe of a few entries first)."""
+def _same(a: np.ndarray, b: np.ndarray, sign: int = 1) -> bool:
+    """a = sign·b to rounding over the whole batch (a cheap probe of a few entries first)."""
     probe = slice(None, None, max(1, len(a) // 16))
-    if not np.allclose(a[probe], b[probe], rtol=1e-12, atol=0):
+    if not np.allclose(a[probe], sign * b[probe], rtol=1e-12, atol=0):
         return False
-    return np.allclose(a, b, rtol=1e-12, atol=0)
+    return same_columns(a, b, sign)
 
 
-def _symbolic_cov(covs: np.ndarray) -> tuple[sp.Matrix, dict]:
-    """A covariance with a symbol for each entry that varies over the batch."""
+def same_columns(a: np.ndarray, b: np.ndarray, sign: int = 1) -> bool:
+    """a = sign·b to rounding (relative 1e-12) everywhere."""
+    return bool(np.all(np.abs(a - sign * b) <= 1e-12 * np.abs(sign * b)))
+
+
+def _symbolic_cov(covs: np.ndarray) -> tuple[sp.Matrix, dict, dict]:
+    """A covariance with a symbol for each entry that varies over the batch; and its layout
+    {(i, j): ("const", value) | ("sym", symbol, sign)} for i ≤ j (how each entry was read)."""
     P, d, _ = covs.shape
-    S, values = sp.zeros(d, d), {}
+    S, values, layout = sp.zeros(d, d), {}, {}
     for i in range(d):
         for j in range(i, d):
             col = covs[:, i, j]
             if np.all(col == col[0]):
                 S[i, j] = S[j, i] = as_number(float(col[0]))
+                layout[(i, j)] = ("const", float(col[0]))
                 continue
             # entries equal over the whole batch share a symbol, so exact relations such as
             # x ≡ y (Cov = Var) stay visible to the closed form
-            tied = next((s * c for c, v in values.items() for s in (1, -1) if _same(v, s * col)), None)
+            tied = next(((c, s) for c, v in values.items() for s in (1, -1) if _same(v, col, s)), None)
             if tied is None:
-                tied = sp.Symbol(f"c_{i}_{j}", positive=(i == j), real=True)
-                values[tied] = col
-            S[i, j] = S[j, i] = tied
-    return S, values
+                tied = (sp.Symbol(f"c_{i}_{j}", positive=(i == j), real=True), 1)
+                values[tied[0]] = col
+            layout[(i, j)] = ("sym",) + tied
+            S[i, j] = S[j, i] = tied[1] * tied[0]
+    return S, values, layout
+
+
+@dataclass(frozen=True)
+class ClosedFormTrace:
+    """How a batch's values were computed in closed form: F over the ``layout`` of the
+    covariance entries (see :func:`_symbolic_cov`); lets a caller replay F on other covariances
+    that have the same layout (the same constant entries and ties)."""
+    F: sp.Expr
+    layout: dict
 
 
 def expect_batch(expr: sp.Expr, gaussians: Sequence[sp.Symbol], covs: np.ndarray, *,
@@ -96,28 +139,32 @@ def _batch(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, exact: bool, budge
     route gives the values."""
     refused = False
     if exact:
-        F, values, refused = _generic_form(expr, gaussians, covs, budget.max_expand_size)
+        F, values, refused, layout = _generic_form(expr, gaussians, covs, budget.max_expand_size)
         if F is not None:
-            return _refused(_closed_form(F, values, expr, gaussians, covs, budget, retry), refused)
+            res = _closed_form(F, values, expr, gaussians, covs, budget, retry)
+            if res.form is not None and not refused:
+                res = replace(res, form=ClosedFormTrace(F, layout))
+            return _refused(res, refused)
     if len(gaussians) <= 3 and not kink_args([expr]) and expr.free_symbols <= set(gaussians):
         res = _tensor_batch(expr, gaussians, covs, budget)
         if res is not None:
-            return _refused(BatchResult(res[0], res[1], ["quadrature"] * len(covs)), refused)
+            return _refused(BatchResult(res[0], res[1], Uniform("quadrature", len(covs))), refused)
     return _refused(_one_by_one(expr, gaussians, covs, exact, budget), refused)
 
 
 def _generic_form(expr: sp.Expr, gaussians: tuple, covs: np.ndarray,
-                  max_expand_size: float) -> tuple[sp.Expr | None, dict, bool]:
+                  max_expand_size: float) -> tuple[sp.Expr | None, dict, bool, dict]:
     """(F, values, refused): E[expr] in closed form as a function F of the covariance entries
     that vary over the batch (``values``: symbol -> its P values), or None if some part of it
-    needs numerics; ``refused``: an expansion beyond ``max_expand_size`` was not attempted."""
-    S, values = _symbolic_cov(covs)
+    needs numerics; ``refused``: an expansion beyond ``max_expand_size`` was not attempted;
+    ``layout``: how the covariance entries were read (:func:`_symbolic_cov`)."""
+    S, values, layout = _symbolic_cov(covs)
     engine = Engine(True, max_expand_size)
     try:
         F = engine.E(expr, Ctx(gaussians, Matrix(S), ()))
     except ValueError:
         F = None
-    return (F if not engine.jobs else None), values, engine.expansion_refused
+    return (F if not engine.jobs else None), values, engine.expansion_refused, layout
 
 
 def _closed_form(F: sp.Expr, values: dict, expr: sp.Expr, gaussians: tuple, covs: np.ndarray,
@@ -126,8 +173,10 @@ def _closed_form(F: sp.Expr, values: dict, expr: sp.Expr, gaussians: tuple, covs
     are redone: as a batch of their own when there are several (once), else one by one."""
     P = len(covs)
     out = np.broadcast_to(evaluate(F, values) if values else float(F.evalf(20)), (P,)).copy()
-    res = BatchResult(out, np.zeros(P), ["exact"] * P)
+    res = BatchResult(out, np.zeros(P), Uniform("exact", P))
     bad = np.nonzero(~np.isfinite(out))[0]
+    if not len(bad):
+        return replace(res, form=ClosedFormTrace(F, {}))       # the caller fills in the layout
     if retry and len(bad) > 1:
         return _fill(res, bad, _batch(expr, gaussians, covs[bad], True, budget, retry=False))
     if len(bad):
@@ -146,10 +195,13 @@ def _one_by_one(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, exact: bool,
 
 def _fill(res: BatchResult, idx: np.ndarray, sub: BatchResult) -> BatchResult:
     """res with its entries idx taken from sub, and sub's budgets and heavy-tail flag added."""
-    values, errors, methods = res.values.copy(), res.errors.copy(), list(res.methods)
+    values, errors = res.values.copy(), res.errors.copy()
     values[idx], errors[idx] = sub.values, sub.errors
-    for k, p in enumerate(idx):
-        methods[p] = sub.methods[k]
+    methods = res.methods
+    if not (isinstance(methods, Uniform) and method_kinds(sub.methods) <= {methods.method}):
+        methods = list(methods)
+        for k, p in enumerate(idx):
+            methods[p] = sub.methods[k]
     return BatchResult(values, errors, methods, tuple(sorted(set(res.budget) | set(sub.budget))),
                        res.heavy_tail or sub.heavy_tail)
 

@@ -38,13 +38,17 @@ class ExecOptions:
     progress bar on stderr when it is a terminal, True always, False never.
     ``block_rows``: rows per block of a blocked matrix (None: chosen from the width).
     ``backend``: the array library, ``numpy`` (default), ``torch``, ``jax`` or ``cupy``
-    (:mod:`.backend`); ``device``: ``cpu`` (default) or ``cuda``."""
+    (:mod:`.backend`); ``device``: ``cpu`` (default) or ``cuda``.  ``scheduler``: None (default:
+    this machine, ``jobs`` processes), a Dask scheduler address (``tcp://host:8786``), ``"local"``
+    (a ``distributed.LocalCluster``) or a ``distributed.Client``: trials (and kernel tiles) run
+    there, one task each, bit-identical to the local run (:mod:`.cluster`; ``jobs`` is then unused)."""
     jobs: int = 1
     blocked: bool | None = None
     progress: bool | None = None
     block_rows: int | None = None
     backend: str = "numpy"
     device: str = "cpu"
+    scheduler: object = None
 
     def given(self, **values: object) -> ExecOptions:
         """These options with the ``values`` that are not :data:`UNSET` put in."""
@@ -68,7 +72,7 @@ def resolve(**values: object) -> ExecOptions:
 
 @contextlib.contextmanager
 def options(**values: object) -> Iterator[ExecOptions]:
-    """Defaults for ``jobs``, ``blocked``, ``progress``, ``backend``, ``device`` (and
+    """Defaults for ``jobs``, ``blocked``, ``progress``, ``backend``, ``device``, ``scheduler`` (and
     ``block_rows``) of every execution inside the block (see the module docstring); blocks
     nest, the inner one wins."""
     unknown = set(values) - NAMES

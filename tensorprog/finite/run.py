@@ -34,7 +34,8 @@ The pipeline, one module per stage; this one is the entry (:func:`execute`,
 * :mod:`.plan`: :func:`plan_run`, the :class:`RunPlan` decided before a trial runs (with
   :mod:`.schedule` and :mod:`.memory`);
 * :mod:`.executor`: :class:`Executor`, the interpreter of a plan, trial by trial (the hot loop);
-* :mod:`.workers` and :mod:`.parallel`: trials in worker processes; :mod:`.progress`: the bars.
+* :mod:`.workers` and :mod:`.parallel`: trials in worker processes; :mod:`.cluster`: trials
+  on a Dask cluster (``scheduler``); :mod:`.progress`: the bars.
 """
 from __future__ import annotations
 
@@ -48,6 +49,7 @@ import numpy as np
 from .. import ir
 from ..errors import TPUsageError
 from .backend import NUMPY
+from .cluster import check_scheduler, map_items
 from .exec_options import UNSET, resolve
 from .executor import Executor
 from .parallel import cpu_count, imap_unordered
@@ -105,7 +107,7 @@ def run_one(ex: Executor, trial: int) -> dict[str, object]:
 def execute(program: ir.Program, n: int, trials: int = 1, seed: int = 0,
             matrix_dist: str | None = None, dtype=np.float64,
             memory_limit: int | None = None, *, jobs=UNSET, blocked=UNSET, progress=UNSET,
-            block_rows=UNSET, backend=UNSET, device=UNSET) -> ExecResult:
+            block_rows=UNSET, backend=UNSET, device=UNSET, scheduler=UNSET) -> ExecResult:
     """Run ``program`` at width ``n`` for ``trials`` independent trials.
 
     ``jobs`` worker processes run trials side by side (0: one per core; capped by the
@@ -114,14 +116,16 @@ def execute(program: ir.Program, n: int, trials: int = 1, seed: int = 0,
     them, False forbids them.  ``progress``: None shows a bar on stderr when it is a
     terminal, True always, False never.  ``backend`` ('numpy', 'torch', 'jax', 'cupy') and
     ``device`` ('cpu', 'cuda'): the array library and where it runs (:mod:`.backend`; a
-    library or device missing is a TPUsageError).  Defaults come from :func:`options`."""
+    library or device missing is a TPUsageError).  ``scheduler``: a Dask scheduler address,
+    ``"local"`` or a ``distributed.Client`` runs the trials there, one task each, bit-identical
+    to the local run (:mod:`.cluster`).  Defaults come from :func:`options`."""
     if isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or trials < 1:
         raise TPUsageError("trials must be at least 1", file=program.file)
     opts = resolve(jobs=jobs, blocked=blocked, progress=progress, block_rows=block_rows, backend=backend,
-                   device=device)
+                   device=device, scheduler=scheduler)
     plan = plan_run(program, n, seed, dtype, matrix_dist, memory_limit, blocked=opts.blocked,
                     block_rows=opts.block_rows, backend=opts.backend, device=opts.device)
-    per_trial = map_trials(plan, run_one, trials, opts.jobs, opts.progress)
+    per_trial = map_trials(plan, run_one, trials, opts.jobs, opts.progress, scheduler=opts.scheduler)
     result = ExecResult(n, trials, seed, dtype=plan.dtype.name, matrix_dist=matrix_dist,
                         blocked=plan.blocked, backend=plan.backend, device=plan.device)
     for o in program.outputs:
@@ -132,13 +136,19 @@ def execute(program: ir.Program, n: int, trials: int = 1, seed: int = 0,
 
 
 def map_trials(plan: RunPlan, func: Callable[[Executor, int], T], trials: int, jobs=1,
-               progress: bool | None = None, desc: str = "trials") -> list[T]:
+               progress: bool | None = None, desc: str = "trials", scheduler: object = None) -> list[T]:
     """``[func(Executor(plan), t) for t in range(trials)]``, with ``jobs`` worker processes (0:
     one per core; capped by the trials and by memory: per-trial peak × jobs ≤ the limit).
     Every worker interprets the same plan, so values are bit-identical to jobs=1; ``func``
     must be picklable where workers are spawned (not forked).  ``progress`` as for
     :func:`execute` (a bar named ``desc``); the first failing trial's error is raised.  On an
-    array backend other than numpy the trials run in this process (one job)."""
+    array backend other than numpy the trials run in this process (one job).  With a
+    ``scheduler`` (:mod:`.cluster`) they run on that Dask cluster instead, one task per trial."""
+    if scheduler is not None:
+        check_scheduler(scheduler)
+        with ProgressBar(trials, progress, desc) as bar:
+            return map_items(scheduler, functools.partial(Executor, plan), func, list(range(trials)),
+                             bar.advance)
     jobs = resolve_jobs(jobs, trials, plan.peak, plan.memory_limit, plan.program.file)
     if plan.backend != NUMPY:
         jobs = 1

@@ -16,7 +16,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import sympy as sp
 
-from ..expect.batch import expect_batch
+from ..expect.batch import ClosedFormTrace, expect_batch, method_kinds
 from ..expect.budget import Budget
 from ..expect.engine import expect
 from .result import METHOD_RANK, LimitValue
@@ -33,6 +33,17 @@ class BatchEstimate:
     exact: None = None
     budget: tuple[str, ...] = ()       # resource limits reached (as Estimate.budget)
     heavy_tail: bool = False
+    trace: ClosedFormTrace | None = None   # every value by one closed form: how (for a replay)
+
+
+@dataclass(frozen=True)
+class Note:
+    """How an estimate of the batch was computed, for :mod:`.replay`: the closed form ``trace``
+    over the covariance of its linear forms, ``cov`` {(i, j): Cᵢⱼ as an expression of batch
+    symbols} for i ≤ j."""
+    trace: ClosedFormTrace
+    cov: Mapping[tuple[int, int], sp.Expr]
+    size: int
 
 
 class Batch:
@@ -46,15 +57,48 @@ class Batch:
             raise ValueError("every batched group needs the same number of items")
         self.P = sizes.pop()
         self.values: dict[sp.Symbol, np.ndarray] = {}
+        # the record of the compile, for a replay on other covariances (:mod:`.replay`)
+        self.sources: dict[sp.Symbol, tuple] = {}        # symbol -> ("input", g, i, j) | ("estimate", k)
+        self.constants: list[tuple[tuple, float]] = []   # (source, value): the batch agreed on it
+        self.notes: dict[int, Note] = {}                 # estimate index -> how it was computed
+        self.replayable = True
 
-    def number(self, array: np.ndarray) -> sp.Expr:
-        """A constant if the batch agrees on it, else a fresh symbol carrying the array."""
-        array = np.broadcast_to(np.asarray(array, dtype=float), (self.P,))
+    def number(self, array: np.ndarray, source: tuple | None = None) -> sp.Expr:
+        """A constant if the batch agrees on it, else a fresh symbol carrying the array.
+        ``source``: where the array comes from (an initial covariance entry is recognised)."""
+        array = np.asarray(array, dtype=float)
+        source = source or self.input_source(array)
+        if source is None:
+            self.replayable = False
+        array = np.broadcast_to(array, (self.P,))
         if np.all(array == array[0]):
+            if source is not None:
+                self.constants.append((source, float(array[0])))
             return sp.Float(float(array[0]))
         sym = sp.Symbol(f"b_{len(self.values)}", real=True)
         self.values[sym] = np.array(array)
+        if source is not None:
+            self.sources[sym] = source
         return sym
+
+    def input_source(self, array: np.ndarray) -> tuple | None:
+        """("input", g, i, j) when ``array`` is the view covs[g][:, i, j], else None."""
+        for g, c in self.covs.items():
+            owner = c if c.base is None else c.base
+            if array.ndim != 1 or array.base is not owner or array.strides != (c.strides[0],) or c.ndim != 3:
+                continue
+            offset, rest = divmod(array.__array_interface__["data"][0] - c.__array_interface__["data"][0], c.itemsize)
+            i, j = divmod(offset, c.shape[2])
+            if not rest and 0 <= i < c.shape[1] and c.strides[1:] == (c.shape[2] * c.itemsize, c.itemsize):
+                return ("input", g, i, j)
+        return None
+
+    def note(self, index: int, est: BatchEstimate, cov: Mapping[tuple[int, int], sp.Expr], size: int) -> None:
+        """Record how estimate ``index`` was computed (a batch that cannot say is not replayable)."""
+        if est.trace is None:
+            self.replayable = False
+        else:
+            self.notes[index] = Note(est.trace, dict(cov), size)
 
     def array(self, expr: sp.Expr) -> float | np.ndarray | None:
         """A number (float) or the batch's array (P,) for an expression of batch symbols; None
@@ -89,7 +133,8 @@ class Batch:
             return self._one_by_one(expr, gauss, covs, coeffs, used_laws, budget)
         res = expect_batch(expr, gauss, covs, budget=budget)
         return BatchEstimate(np.asarray(res.values, float), np.asarray(res.errors, float),
-                             max(set(res.methods), key=METHOD_RANK.__getitem__), None, res.budget, res.heavy_tail)
+                             max(method_kinds(res.methods), key=METHOD_RANK.__getitem__), None, res.budget,
+                             res.heavy_tail, res.form)
 
     def _one_by_one(self, expr: sp.Expr, gauss: Sequence[sp.Symbol], covs: np.ndarray,
                     coeffs: Sequence[sp.Symbol], laws: Mapping, budget: Budget) -> BatchEstimate:
@@ -111,5 +156,8 @@ class Batch:
         the estimates it rests on (plus rounding)."""
         v = np.array(self.eval(value))
         method = max((e.method for e in estimates), key=METHOD_RANK.__getitem__, default="exact")
-        error = sum((np.asarray(e.error) for e in estimates), np.zeros(self.P)) + 4e-16 * np.abs(v)
+        error = np.zeros(self.P)
+        for e in estimates:                     # in place: a scalar at depth rests on many estimates
+            error += e.error
+        error += 4e-16 * np.abs(v)
         return LimitValue(v, error, method, None)

@@ -133,10 +133,11 @@ class Ledger:
         deps.add(index)
         est = self.estimates[index]
         if self.batch:
-            return self.batch.number(est.value)
+            return self.batch.number(est.value, ("estimate", index))
         return est.exact if est.exact is not None and self.symbolic else sp.Float(est.value)
 
     def _expect_batch(self, expr: sp.Expr, where: ir.Eqn) -> int:
+        self.batch.replayable = False          # symbolic covariances: no record for a replay
         gauss = [s for s in sorted(expr.free_symbols, key=sp.default_sort_key)
                  if s not in self.laws and s not in self.batch.values]
         cov = [[self.cov.get((a, b), 0) for b in gauss] for a in gauss]
@@ -166,14 +167,29 @@ class Ledger:
         scale = largest_variance(forms.cov)
         if self.batch:
             covs = np.broadcast_to(forms.cov, (self.batch.P,) + forms.cov.shape[-2:])
-            return self._record(expr, where, lambda: with_rounding(
+            index = self._record(expr, where, lambda: with_rounding(
                 self.batch.expect_covs(forms.expr, forms.coords, covs, laws, self.budget), scale))
+            self.batch.note(index, self.estimates[index], self.form_cov_exprs(forms.weights), len(forms.coords))
+            return index
 
         def drift() -> float:
             spread = max((sum(abs(c) for c in w.values()) ** 2 for w in forms.weights), default=0.0)
             return spread * sum(self.estimates[i].error for i in deps)
         return self._record(expr, where, lambda: with_rounding(self.shapes.expect(
             forms.expr, forms.coords, forms.cov, laws, self.budget, drift), float(scale)))
+
+    def form_cov_exprs(self, weights) -> dict[tuple[int, int], sp.Expr]:
+        """{(i, j): Cov(form i, form j)} for i ≤ j as expressions of the base covariances (batch
+        symbols): Σ_g Σ_h a_ig a_jh Σ_gh, what a replay of the batch evaluates (:mod:`.replay`)."""
+        def coeff(c: float) -> sp.Expr:
+            return sp.Integer(int(c)) if c in (1.0, -1.0) else sp.Float(c)
+        out = {}
+        for i, wi in enumerate(weights):
+            for j in range(i, len(weights)):
+                terms = [coeff(a * b) * self.cov[(g, h)] for g, a in wi.items() for h, b in weights[j].items()
+                         if (g, h) in self.cov and self.cov[(g, h)] != 0]
+                out[(i, j)] = sp.Add(*terms)
+        return out
 
     def _record(self, expr: sp.Expr, where: ir.Eqn, compute: Callable[[], Estimate]) -> int:
         """Run ``compute()`` (an expectation), check it against the hypotheses and budgets, and

@@ -30,6 +30,7 @@ from typing import Callable, Iterable, Sequence, Union
 import numpy as np
 
 from ..errors import TPUsageError
+from ..finite.cluster import client_for
 from ..finite.exec_options import UNSET, Unset, resolve
 from ..finite.plan import plan_run
 from ..finite.progress import ProgressBar
@@ -174,14 +175,18 @@ def _slope(widths: Sequence[int], ys: Sequence[float], y_errors: Sequence[float]
 
 def converge(program, widths: Sequence[int], trials: int = 8, seed: int = 0,
              matrix_dist: str | None = None, dtype="float64", progress: Progress = UNSET,
-             limit=None, memory_limit: int | None = None, *, backend=UNSET, device=UNSET) -> ConvergeResult:
+             limit=None, memory_limit: int | None = None, *, backend=UNSET, device=UNSET,
+             scheduler=UNSET) -> ConvergeResult:
     """Execute ``program`` (a ``tensorprog.Program``) at each width and compare with its limit.
 
     ``progress``: a bar over the widths on stderr (None: when it is a terminal; True: always;
     False: never; default: the ``tensorprog.finite.options`` setting), or a callable
     ``(width, trials, seconds)`` called after each width instead.  ``limit`` may be passed to
     reuse a ``Limit`` already computed (it is otherwise compiled here, with the matrix laws
-    swapped to ``matrix_dist`` so that the warnings name the hypotheses left)."""
+    swapped to ``matrix_dist`` so that the warnings name the hypotheses left).  ``scheduler``
+    (a Dask scheduler address, ``"local"`` or a ``distributed.Client``; default: the
+    ``tensorprog.finite.options`` setting) runs every width's trials on that cluster, one task
+    per trial, bit-identical to the local run."""
     widths = check_widths(widths)
     if isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or trials < 1:
         raise TPUsageError(f"trials must be an integer at least 1, not {trials!r}")
@@ -193,9 +198,11 @@ def converge(program, widths: Sequence[int], trials: int = 8, seed: int = 0,
     except TypeError:
         raise TPUsageError(f"dtype must be float64 or float32, not {dtype!r}", file=file) from None
     # fail fast, before the small widths run: the law, the dtype and the memory of the largest width
-    opts = resolve(backend=backend, device=device)       # backend, device: as for execute
+    opts = resolve(backend=backend, device=device, scheduler=scheduler)   # as for execute
     plan_run(program.ir, widths[-1], 0, dtype, matrix_dist, memory_limit, blocked=opts.blocked,
              block_rows=opts.block_rows, backend=opts.backend, device=opts.device)
+    if opts.scheduler is not None:
+        client_for(opts.scheduler)                        # an unreachable scheduler: fail now
     if limit is None:
         from ..limit.compiler import compile_program
         from ..limit.matrix_laws import with_matrix_family
@@ -215,7 +222,7 @@ def converge(program, widths: Sequence[int], trials: int = 8, seed: int = 0,
             start = time.perf_counter()
             runs.append(program.execute(n=w, trials=int(trials), seed=s, matrix_dist=matrix_dist,
                                         dtype=dtype, memory_limit=memory_limit, backend=opts.backend,
-                                        device=opts.device))
+                                        device=opts.device, scheduler=opts.scheduler))
             seconds.append(time.perf_counter() - start)
             seeds.append(s)
             bar.advance()

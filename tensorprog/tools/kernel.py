@@ -1,17 +1,20 @@
 """Kernels over datasets: one template program, all N(N+1)/2 input pairs at once.
 
 A template is written for two inputs whose first-layer preactivations are jointly
-Gaussian with covariance s·[[q11, q12], [q12, q22]] (declared params q11, q12, q22;
-s a constant such as the first layer's weight variance).  For data X (N × d),
-q = X Xᵀ / d fills those entries for every pair i ≤ j:
+Gaussian with covariance s·[[q11, q12], [q12, q22]] + b (declared params q11, q12, q22;
+s a constant such as the first layer's weight variance, b a first-layer bias's variance).
+For data X (N × d), q = X Xᵀ / d fills those entries for every pair i ≤ j:
   * the limit: the compiled recurrence in batch mode (each expectation once, vectorized
-    over pairs: closed forms evaluated on arrays, or one shared quadrature grid);
+    over pairs: closed forms evaluated on arrays, or one shared quadrature grid); where every
+    expectation has a closed form, the batch compile is recorded once per template on a few
+    pairs and replayed as one numpy tape over all of them (:mod:`..limit.replay`);
   * finite width n: one network (the same matrices) applied to all N inputs, the pairs
     as columns of (n, P) arrays, so each layer is one GEMM per chunk of pairs.
 """
 from __future__ import annotations
 
 import functools
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,10 +29,13 @@ from ..finite.exec_options import UNSET, resolve
 from ..finite.executor import Executor
 from ..finite.plan import plan_run
 from ..finite.run import map_trials
+from ..limit.replay import record
 from ..limit.symbolic_params import relower
+from .tiles import (TILE_PAIRS, LimitSpec, gram, inputs_array, is_directory, large_summary, limit_tiles,
+                    write_finite)
 
 Q_NAMES = ("q11", "q12", "q22")
-PROBES = ((1.3, 0.37, 0.9), (0.7, -0.21, 1.6))
+PROBES = ((1.3, 0.37, 0.9), (0.7, -0.21, 1.6), (2.25, 1.1, 0.6))
 
 
 @dataclass
@@ -55,8 +61,12 @@ class KernelResult:
         rows = {}
         for name, k in self.outputs.items():
             N = k.mean.shape[0]
-            off = k.mean[~np.eye(N, dtype=bool)]
             spread = k.error if k.error is not None else (k.std / np.sqrt(max(self.trials, 1)))
+            if isinstance(k.mean, np.memmap):          # out of core: band by band
+                diag, offdiag, top = large_summary(k.mean, spread)
+                rows[name] = {"diag_mean": diag, "offdiag_mean": offdiag, "method": k.method, "max_error": top}
+                continue
+            off = k.mean[~np.eye(N, dtype=bool)]
             rows[name] = {"diag_mean": float(np.mean(np.diag(k.mean))),
                           "offdiag_mean": float(off.mean()) if off.size else float("nan"),
                           "method": k.method, "max_error": float(np.max(spread))}
@@ -93,33 +103,77 @@ def load_inputs(path: str) -> np.ndarray:
 
 
 def template(program: ir.Program, params: dict | None = None) -> tuple[ir.Program, int, float]:
-    """(IR, index of the input group, scale s): where q11, q12, q22 enter the program."""
+    """(IR, index of the input group, scale s) of a template whose q enters as s·q (no shift b):
+    :func:`affine_template` with b = 0 required."""
+    tmpl, g, s, b = affine_template(program, params)
+    if b != 0:
+        raise TPUsageError("this template shifts the covariance (s·q + b, a first-layer bias): "
+                           "use affine_template", file=program.file)
+    return tmpl, g, s
+
+
+def affine_template(program: ir.Program, params: dict | None = None) -> tuple[ir.Program, int, float, float]:
+    """(IR, index of the input group, scale s, shift b): q11, q12, q22 enter the program only as the
+    covariance s·[[q11, q12], [q12, q22]] + b of one pair of initial vectors (b: a first-layer bias's
+    variance, added to every entry).  Found by unrolling the template at the probe values of q: the
+    IR must not move, and the pair's covariance must be that affine function at every probe."""
     params = {k: v for k, v in (params or program.params).items() if k not in Q_NAMES}
     missing = [q for q in Q_NAMES if q not in program.params]
     if missing:
         raise TPUsageError(f"a kernel template declares params q11, q12, q22 (missing: {', '.join(missing)})",
                            file=program.file)
+    try:
+        key = hash((program.source, program.file, str(program.base_dir), tuple(sorted(params.items()))))
+    except TypeError:
+        key = None
+    if key is not None and key in TEMPLATES:
+        return TEMPLATES[key]
+    found = _affine_template(program, params)
+    if key is not None:
+        TEMPLATES[key] = found
+        while len(TEMPLATES) > MAX_REPLAYS:
+            TEMPLATES.popitem(last=False)
+    return found
+
+
+def _affine_template(program: ir.Program, params: dict) -> tuple[ir.Program, int, float, float]:
+    """:func:`affine_template` without its cache."""
     probes = [relower(program, {**params, **dict(zip(Q_NAMES, p))}) for p in PROBES]
     for g, group in enumerate(probes[0].groups):
-        cov = group.dist.cov
-        if cov is None or len(group.members) != 2:
+        if group.dist.cov is None or len(group.members) != 2:
             continue
-        s = cov[0][0] / PROBES[0][0]
-        fits = all(np.allclose(pr.groups[g].dist.cov, s * np.array([[p[0], p[1]], [p[1], p[2]]]), rtol=1e-12)
+        s, b = affine_fit([np.array(pr.groups[g].dist.cov, dtype=float) for pr in probes])
+        fits = all(np.allclose(pr.groups[g].dist.cov, first_layer_cov(s, b, *p), rtol=1e-12, atol=1e-14 * abs(b))
                    for pr, p in zip(probes, PROBES))
-        same = probes[0].eqns == probes[1].eqns and all(
-            a == b for k, (a, b) in enumerate(zip(probes[0].groups, probes[1].groups)) if k != g)
+        same = all(probes[0].eqns == pr.eqns and all(a == c for k, (a, c) in enumerate(zip(probes[0].groups, pr.groups))
+                                                     if k != g) for pr in probes[1:])
         if fits and same:
-            return probes[0], g, float(s)
+            return probes[0], g, s, b
     raise TPUsageError("q11, q12, q22 must enter the template only as the covariance "
-                       "s·[[q11, q12], [q12, q22]] of one pair of initial vectors", file=program.file)
+                       "s·[[q11, q12], [q12, q22]] + b of one pair of initial vectors", file=program.file)
+
+
+def affine_fit(covs: list[np.ndarray]) -> tuple[float, float]:
+    """(s, b) with C₁₁ = s·q11 + b at the first two probes; b below rounding is 0, and then
+    s = C₁₁/q11 at the first probe (exactly the template's own product when it is s·q)."""
+    (p, _, _), (r, _, _) = PROBES[0], PROBES[1]
+    s = (covs[0][0, 0] - covs[1][0, 0]) / (p - r)
+    b = covs[0][0, 0] - s * p
+    if abs(b) <= 1e-13 * max(abs(covs[0][0, 0]), abs(covs[1][0, 0])):
+        return float(covs[0][0, 0] / p), 0.0
+    return float(s), float(b)
+
+
+def first_layer_cov(s: float, b: float, q11, q12, q22) -> np.ndarray:
+    """s·[[q11, q12], [q12, q22]] + b, stacked on the last two axes (q's may be arrays (P,))."""
+    return np.stack([np.stack([s * q11 + b, s * q12 + b], -1), np.stack([s * q12 + b, s * q22 + b], -1)], -2)
 
 
 def _pairs(X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     X = np.asarray(X, dtype=float)
     if X.ndim != 2 or X.shape[0] < 1 or not np.all(np.isfinite(X)):
         raise TPUsageError("the inputs must be a finite array of shape (N, d)")
-    q = X @ X.T / X.shape[1]
+    q = gram(X)                      # summed in a fixed order: the bits of every tile (tiles.gram_pairs)
     i, j = np.triu_indices(X.shape[0])
     return q, i, j
 
@@ -132,55 +186,131 @@ def _symmetric(values: np.ndarray, i: np.ndarray, j: np.ndarray, N: int) -> np.n
 
 
 def limit_kernel(program: ir.Program, X: np.ndarray, tol: float = DEFAULT.tol, params: dict | None = None) -> KernelResult:
-    """The infinite-width kernels, vectorized over all pairs."""
-    tmpl, g, s = template(program, params)
+    """The infinite-width kernels, vectorized over all pairs: per singularity class, the batch
+    compile's replay (:mod:`..limit.replay`, recorded once per template and class on a few of
+    its pairs), or the batch compile itself where a replay does not hold."""
+    tmpl, g, s, b = affine_template(program, params)
     q, i, j = _pairs(X)
     N = q.shape[0]
     values = {o.name: np.empty(len(i)) for o in tmpl.outputs}
     errors = {o.name: np.empty(len(i)) for o in tmpl.outputs}
     methods: dict[str, set[str]] = {o.name: set() for o in tmpl.outputs}
     warnings: list[str] = []
-    for part in _singularity_classes(q, i, j):
-        a, b = i[part], j[part]
-        covs = s * np.stack([np.stack([q[a, a], q[a, b]], -1), np.stack([q[a, b], q[b, b]], -1)], -2)
-        lim = compile_program(tmpl, budget=Budget(tol=tol), batch_covs={g: covs}).limit()
-        for name, v in lim.outputs.items():
-            values[name][part] = v.value
-            errors[name][part] = v.error
-            methods[name].add(v.method)
-        warnings += [w for w in lim.warnings if w not in warnings]
+    for kind, part in _singularity_classes(q, i, j):
+        index = {(g, 0, 0): (i, i), (g, 0, 1): (i, j), (g, 1, 1): (j, j)}
+
+        def entries(key: tuple[int, int, int], items: slice, part=part, index=index) -> np.ndarray:
+            rows, cols = index[key]
+            pairs = part[items]
+            return s * q.ravel().take(rows.take(pairs) * N + cols.take(pairs)) + b
+        got = _replayed(tmpl, g, entries, len(part), (values, errors, part), tol, kind)
+        if got is None:
+            every = slice(None)
+            covs = first_layer_cov(1.0, 0.0, *(entries((g, r, c), every) for r, c in ((0, 0), (0, 1), (1, 1))))
+            lim = compile_program(tmpl, budget=Budget(tol=tol), batch_covs={g: covs}).limit()
+            for name, v in lim.outputs.items():
+                values[name][part], errors[name][part] = v.value, v.error
+            got = ({name: v.method for name, v in lim.outputs.items()}, lim.warnings)
+            del covs, lim
+        for name in values:
+            methods[name].add(got[0][name])
+        warnings += [w for w in got[1] if w not in warnings]
+        del got, entries, index, part
+    del q, i, j                                  # before the N×N outputs are built
     rank = {"exact": 0, "quadrature": 1, "qmc": 2}
-    outputs = {name: KernelMatrix(_symmetric(values[name], i, j, N), error=_symmetric(errors[name], i, j, N),
-                                  method=max(methods[name], key=rank.__getitem__)) for name in values}
+    outputs = {}
+    for name in list(values):
+        outputs[name] = KernelMatrix(_upper_to_symmetric(values.pop(name), N),
+                                     error=_upper_to_symmetric(errors.pop(name), N),
+                                     method=max(methods[name], key=rank.__getitem__))
     return KernelResult(outputs, None, warnings=warnings)
 
 
-def _singularity_classes(q: np.ndarray, i: np.ndarray, j: np.ndarray) -> list[np.ndarray]:
+def _upper_to_symmetric(values: np.ndarray, N: int) -> np.ndarray:
+    """The symmetric N×N matrix whose upper triangle, row by row (np.triu_indices order), is
+    ``values``: row slices instead of a scatter of N(N+1)/2 indices."""
+    K = np.empty((N, N))
+    start = 0
+    for r in range(N):
+        row = values[start:start + N - r]
+        K[r, r:] = row
+        K[r:, r] = row
+        start += N - r
+    return K
+
+
+#: replays of batch compiles by (template IR, input group, tol, singularity class); None: not replayable
+REPLAYS: OrderedDict = OrderedDict()
+#: affine_template's findings by (source, file, params)
+TEMPLATES: OrderedDict = OrderedDict()
+MAX_REPLAYS = 32
+#: pairs of a class on which a replay is recorded (spread over the class)
+RECORD_PAIRS = 48
+
+
+def _replayed(tmpl: ir.Program, g: int, entries, P: int, out: tuple, tol: float, kind: str) -> tuple | None:
+    """(methods, warnings) of one class of P pairs, its values and errors written into ``out``
+    (values, errors, where) by a replay; None: not replayable (compile it).  ``entries(key, items)``:
+    the first-layer covariance entry key = (g, i, j), i ≤ j, of the class's items."""
+    try:
+        key = hash((tmpl.eqns, tmpl.groups, tmpl.outputs, g, tol, kind))
+    except TypeError:
+        key = None
+    names = tuple(o.name for o in tmpl.outputs)
+    entry = REPLAYS.get(key, False) if key is not None else False
+    if entry is None:
+        return None
+    if entry and entry[0].run(entries, P, out) is not None:
+        REPLAYS.move_to_end(key)
+        return {n: "exact" for n in names}, entry[1]
+    entry = _record(tmpl, g, entries, P, tol, names)
+    if key is not None:
+        REPLAYS[key] = entry
+        while len(REPLAYS) > MAX_REPLAYS:
+            REPLAYS.popitem(last=False)
+    if entry and entry[0].run(entries, P, out) is not None:
+        return {n: "exact" for n in names}, entry[1]
+    return None
+
+
+def _record(tmpl: ir.Program, g: int, entries, P: int, tol: float, names: tuple[str, ...]) -> tuple | None:
+    """(Replay, warnings) recorded by a batch compile on RECORD_PAIRS pairs spread over the class."""
+    pick = np.unique(np.linspace(0, P - 1, min(P, RECORD_PAIRS)).round().astype(int))
+    covs = first_layer_cov(1.0, 0.0, *(entries((g, i, j), pick) for i, j in ((0, 0), (0, 1), (1, 1))))
+    compiled = compile_program(tmpl, budget=Budget(tol=tol), batch_covs={g: covs})
+    replay = record(compiled, names)
+    return None if replay is None else (replay, list(compiled.limit().warnings))
+
+
+def _singularity_classes(q: np.ndarray, i: np.ndarray, j: np.ndarray) -> list[tuple[str, np.ndarray]]:
     """Pairs split into x ≡ y, x ≡ −y and the rest: each class is compiled as its own batch,
     so the exact singular structure (a correlation of exactly ±1) reaches the closed forms."""
     norm = np.sqrt(q[i, i] * q[j, j])
     r = np.divide(q[i, j], norm, out=np.zeros_like(norm), where=norm > 0)
     same, opposite = (r >= 1 - 1e-12) | (i == j), r <= -1 + 1e-12
     rest = ~(same | opposite)
-    return [np.nonzero(m)[0] for m in (same, opposite, rest) if m.any()]
+    return [(kind, np.nonzero(m)[0]) for kind, m in (("same", same), ("opposite", opposite), ("rest", rest)) if m.any()]
 
 
 def finite_kernel(program: ir.Program, X: np.ndarray, n: int, trials: int = 1, seed: int = 0,
                   matrix_dist: str | None = None, dtype=np.float64, params: dict | None = None,
-                  max_elements: int = 1 << 22, jobs=UNSET, backend=UNSET, device=UNSET) -> KernelResult:
+                  max_elements: int = 1 << 22, jobs=UNSET, backend=UNSET, device=UNSET,
+                  scheduler=UNSET) -> KernelResult:
     """Empirical kernels of width-n networks: the same matrices for every input of a trial.
     ``jobs`` worker processes run the trials (default: the ``tensorprog.finite.options`` setting,
-    else 1); the values are bit-identical to one process.  ``blocked`` and ``progress`` (a bar
-    over the trials) come from ``tensorprog.finite.options``."""
+    else 1); the values are bit-identical to one process.  ``scheduler`` (a Dask address,
+    ``"local"`` or a Client) runs them on that cluster instead, one task per trial, bit-identical
+    too.  ``blocked`` and ``progress`` (a bar over the trials) come from ``tensorprog.finite.options``."""
     tmpl, g, s = template(program, params)
     q, i, j = _pairs(X)
     N = q.shape[0]
-    opts = resolve(jobs=jobs, backend=backend, device=device)     # backend, device: as for execute
+    opts = resolve(jobs=jobs, backend=backend, device=device, scheduler=scheduler)   # as for execute
     plan = plan_run(tmpl, n, seed, dtype, matrix_dist, blocked=opts.blocked, block_rows=opts.block_rows,
                     backend=opts.backend, device=opts.device)
     trial = functools.partial(_kernel_trial, g=g, factor=D.psd_factor(s * q), i=i, j=j, N=N,
                               chunk=max(1, max_elements // n))
-    runs = map_trials(plan, trial, trials, opts.jobs, opts.progress, desc="kernel trials")
+    runs = map_trials(plan, trial, trials, opts.jobs, opts.progress, desc="kernel trials",
+                      scheduler=opts.scheduler)
     outputs = {}
     for o in tmpl.outputs:
         mats = [run[o.name] for run in runs]
@@ -206,16 +336,49 @@ def _kernel_trial(ex: Executor, t: int, *, g: int, factor: np.ndarray, i: np.nda
 
 
 def kernel(program, X, *, n: int | None = None, trials: int = 1, seed: int = 0,
-           matrix_dist: str | None = None, dtype=np.float64, tol: float = DEFAULT.tol, **params) -> KernelResult:
-    """N×N kernels of a template over data X: the limit (n=None) or finite width n."""
+           matrix_dist: str | None = None, dtype=np.float64, tol: float = DEFAULT.tol, out=None,
+           tile_pairs: int = TILE_PAIRS, scheduler=UNSET, **params) -> KernelResult:
+    """N×N kernels of a template over data X: the limit (n=None) or finite width n.
+
+    ``out``: a directory (a path ending in '/', or an existing directory) to write every output
+    to as ``out/NAME.npy`` (and ``NAME_error.npy``; ``NAME_std.npy`` at finite width); in the
+    limit they are filled tile by tile (``tile_pairs`` pairs at most) through memory maps, so
+    memory is bounded by a tile, and a rerun resumes an interrupted run (:mod:`.tiles`); the
+    result then holds read-only memory maps.  ``scheduler`` (default: the
+    ``tensorprog.finite.options`` setting): a Dask scheduler address, ``"local"`` or a
+    ``distributed.Client``; the limit's tiles, or the finite-width trials, run there.  At finite
+    width the kernels are computed in memory (one N×N input factor per trial) and then written."""
     from ..program import Program, load
     if isinstance(program, (str, Path)):
         program = load(program, **params)
     base = program.ir if isinstance(program, Program) else program
     merged = {**base.params, **params}
+    if out is not None and not is_directory(out):
+        raise TPUsageError(f"out: {out} is not a directory (end it with '/'); for one .npz file "
+                           "call .save(path) on the result")
+    sched = resolve(scheduler=scheduler).scheduler
     if n is None:
         if matrix_dist:
             from ..limit.matrix_laws import with_matrix_family
             base = with_matrix_family(base, matrix_dist)
-        return limit_kernel(base, X, tol=tol, params=merged)
-    return finite_kernel(base, X, n, trials, seed, matrix_dist, dtype, params=merged)
+        if out is None and sched is None:
+            return limit_kernel(base, X, tol=tol, params=merged)
+        return tiled_limit_kernel(base, X, tol, merged, out, tile_pairs, sched)
+    result = finite_kernel(base, X, n, trials, seed, matrix_dist, dtype, params=merged, scheduler=sched)
+    if out is not None:
+        write_finite(out, {k: m.mean for k, m in result.outputs.items()},
+                     {k: m.std for k, m in result.outputs.items()})
+    return result
+
+
+def tiled_limit_kernel(program: ir.Program, X: np.ndarray, tol: float, params: dict, out,
+                       tile_pairs: int, scheduler) -> KernelResult:
+    """:func:`limit_kernel` tile by tile (:func:`.tiles.limit_tiles`): into ``out`` (a directory)
+    or memory, locally or on ``scheduler``; bit-identical to it where the forms are closed."""
+    tmpl, g, s, b = affine_template(program, params)
+    X = inputs_array(X)
+    spec = LimitSpec(tmpl, g, s, b, X, tol)
+    got = limit_tiles(spec, out, tile_pairs, scheduler, resolve().progress)
+    outputs = {name: KernelMatrix(got.values[name], error=got.errors[name], method=got.methods[name])
+               for name in got.values}
+    return KernelResult(outputs, None, warnings=list(got.warnings))
