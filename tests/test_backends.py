@@ -50,17 +50,7 @@ CPU = [pytest.param("numpy"), pytest.param("array_api_strict", marks=pytest.mark
 GPU = [pytest.param("torch", marks=pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device"))]
 REAL = [p for p in CPU if p.values[0] in ("jax", "torch")]
 
-CASES = [
-    # (program, params, outputs to check, O(1/n) allowance constant): those of test_consistency.py
-    ("programs/relu_nngp.tp", {}, ["kxy", "kxx"], 2.0),                 # forward
-    ("programs/sgd_two_layer.tp", {}, ["f1"], 4.0),                     # backward, Ż term
-    ("programs/wigner_moments.tp", {}, ["m2", "m4", "m6"], 20.0),        # random matrices
-    ("programs/marchenko_pastur.tp", {}, ["w1", "w2", "w3"], 10.0),     # rectangular, Ż
-    ("programs/initial_moments.tp", {}, ["u4", "l4", "g_phi"], 2.0),    # non-Gaussian vectors
-    ("programs/batchnorm_relu.tp", {}, ["q", "k12", "next12"], 2.0),    # batchnorm
-    ("tests/data/resnet_tanh_depth4.tp", {}, ["kxy", "txy"], 4.0),      # residual (linear forms)
-    ("programs/transformer_preln.tp", {"T": 2, "L": 1}, ["k12", "k11"], 4.0),   # layer norm, attention
-]
+from test_consistency import CASES      # noqa: E402  the same programs, outputs and allowances
 TRIALS = 12
 _LIMITS: dict[str, object] = {}
 
