@@ -77,7 +77,7 @@ CASES = [
     ("vector-matmul", VW + "out o = mean(v @ W)", tp.TPTypeError, 3, 14, "left side of '@' must be a matrix"),
     ("matrix-plus-vector", VW + "out o = mean(W + v)", tp.TPTypeError, 3, 14, "a matrix used as a value"),
     ("matrix-in-builtin", VW + "out o = mean(tanh(W))", tp.TPTypeError, 3, 19, "a matrix used as a value"),
-    ("scaled-matrix", VW + "out o = mean(2 * W @ v)", tp.TPTypeError, 3, 18, "a matrix used as a value"),
+    ("vector-times-matrix", VW + "out o = mean(v * W @ v)", tp.TPTypeError, 3, 18, "a matrix used as a value"),
     ("matrix-to-def", VW + "def f(a) = a\nout o = mean(f(W))", tp.TPTypeError, 4, 16, "takes scalars or vectors"),
     ("vector-output", V + "out v2 = v", tp.TPTypeError, 2, 10, "output must be a scalar"),
     ("vector-output-by-name", V + "out v", tp.TPTypeError, 2, 1, "output must be a scalar"),

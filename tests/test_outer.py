@@ -108,11 +108,12 @@ out d = mean((W @ tanh(x) - W0 @ tanh(x)) ** 2)
     (HEAD + "dim m = 0.5\nvector z : m ~ normal()\nA = W + outer(z, h)\n", tp.TPTypeError, 6, 5, "different shapes"),
     (HEAD + "A = outer(g, mean(h))\n", tp.TPTypeError, 4, 14, "two vectors"),
     (HEAD + "A = W * W\n", tp.TPTypeError, 4, 5, "multiply or divide by scalars"),
-    (HEAD + "A = W * g\n", tp.TPTypeError, 4, 5, "multiply or divide by scalars"),
+    (HEAD + "A = W * g\n", tp.TPTypeError, 4, 5, "a matrix used as a value"),
     (HEAD + "A = W - outer(g, h)\nout q = mean(A)\n", tp.TPTypeError, 5, 9, r"mean\(\) needs a vector"),
     (HEAD + "A = W - outer(g, h)\nz = A @ mean(x)\n", tp.TPTypeError, 5, 9, "must be a vector"),
     (HEAD + "def f(a) = outer(a, a)\nz = f(g)\n", tp.TPTypeError, 4, 12, r"outer\(\) is not allowed"),
-    (HEAD + "A = W - outer(g, h)\nz = A + x\n", tp.TPTypeError, 5, 5, "multiply or divide by scalars"),
+    (HEAD + "A = W - outer(g, h)\nz = A + x\n", tp.TPTypeError, 5, 5, "a matrix used as a value"),
+    (HEAD + "A = W / W\n", tp.TPTypeError, 4, 5, "multiply or divide by scalars"),
 ])
 def test_bad_uses_are_located_errors(text, cls, line, col, message):
     with pytest.raises(cls, match=message) as err:

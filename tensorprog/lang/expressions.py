@@ -173,6 +173,8 @@ class Expressions:
         if node.op in ("+", "-") and both:
             return self.matrices.add(node, lhs, rhs, 1.0 if node.op == "+" else -1.0)
         matrix, other = (lhs, rhs) if isinstance(lhs, MATRICES) else (rhs, lhs)
+        if isinstance(other, RExpr) and other.kind == "vector":         # W + v, v * W: not a product
+            raise located(TPTypeError, node.lhs if matrix is lhs else node.rhs, "a matrix used as a value (write W @ v)")
         scalar = not both and (isinstance(other, float) or isinstance(other, RExpr) and other.kind == "scalar")
         if node.op == "*" and scalar:
             return self.matrices.scale(node, other, matrix)
