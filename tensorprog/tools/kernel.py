@@ -32,7 +32,7 @@ from ..finite.run import map_trials
 from ..limit.replay import record
 from ..limit.symbolic_params import relower
 from .tiles import (TILE_PAIRS, LimitSpec, gram, inputs_array, is_directory, large_summary, limit_tiles,
-                    write_finite)
+                    singularity_classes, write_finite)
 
 Q_NAMES = ("q11", "q12", "q22")
 PROBES = ((1.3, 0.37, 0.9), (0.7, -0.21, 1.6), (2.25, 1.1, 0.6))
@@ -196,7 +196,7 @@ def limit_kernel(program: ir.Program, X: np.ndarray, tol: float = DEFAULT.tol, p
     errors = {o.name: np.empty(len(i)) for o in tmpl.outputs}
     methods: dict[str, set[str]] = {o.name: set() for o in tmpl.outputs}
     warnings: list[str] = []
-    for kind, part in _singularity_classes(q, i, j):
+    for kind, part in singularity_classes(q[i, i], q[j, j], q[i, j], i, j):
         index = {(g, 0, 0): (i, i), (g, 0, 1): (i, j), (g, 1, 1): (j, j)}
 
         def entries(key: tuple[int, int, int], items: slice, part=part, index=index) -> np.ndarray:
@@ -280,16 +280,6 @@ def _record(tmpl: ir.Program, g: int, entries, P: int, tol: float, names: tuple[
     compiled = compile_program(tmpl, budget=Budget(tol=tol), batch_covs={g: covs})
     replay = record(compiled, names)
     return None if replay is None else (replay, list(compiled.limit().warnings))
-
-
-def _singularity_classes(q: np.ndarray, i: np.ndarray, j: np.ndarray) -> list[tuple[str, np.ndarray]]:
-    """Pairs split into x ≡ y, x ≡ −y and the rest: each class is compiled as its own batch,
-    so the exact singular structure (a correlation of exactly ±1) reaches the closed forms."""
-    norm = np.sqrt(q[i, i] * q[j, j])
-    r = np.divide(q[i, j], norm, out=np.zeros_like(norm), where=norm > 0)
-    same, opposite = (r >= 1 - 1e-12) | (i == j), r <= -1 + 1e-12
-    rest = ~(same | opposite)
-    return [(kind, np.nonzero(m)[0]) for kind, m in (("same", same), ("opposite", opposite), ("rest", rest)) if m.any()]
 
 
 def finite_kernel(program: ir.Program, X: np.ndarray, n: int, trials: int = 1, seed: int = 0,

@@ -129,7 +129,7 @@ def limit_tile(spec: LimitSpec, rows: tuple[int, int]) -> TileValues:
     errors = {name: np.empty(len(i)) for name in names}
     methods: dict[str, set[str]] = {name: set() for name in names}
     warnings: list[str] = []
-    for part in singularity_classes(qii, qjj, qij, i, j):
+    for _, part in singularity_classes(qii, qjj, qij, i, j):
         s, b = spec.scale, spec.shift
         covs = np.stack([np.stack([s * qii[part] + b, s * qij[part] + b], -1),
                          np.stack([s * qij[part] + b, s * qjj[part] + b], -1)], -2)
@@ -144,13 +144,16 @@ def limit_tile(spec: LimitSpec, rows: tuple[int, int]) -> TileValues:
 
 
 def singularity_classes(qii: np.ndarray, qjj: np.ndarray, qij: np.ndarray, i: np.ndarray,
-                        j: np.ndarray) -> list[np.ndarray]:
-    """Pairs split into x ≡ y (correlation ≥ 1 − 1e-12, or i = j), x ≡ −y and the rest."""
+                        j: np.ndarray) -> list[tuple[str, np.ndarray]]:
+    """Pairs split into x ≡ y (correlation ≥ 1 − 1e-12, or i = j), x ≡ −y and the rest, as (kind,
+    indices): each class is compiled as its own batch, so the exact singular structure (a
+    correlation of exactly ±1) reaches the closed forms."""
     norm = np.sqrt(qii * qjj)
     r = np.divide(qij, norm, out=np.zeros_like(norm), where=norm > 0)
     same, opposite = (r >= 1 - 1e-12) | (i == j), r <= -1 + 1e-12
     rest = ~(same | opposite)
-    return [np.nonzero(m)[0] for m in (same, opposite, rest) if m.any()]
+    return [(kind, np.nonzero(m)[0]) for kind, m in (("same", same), ("opposite", opposite), ("rest", rest))
+            if m.any()]
 
 
 def upper_block(values: np.ndarray, rows: tuple[int, int], N: int) -> np.ndarray:
