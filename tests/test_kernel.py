@@ -175,25 +175,27 @@ def test_template_q_must_enter_affinely(tmp_path):
 
 # ---- the replay of a recorded batch compile (tensorprog.limit.replay) ---------------------------------------
 def test_replay_agrees_with_the_batch_compile(data, monkeypatch):
-    from tensorprog.tools import kernel as kmod
-    kmod.REPLAYS.clear()
+    from tensorprog.limit.replay_store import ReplayStore
+    from tensorprog.tools import pairs as pmod
+    monkeypatch.setattr(pmod, "STORE", ReplayStore(None))
+    pmod.REPLAYS.clear()
     fast = tp.kernel(TEMPLATE, data, L=4, b1=0.1)
-    assert any(v is not None for v in kmod.REPLAYS.values())
-    monkeypatch.setattr(kmod, "record", lambda compiled, names: None)      # the batch compile itself
-    kmod.REPLAYS.clear()
+    assert any(v is not None for v in pmod.REPLAYS.values())
+    monkeypatch.setattr(pmod, "record", lambda compiled, names: None)      # the batch compile itself
+    pmod.REPLAYS.clear()
     slow = tp.kernel(TEMPLATE, data, L=4, b1=0.1)
     for name in ("nngp", "ntk"):
         assert np.max(np.abs(fast.outputs[name].mean - slow.outputs[name].mean)) < 1e-13
         assert np.allclose(fast.outputs[name].error, slow.outputs[name].error, rtol=1e-6, atol=0)
         assert fast.outputs[name].method == slow.outputs[name].method == "exact"
-    kmod.REPLAYS.clear()
+    pmod.REPLAYS.clear()
 
 
 def test_replay_rechecks_what_its_record_took_as_constant(data):
     """A record made on inputs of equal norms (q11 = q22 = 1: constants of the compile) does not hold
     for other inputs: it is recorded again, and the kernels stay right."""
-    from tensorprog.tools import kernel as kmod
-    kmod.REPLAYS.clear()
+    from tensorprog.tools import pairs as pmod
+    pmod.REPLAYS.clear()
     unit = data / np.linalg.norm(data, axis=1, keepdims=True) * np.sqrt(data.shape[1])
     unit[5] = -unit[2]
     for X in (unit, data, unit):
@@ -201,7 +203,7 @@ def test_replay_rechecks_what_its_record_took_as_constant(data):
         nngp, ntk = relu_nngp_ntk(X @ X.T / X.shape[1], 4, 2.0, 1.0)
         assert np.max(np.abs(K.outputs["nngp"].mean - nngp)) < 1e-12
         assert np.max(np.abs(K.outputs["ntk"].mean - ntk)) < 1e-11
-    kmod.REPLAYS.clear()
+    pmod.REPLAYS.clear()
 
 
 def test_kernel_memory_does_not_grow_across_calls():

@@ -4,76 +4,57 @@ A batch compile (:mod:`.batch`) of a kernel template on a few pairs records how 
 the recurrence was made: an initial covariance entry, or an expectation E f(ℓ) in closed form
 F(C) over the covariance C of its linear forms, each Cᵢⱼ = Σ_g Σ_h a_ig a_jh Σ_gh a polynomial
 in earlier numbers.  Chained, the outputs are one expression DAG in the initial covariance
-entries (s11, s12, s22) of a pair; :class:`Replay` compiles it (and the errors: float rounding
-ROUNDING·(|E| + max_i Cᵢᵢ) per expectation, summed over what each output rests on, plus
-4e-16·|value|, as in the compile) into a single :class:`..symbolic.evaluate.Tape` and evaluates
-it on any covariances, tile by tile, in threads (numpy releases the GIL).
+entries of a pair — a = Σ₀₀ (its first input's variance), b = Σ₁₁ (the second's), c = Σ₀₁;
+:class:`Replay` compiles it (and the errors: float rounding ROUNDING·(|E| + max_i Cᵢᵢ) per
+expectation, summed over what each output rests on, plus 4e-16·|value|, as in the compile) into
+one :class:`..symbolic.grid.GridTape`, where everything that depends on a alone (or b alone) —
+an input's variance chain through the layers, most of the error charges — is computed once per
+input and only the rest once per pair.
 
 The record is valid for other covariances when the compile would have made the same decisions:
 the batch agreed on the numbers it took as constants, the covariance entries it tied (x ≡ y:
 Cov = Var) are still equal, and every value is finite.  The tape computes those quantities
-too and :meth:`Replay.run` checks them; it returns None when one fails (the caller then
+too and :meth:`Replay.__call__` checks them; it returns None when one fails (the caller then
 compiles the batch itself).
 """
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import sympy as sp
 
-from ..symbolic.evaluate import Tape, compile_exprs
+from ..symbolic.grid import GridTape, Workspace
 from .ledger import ROUNDING
-
-#: pairs per tile of a replay (each tile is one pass of the tape over arrays of this length)
-TILE = 1 << 15
 
 
 @dataclass(frozen=True)
 class Replay:
-    """The outputs' values and errors as one tape of the initial covariance entries ``inputs``
-    ((g, i, j), i ≤ j), with the checks that keep the record valid (module doc)."""
-    tape: Tape
-    inputs: tuple[tuple[int, int, int], ...]
+    """The outputs' values and errors as one :class:`..symbolic.grid.GridTape` of a pair's initial
+    covariance entries — a = Σ₀₀ (a row: one number per first input), b = Σ₁₁ (a column: per
+    second input), c = Σ₀₁ (a cell: per pair) — with the checks that keep the record valid
+    (module doc): tape outputs are the values, the errors, then the checks."""
+    tape: GridTape
     names: tuple[str, ...]
-    constants: tuple[float, ...]            # tape outputs 2·len(names) + k must equal these
+    constants: tuple[float, ...]            # check k < len(constants) must equal constants[k]
     ties: tuple[int, ...]                   # then (a, b, sign) triples: a = sign·b to 1e-12 (relative)
 
-    def run(self, entries: Callable[[tuple[int, int, int], slice], np.ndarray], P: int,
-            out: tuple[dict, dict, np.ndarray] | None = None, tile: int = TILE,
-            threads: int | None = None) -> tuple[dict, dict] | None:
-        """({name: values (P,)}, {name: errors (P,)}) for P items whose initial covariance entries
-        (g, i, j), i ≤ j, are ``entries(key, slice of items)`` (made tile by tile); None when the
-        record does not hold for them.  ``out`` = (values, errors, where): write item p into
-        values[name][where[p]] instead (and return them)."""
-        if out is None:
-            values = {n: np.empty(P) for n in self.names}
-            errors = {n: np.empty(P) for n in self.names}
-            where = None
+    def __call__(self, a: np.ndarray, b: np.ndarray, c: np.ndarray, mask: np.ndarray | None = None,
+                 work: Workspace | None = None) -> tuple[list, list] | None:
+        """(values, errors), one array per name, at rows ``a``, columns ``b`` and cells ``c``
+        (a grid: shapes (R, 1), (1, C), (R, C); or P pairs: (P,) each); None when the record does
+        not hold where ``mask`` (default: everywhere) is true.  With ``work``, the arrays are
+        views of its work arrays (copy them out before its next use)."""
+        got = self.tape([a], [b], [c], work)
+        k = len(self.names)
+        if mask is not None:
+            if not mask.any():
+                return got[:k], got[k:2 * k]
+            checked = [np.broadcast_to(x, mask.shape)[mask] for x in got]
         else:
-            values, errors, where = out
-        starts = range(0, P, tile)
-
-        def one(start: int) -> bool:
-            part = slice(start, min(start + tile, P))
-            got = self.tape(*[entries(key, part) for key in self.inputs])
-            dest = part if where is None else where[part]
-            k = len(self.names)
-            for n, name in enumerate(self.names):
-                values[name][dest] = got[n]
-                errors[name][dest] = got[k + n]
-            return self.holds(got[:2 * k], got[2 * k:])
-
-        workers = threads or min(os.cpu_count() or 1, max(1, len(starts)))
-        if workers > 1:
-            with ThreadPoolExecutor(workers) as pool:
-                ok = all(pool.map(one, starts))
-        else:
-            ok = all(one(s) for s in starts)
-        return (values, errors) if ok else None
+            checked = got
+        return (got[:k], got[k:2 * k]) if self.holds(checked[:2 * k], checked[2 * k:]) else None
 
     def holds(self, results: Sequence[np.ndarray], checks: Sequence[np.ndarray]) -> bool:
         """Every value and error finite, every constant the same, every tie still equal."""
@@ -88,12 +69,26 @@ class Replay:
                 return False
         return True
 
+    def to_json(self) -> dict:
+        """The replay as JSON data (see :meth:`.GridTape.to_json`)."""
+        return {"tape": self.tape.to_json(), "names": list(self.names), "constants": list(self.constants),
+                "ties": list(self.ties)}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Replay":
+        """The replay :meth:`to_json` stored (a ValueError if it is not one)."""
+        try:
+            return cls(GridTape.from_json(data["tape"]), tuple(str(n) for n in data["names"]),
+                       tuple(float(v) for v in data["constants"]), tuple(int(t) for t in data["ties"]))
+        except (KeyError, TypeError) as err:
+            raise ValueError(f"not a stored replay: {err}") from None
+
 
 def record(compiled, names: Sequence[str]) -> Replay | None:
     """The :class:`Replay` of a batch compile (a ``Compiled`` with a ``batch``), or None if some
     number of it was not made in a replayable way (numerics, laws, symbolic covariances)."""
     batch = compiled.batch
-    if batch is None or not batch.replayable:
+    if batch is None or not batch.replayable or len(batch.covs) != 1:
         return None
     builder = Builder(compiled)
     try:
@@ -111,9 +106,10 @@ class Builder:
 
     def __init__(self, compiled) -> None:
         self.compiled, self.batch = compiled, compiled.batch
+        self.group = next(iter(self.batch.covs))
         self.inputs: dict[tuple[int, int, int], sp.Symbol] = {}
         self.resolved: dict[sp.Symbol, sp.Expr] = {}
-        self.estimate: dict[int, tuple[sp.Expr, sp.Expr]] = {}     # k -> (value, error)
+        self.estimate: dict[int, tuple[sp.Expr, tuple]] = {}     # k -> (value, error terms)
         self.memo: dict[sp.Basic, sp.Basic] = {}
         self.constants: list[tuple[sp.Expr, float]] = []
         self.ties: list[tuple[sp.Expr, sp.Expr, int]] = []
@@ -128,8 +124,9 @@ class Builder:
         for name in names:
             var = outputs[name]
             value = self.sub(self.compiled.c[var])
-            parts = [self.source(("estimate", k), error=True) for k in sorted(self.compiled.deps[var])]
-            charged = sp.Float(ROUNDING) * sp.Add(*parts, evaluate=False) if parts else sp.Integer(0)
+            parts = [term for k in sorted(self.compiled.deps[var]) for term in self.source(("estimate", k), error=True)]
+            charged = (sp.Mul(sp.Float(ROUNDING), sp.Add(*parts, evaluate=False), evaluate=False)
+                       if parts else sp.Integer(0))
             values.append(value)
             errors.append(sp.Add(charged, sp.Float(4e-16) * sp.Abs(value, evaluate=False), evaluate=False))
         consts = [(e, v) for e, v in self.constants if not self.settled(e, v)]
@@ -138,9 +135,10 @@ class Builder:
         for a, b, sign in self.ties:                  # indices into the checks after the constants
             ties += [len(checks) - len(consts), len(checks) - len(consts) + 1, sign]
             checks += [a, b]
-        symbols = tuple(self.inputs.values())
-        tape = compile_exprs(tuple(values + errors + checks), symbols)
-        return Replay(tape, tuple(self.inputs), tuple(names), tuple(v for _, v in consts), tuple(ties))
+        g = self.group
+        a, b, c = (self.input(g, i, j) for i, j in ((0, 0), (1, 1), (0, 1)))
+        tape = GridTape.compile(tuple(values + errors + checks), [a], [b], [c])
+        return Replay(tape, tuple(names), tuple(v for _, v in consts), tuple(ties))
 
     @staticmethod
     def settled(expr: sp.Expr, value: float) -> bool:
@@ -151,22 +149,31 @@ class Builder:
             raise Unreplayable(f"{expr} is not {value}")
         return True
 
-    def source(self, source: tuple, error: bool = False) -> sp.Expr:
-        """The expression of a recorded number: an input entry, or an estimate's value (error)."""
+    def source(self, source: tuple, error: bool = False):
+        """The expression of a recorded number: an input entry, or an estimate's value (or the
+        terms of its error charge)."""
         if source[0] == "input":
             _, g, i, j = source
-            key = (g, min(i, j), max(i, j))
-            if key not in self.inputs:
-                self.inputs[key] = sp.Symbol(f"s_{key[0]}_{key[1]}_{key[2]}", real=True)
-            return self.inputs[key]
+            if g != self.group or max(i, j) > 1:
+                raise Unreplayable(f"input {source}")
+            return self.input(g, i, j)
         k = source[1]
         if k not in self.estimate:
             self.estimate[k] = self.expectation(k)
         return self.estimate[k][1 if error else 0]
 
-    def expectation(self, k: int) -> tuple[sp.Expr, sp.Expr]:
-        """(value, charge) of estimate k: F over its forms' covariance, and |F| + max_i |Cᵢᵢ|, its
-        error in units of ROUNDING (the error of an output is ROUNDING·Σ charges + 4e-16·|value|)."""
+    def input(self, g: int, i: int, j: int) -> sp.Symbol:
+        """The symbol of the initial covariance entry (g, i, j) (i, j in either order)."""
+        key = (g, min(i, j), max(i, j))
+        if key not in self.inputs:
+            self.inputs[key] = sp.Symbol(f"s_{key[0]}_{key[1]}_{key[2]}", real=True)
+        return self.inputs[key]
+
+    def expectation(self, k: int) -> tuple[sp.Expr, tuple[sp.Expr, sp.Expr]]:
+        """(value, charge) of estimate k: F over its forms' covariance, and its error in units of
+        ROUNDING, |F| + max_i |Cᵢᵢ|, as its two terms (the error of an output is ROUNDING·Σ charges
+        + 4e-16·|value|; the terms of all charges are summed flat, so that the tape can add the
+        terms of one input before the pairs' — :mod:`..symbolic.grid`)."""
         note = self.batch.notes.get(k)
         est = self.compiled.estimates[k]
         if note is None or est.method != "exact":
@@ -183,7 +190,7 @@ class Builder:
         value = self.sub(note.trace.F, names)
         diag = [sp.Abs(cov[(i, i)], evaluate=False) for i in range(note.size)]
         scale = largest(diag)
-        return value, sp.Add(sp.Abs(value, evaluate=False), scale, evaluate=False)   # × ROUNDING: its error
+        return value, (sp.Abs(value, evaluate=False), scale)             # × ROUNDING: its error
 
     def sub(self, expr: sp.Expr, extra: Mapping[sp.Symbol, sp.Expr] | None = None) -> sp.Expr:
         """expr with batch symbols (and ``extra`` symbols) replaced by their expressions, rebuilt

@@ -36,20 +36,30 @@ def _reduce(fn: Callable) -> Callable:
     return call
 
 
-def _head(expr: sp.Basic) -> Callable:
+def numpy_head(expr: sp.Basic) -> Callable:
     """The numpy function for a sympy function head, or a ValueError."""
     if expr.func is Delta:
         raise ValueError(f"the Dirac mass in {expr} cannot be evaluated pointwise "
                          "(it is only meaningful inside an expectation)")
-    fn = SYMPY_TO_NUMPY.get(expr.func) or _EXTRA.get(expr.func)
+    fn = head_function(expr.func, len(expr.args))
     if fn is None:
         raise ValueError(f"no numeric rule for the function {expr.func} in {expr}")
-    if expr.func in (sp.Min, sp.Max) and len(expr.args) > 2:
+    return fn
+
+
+def head_function(func: object, nargs: int) -> Callable | None:
+    """The numpy function for the sympy head ``func`` applied to ``nargs`` arguments (None if none)."""
+    fn = SYMPY_TO_NUMPY.get(func) or _EXTRA.get(func)
+    if fn is not None and func in (sp.Min, sp.Max) and nargs > 2:
         return _reduce(fn)
     return fn
 
 
-def _pow(x: np.ndarray, e: sp.Basic) -> np.ndarray:
+#: the sympy heads with a numpy rule, by class name (what a stored tape names them by)
+HEADS_BY_NAME: dict[str, object] = {f.__name__: f for f in (*SYMPY_TO_NUMPY, *_EXTRA)}
+
+
+def power(x: np.ndarray, e: sp.Basic) -> np.ndarray:
     """x**e for a numeric exponent e, with the common cases done exactly."""
     if e == 2:
         return x * x
@@ -64,7 +74,7 @@ def _pow(x: np.ndarray, e: sp.Basic) -> np.ndarray:
     return np.power(x, float(e))
 
 
-def _as_expr(x: object) -> sp.Basic:
+def as_expr(x: object) -> sp.Basic:
     """A sympy expression from a sympy object or a Python number (never a string)."""
     if isinstance(x, sp.Basic):
         return x
@@ -73,7 +83,7 @@ def _as_expr(x: object) -> sp.Basic:
     return sp.Integer(x) if isinstance(x, int) else sp.Float(x)
 
 
-def _const(expr: sp.Basic) -> float:
+def constant_value(expr: sp.Basic) -> float:
     """A symbol-free sympy number as a float (±inf for infinities)."""
     if expr in (sp.oo, sp.zoo):
         return float("inf")
@@ -102,7 +112,7 @@ class Tape:
         nslots = len(self.symbols)
         const_val: dict[int, float] = {}
         for root in exprs:
-            stack: list[tuple[sp.Basic, bool]] = [(_as_expr(root), False)]
+            stack: list[tuple[sp.Basic, bool]] = [(as_expr(root), False)]
             while stack:
                 e, done = stack.pop()
                 if e in slot_of:
@@ -114,7 +124,7 @@ class Tape:
                     continue
                 if not e.args or e.is_Number or e.is_NumberSymbol:
                     slot_of[e] = nslots
-                    const_val[nslots] = _const(e)
+                    const_val[nslots] = constant_value(e)
                     nslots += 1
                     continue
                 if not done:
@@ -130,7 +140,7 @@ class Tape:
                 elif e.is_Pow:
                     kind, payload, args = "fn", np.power, (slot_of[e.base], slot_of[e.exp])
                 elif isinstance(e, (sp.Function, sp.Min, sp.Max)):
-                    kind, payload, args = "fn", _head(e), tuple(slot_of[a] for a in e.args)
+                    kind, payload, args = "fn", numpy_head(e), tuple(slot_of[a] for a in e.args)
                 else:
                     raise ValueError(f"cannot evaluate {e!r} numerically")
                 if all(a in const_val for a in args):          # constant folding
@@ -142,13 +152,13 @@ class Tape:
                 slot_of[e] = nslots
                 nslots += 1
         self.consts = {k: v for k, v in const_val.items()}
-        self.outputs = tuple(slot_of[_as_expr(e)] for e in exprs)
+        self.outputs = tuple(slot_of[as_expr(e)] for e in exprs)
         last: dict[int, int] = {}
         for i, (_, _, args, _) in enumerate(self.ops):
             for a in args:
                 last[a] = i
         keep = set(self.outputs)
-        self._free = [[a for a in args if last.get(a) == i and a not in keep and a >= len(self.symbols)
+        self._free = [[a for a in dict.fromkeys(args) if last.get(a) == i and a not in keep and a >= len(self.symbols)
                        and a not in self.consts] for i, (_, _, args, _) in enumerate(self.ops)]
 
     @staticmethod
@@ -164,7 +174,7 @@ class Tape:
                 out = out * x
             return out
         if kind == "pow":
-            return _pow(xs[0], payload)
+            return power(xs[0], payload)
         return payload(*xs)
 
     def __call__(self, *arrays: np.ndarray) -> list[np.ndarray]:

@@ -4,10 +4,11 @@ A template is written for two inputs whose first-layer preactivations are jointl
 Gaussian with covariance s·[[q11, q12], [q12, q22]] + b (declared params q11, q12, q22;
 s a constant such as the first layer's weight variance, b a first-layer bias's variance).
 For data X (N × d), q = X Xᵀ / d fills those entries for every pair i ≤ j:
-  * the limit: the compiled recurrence in batch mode (each expectation once, vectorized
-    over pairs: closed forms evaluated on arrays, or one shared quadrature grid); where every
+  * the limit: the compiled recurrence in batch mode, by :mod:`.pairs` — where every
     expectation has a closed form, the batch compile is recorded once per template on a few
-    pairs and replayed as one numpy tape over all of them (:mod:`..limit.replay`);
+    pairs and replayed over blocks of pairs (:mod:`..limit.replay`; per-input work once per
+    input), else one batch per class of pairs (closed forms evaluated on arrays, or one shared
+    quadrature grid); tile by tile, out of core or on a cluster with :mod:`.tiles`;
   * finite width n: one network (the same matrices) applied to all N inputs, the pairs
     as columns of (n, P) arrays, so each layer is one GEMM per chunk of pairs.
 """
@@ -22,17 +23,15 @@ import numpy as np
 
 from .. import distributions as D
 from .. import ir
-from ..expect.budget import DEFAULT, Budget
-from ..limit.compiler import compile_program
+from ..expect.budget import DEFAULT
 from ..errors import TPUsageError
 from ..finite.exec_options import UNSET, resolve
 from ..finite.executor import Executor
 from ..finite.plan import plan_run
 from ..finite.run import map_trials
-from ..limit.replay import record
 from ..limit.symbolic_params import relower
-from .tiles import (TILE_PAIRS, LimitSpec, gram, inputs_array, is_directory, large_summary, limit_tiles,
-                    singularity_classes, write_finite)
+from .pairs import LimitSpec, gram
+from .tiles import TILE_PAIRS, inputs_array, is_directory, large_summary, limit_tiles, write_finite
 
 Q_NAMES = ("q11", "q12", "q22")
 PROBES = ((1.3, 0.37, 0.9), (0.7, -0.21, 1.6), (2.25, 1.1, 0.6))
@@ -131,7 +130,7 @@ def affine_template(program: ir.Program, params: dict | None = None) -> tuple[ir
     found = _affine_template(program, params)
     if key is not None:
         TEMPLATES[key] = found
-        while len(TEMPLATES) > MAX_REPLAYS:
+        while len(TEMPLATES) > MAX_TEMPLATES:
             TEMPLATES.popitem(last=False)
     return found
 
@@ -173,7 +172,7 @@ def _pairs(X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     X = np.asarray(X, dtype=float)
     if X.ndim != 2 or X.shape[0] < 1 or not np.all(np.isfinite(X)):
         raise TPUsageError("the inputs must be a finite array of shape (N, d)")
-    q = gram(X)                      # summed in a fixed order: the bits of every tile (tiles.gram_pairs)
+    q = gram(X)                      # summed in a fixed order (pairs.gram_block)
     i, j = np.triu_indices(X.shape[0])
     return q, i, j
 
@@ -186,100 +185,16 @@ def _symmetric(values: np.ndarray, i: np.ndarray, j: np.ndarray, N: int) -> np.n
 
 
 def limit_kernel(program: ir.Program, X: np.ndarray, tol: float = DEFAULT.tol, params: dict | None = None) -> KernelResult:
-    """The infinite-width kernels, vectorized over all pairs: per singularity class, the batch
-    compile's replay (:mod:`..limit.replay`, recorded once per template and class on a few of
-    its pairs), or the batch compile itself where a replay does not hold."""
-    tmpl, g, s, b = affine_template(program, params)
-    q, i, j = _pairs(X)
-    N = q.shape[0]
-    values = {o.name: np.empty(len(i)) for o in tmpl.outputs}
-    errors = {o.name: np.empty(len(i)) for o in tmpl.outputs}
-    methods: dict[str, set[str]] = {o.name: set() for o in tmpl.outputs}
-    warnings: list[str] = []
-    for kind, part in singularity_classes(q[i, i], q[j, j], q[i, j], i, j):
-        index = {(g, 0, 0): (i, i), (g, 0, 1): (i, j), (g, 1, 1): (j, j)}
-
-        def entries(key: tuple[int, int, int], items: slice, part=part, index=index) -> np.ndarray:
-            rows, cols = index[key]
-            pairs = part[items]
-            return s * q.ravel().take(rows.take(pairs) * N + cols.take(pairs)) + b
-        got = _replayed(tmpl, g, entries, len(part), (values, errors, part), tol, kind)
-        if got is None:
-            every = slice(None)
-            covs = first_layer_cov(1.0, 0.0, *(entries((g, r, c), every) for r, c in ((0, 0), (0, 1), (1, 1))))
-            lim = compile_program(tmpl, budget=Budget(tol=tol), batch_covs={g: covs}).limit()
-            for name, v in lim.outputs.items():
-                values[name][part], errors[name][part] = v.value, v.error
-            got = ({name: v.method for name, v in lim.outputs.items()}, lim.warnings)
-            del covs, lim
-        for name in values:
-            methods[name].add(got[0][name])
-        warnings += [w for w in got[1] if w not in warnings]
-        del got, entries, index, part
-    del q, i, j                                  # before the N×N outputs are built
-    rank = {"exact": 0, "quadrature": 1, "qmc": 2}
-    outputs = {}
-    for name in list(values):
-        outputs[name] = KernelMatrix(_upper_to_symmetric(values.pop(name), N),
-                                     error=_upper_to_symmetric(errors.pop(name), N),
-                                     method=max(methods[name], key=rank.__getitem__))
-    return KernelResult(outputs, None, warnings=warnings)
+    """The infinite-width kernels of all pairs, in memory: the rows of the upper triangle band by
+    band (:mod:`.pairs`: replayed blocks where the forms are closed, batch compiles elsewhere),
+    written in place, then mirrored."""
+    return tiled_limit_kernel(program, X, tol, params if params is not None else dict(program.params),
+                              None, TILE_PAIRS, None)
 
 
-def _upper_to_symmetric(values: np.ndarray, N: int) -> np.ndarray:
-    """The symmetric N×N matrix whose upper triangle, row by row (np.triu_indices order), is
-    ``values``: row slices instead of a scatter of N(N+1)/2 indices."""
-    K = np.empty((N, N))
-    start = 0
-    for r in range(N):
-        row = values[start:start + N - r]
-        K[r, r:] = row
-        K[r:, r] = row
-        start += N - r
-    return K
-
-
-#: replays of batch compiles by (template IR, input group, tol, singularity class); None: not replayable
-REPLAYS: OrderedDict = OrderedDict()
 #: affine_template's findings by (source, file, params)
 TEMPLATES: OrderedDict = OrderedDict()
-MAX_REPLAYS = 32
-#: pairs of a class on which a replay is recorded (spread over the class)
-RECORD_PAIRS = 48
-
-
-def _replayed(tmpl: ir.Program, g: int, entries, P: int, out: tuple, tol: float, kind: str) -> tuple | None:
-    """(methods, warnings) of one class of P pairs, its values and errors written into ``out``
-    (values, errors, where) by a replay; None: not replayable (compile it).  ``entries(key, items)``:
-    the first-layer covariance entry key = (g, i, j), i ≤ j, of the class's items."""
-    try:
-        key = hash((tmpl.eqns, tmpl.groups, tmpl.outputs, g, tol, kind))
-    except TypeError:
-        key = None
-    names = tuple(o.name for o in tmpl.outputs)
-    entry = REPLAYS.get(key, False) if key is not None else False
-    if entry is None:
-        return None
-    if entry and entry[0].run(entries, P, out) is not None:
-        REPLAYS.move_to_end(key)
-        return {n: "exact" for n in names}, entry[1]
-    entry = _record(tmpl, g, entries, P, tol, names)
-    if key is not None:
-        REPLAYS[key] = entry
-        while len(REPLAYS) > MAX_REPLAYS:
-            REPLAYS.popitem(last=False)
-    if entry and entry[0].run(entries, P, out) is not None:
-        return {n: "exact" for n in names}, entry[1]
-    return None
-
-
-def _record(tmpl: ir.Program, g: int, entries, P: int, tol: float, names: tuple[str, ...]) -> tuple | None:
-    """(Replay, warnings) recorded by a batch compile on RECORD_PAIRS pairs spread over the class."""
-    pick = np.unique(np.linspace(0, P - 1, min(P, RECORD_PAIRS)).round().astype(int))
-    covs = first_layer_cov(1.0, 0.0, *(entries((g, i, j), pick) for i, j in ((0, 0), (0, 1), (1, 1))))
-    compiled = compile_program(tmpl, budget=Budget(tol=tol), batch_covs={g: covs})
-    replay = record(compiled, names)
-    return None if replay is None else (replay, list(compiled.limit().warnings))
+MAX_TEMPLATES = 32
 
 
 def finite_kernel(program: ir.Program, X: np.ndarray, n: int, trials: int = 1, seed: int = 0,

@@ -2,14 +2,10 @@
 
 The N(N+1)/2 pairs i ≤ j are cut into tiles of whole rows of the upper triangle: tile
 [r0, r1) holds the pairs (i, j) with r0 ≤ i < r1 and j ≥ i (at most ``tile_pairs`` of them,
-at least one row).  Each tile goes through the vectorized limit path (the compiled recurrence
-in batch mode over the tile's pairs, with the pairs of correlation exactly ±1 as their own
-batches, as for the whole kernel), locally or as one Dask task.
-
-The Gram entries q_ij = Σ_k X_ik X_jk / d are summed in one fixed order (k = 0, 1, …, one
-product and one addition at a time, no BLAS), so every entry has the same bits whichever
-tile or whole matrix it is computed in (:func:`gram`, :func:`gram_pairs`); with closed forms
-evaluated elementwise, a tiled kernel is bit-identical to the in-memory one.
+at least one row).  Each tile is a band of :mod:`.pairs` (blocks replayed where the template's
+forms are closed, the batch compile elsewhere), locally or as one Dask task; every entry is
+computed by the same operations whichever tile it falls in, so a tiled kernel has the bits of
+the in-memory one (which is one band of all rows, written in place).
 
 Out of core, each output is ``DIR/NAME.npy`` (and ``DIR/NAME_error.npy``), created at full size
 and filled through memory maps: a tile writes its rows of the upper triangle, and a last pass
@@ -30,38 +26,20 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from .. import ir
 from ..errors import TPUsageError
-from ..expect.budget import Budget
 from ..finite.cluster import check_scheduler, stream_items
 from ..finite.progress import ProgressBar
-from ..limit.compiler import compile_program
+from .pairs import LimitSpec, limit_band
 
 #: pairs per tile by default (about 0.5 M: a few hundred MB of work arrays for deep templates)
 TILE_PAIRS = 1 << 19
 #: elements of one band of the mirror pass (128 MiB of float64)
 BAND_ELEMENTS = 1 << 24
+#: side of the square blocks an in-memory kernel is mirrored by
+MIRROR_BLOCK = 256
 #: the manifest of an out-of-core kernel directory
 MANIFEST = "tiles.json"
 RANK = {"exact": 0, "quadrature": 1, "qmc": 2}
-
-
-def gram(X: np.ndarray) -> np.ndarray:
-    """q = X Xᵀ / d, every entry summed over k = 0, 1, … in order (bit-equal to :func:`gram_pairs`)."""
-    q = np.multiply.outer(X[:, 0], X[:, 0])
-    for k in range(1, X.shape[1]):
-        q += np.multiply.outer(X[:, k], X[:, k])
-    q /= X.shape[1]
-    return q
-
-
-def gram_pairs(X: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """q_ab = Σ_k X_ak X_bk / d for the pairs (a, b), with the bits of :func:`gram`."""
-    q = X[a, 0] * X[b, 0]
-    for k in range(1, X.shape[1]):
-        q += X[a, k] * X[b, k]
-    q /= X.shape[1]
-    return q
 
 
 def inputs_array(X: np.ndarray) -> np.ndarray:
@@ -95,21 +73,10 @@ def tile_pairs_of(r0: int, r1: int, N: int) -> tuple[np.ndarray, np.ndarray]:
     return i, j
 
 
-@dataclass(frozen=True)
-class LimitSpec:
-    """What every tile of a limit kernel shares: the template (IR, input group g, scale s, shift b:
-    the pair's covariance is s·q + b), the data, tol."""
-    program: ir.Program
-    group: int
-    scale: float
-    shift: float
-    X: np.ndarray
-    tol: float
-
-
 @dataclass
 class TileValues:
-    """One tile's results: per output, values and error bounds of its pairs; methods; warnings."""
+    """One tile's results: per output, values and error bounds of its rows of the upper triangle
+    (arrays (r1 − r0, N − r0), entry (i − r0, j − r0); below the diagonal unused); methods; warnings."""
     rows: tuple[int, int]
     values: dict[str, np.ndarray]
     errors: dict[str, np.ndarray]
@@ -118,51 +85,13 @@ class TileValues:
 
 
 def limit_tile(spec: LimitSpec, rows: tuple[int, int]) -> TileValues:
-    """The limit kernels of the pairs of tile ``rows``: per class (x ≡ y, x ≡ −y, the rest) one
-    batch through the compiled recurrence with covariances s·[[q_ii, q_ij], [q_ij, q_jj]] + b
-    (computed as ``kernel.first_layer_cov`` does, so the bits agree)."""
+    """The limit kernels of the pairs of tile ``rows`` (:func:`.pairs.limit_band`)."""
     N = spec.X.shape[0]
-    i, j = tile_pairs_of(rows[0], rows[1], N)
-    qii, qjj, qij = gram_pairs(spec.X, i, i), gram_pairs(spec.X, j, j), gram_pairs(spec.X, i, j)
-    names = [o.name for o in spec.program.outputs]
-    values = {name: np.empty(len(i)) for name in names}
-    errors = {name: np.empty(len(i)) for name in names}
-    methods: dict[str, set[str]] = {name: set() for name in names}
-    warnings: list[str] = []
-    for _, part in singularity_classes(qii, qjj, qij, i, j):
-        s, b = spec.scale, spec.shift
-        covs = np.stack([np.stack([s * qii[part] + b, s * qij[part] + b], -1),
-                         np.stack([s * qij[part] + b, s * qjj[part] + b], -1)], -2)
-        lim = compile_program(spec.program, budget=Budget(tol=spec.tol), batch_covs={spec.group: covs}).limit()
-        for name, v in lim.outputs.items():
-            values[name][part] = v.value
-            errors[name][part] = v.error
-            methods[name].add(v.method)
-        warnings += [w for w in lim.warnings if w not in warnings]
-    return TileValues(rows, values, errors, {n: max(m, key=RANK.__getitem__) for n, m in methods.items()},
-                      warnings)
-
-
-def singularity_classes(qii: np.ndarray, qjj: np.ndarray, qij: np.ndarray, i: np.ndarray,
-                        j: np.ndarray) -> list[tuple[str, np.ndarray]]:
-    """Pairs split into x ≡ y (correlation ≥ 1 − 1e-12, or i = j), x ≡ −y and the rest, as (kind,
-    indices): each class is compiled as its own batch, so the exact singular structure (a
-    correlation of exactly ±1) reaches the closed forms."""
-    norm = np.sqrt(qii * qjj)
-    r = np.divide(qij, norm, out=np.zeros_like(norm), where=norm > 0)
-    same, opposite = (r >= 1 - 1e-12) | (i == j), r <= -1 + 1e-12
-    rest = ~(same | opposite)
-    return [(kind, np.nonzero(m)[0]) for kind, m in (("same", same), ("opposite", opposite), ("rest", rest))
-            if m.any()]
-
-
-def upper_block(values: np.ndarray, rows: tuple[int, int], N: int) -> np.ndarray:
-    """Rows [r0, r1) of the upper triangle, columns r0…N−1, from the tile's pair values (zeros below)."""
-    r0, r1 = rows
-    i, j = tile_pairs_of(r0, r1, N)
-    block = np.zeros((r1 - r0, N - r0))
-    block[i - r0, j - r0] = values
-    return block
+    shape = (rows[1] - rows[0], N - rows[0])
+    values = {name: np.zeros(shape) for name in spec.names}
+    errors = {name: np.zeros(shape) for name in spec.names}
+    band = limit_band(spec, rows, values, errors)
+    return TileValues(rows, values, errors, band.methods, band.warnings)
 
 
 class Sink:
@@ -179,15 +108,29 @@ class ArraySink(Sink):
     """In memory."""
 
     def __init__(self, names: list[str], N: int) -> None:
-        self.arrays = {name: np.zeros((N, N)) for name in names}
+        self.arrays = {name: np.empty((N, N)) for name in names}
 
     def write(self, name: str, rows: tuple[int, int], block: np.ndarray) -> None:
-        self.arrays[name][rows[0]:rows[1], rows[0]:] = block
+        target = self.arrays[name][rows[0]:rows[1], rows[0]:]
+        if not np.shares_memory(target, block):
+            target[...] = block
+
+    def rows_view(self, name: str, rows: tuple[int, int]) -> np.ndarray:
+        """Rows [r0, r1), columns r0…N−1: where a band is computed in place."""
+        return self.arrays[name][rows[0]:rows[1], rows[0]:]
 
     def mirror(self, name: str) -> None:
+        """Square blocks of the upper triangle transposed onto the lower one (cache-sized copies)."""
         K = self.arrays[name]
-        lower = np.tril_indices(K.shape[0], -1)
-        K[lower] = K.T[lower]
+        N, step = K.shape[0], MIRROR_BLOCK
+        for r0 in range(0, N, step):
+            r1 = min(N, r0 + step)
+            square = K[r0:r1, r0:r1]
+            lower = np.tril_indices(r1 - r0, -1)
+            square[lower] = square.T[lower]
+            for c0 in range(r1, N, step):
+                c1 = min(N, c0 + step)
+                K[c0:c1, r0:r1] = K[r0:r1, c0:c1].T
 
 
 class FileSink(Sink):
@@ -227,28 +170,37 @@ class FileSink(Sink):
         del m
 
     def mirror(self, name: str) -> None:
-        N = self.N
-        band = max(1, BAND_ELEMENTS // N)
-        for c0 in range(0, N, band):
-            c1 = min(N, c0 + band)
-            top = self.rows_map(name, c0, c1)
-            square = np.array(top[:, c0:c1])
-            top[:, c0:c1] = np.triu(square) + np.triu(square, 1).T
-            upper = np.array(top[:, c1:])
+        def rows(r0: int, r1: int) -> np.memmap:
+            return self.rows_map(name, r0, r1)
+        mirror_bands(rows, self.N, flush=True)
+
+
+def mirror_bands(rows: Callable[[int, int], np.ndarray], N: int, flush: bool = False) -> None:
+    """Copy the upper triangle of an N×N array onto the lower one, band by band of columns:
+    ``rows(r0, r1)`` gives rows [r0, r1) (a view, or a short-lived memory map)."""
+    band = max(1, BAND_ELEMENTS // N)
+    for c0 in range(0, N, band):
+        c1 = min(N, c0 + band)
+        top = rows(c0, c1)
+        square = np.array(top[:, c0:c1])
+        top[:, c0:c1] = np.triu(square) + np.triu(square, 1).T
+        upper = np.array(top[:, c1:])
+        if flush:
             top.flush()
-            del top
-            if c1 < N:
-                below = self.rows_map(name, c1, N)
-                below[:, c0:c1] = upper.T
+        del top
+        if c1 < N:
+            below = rows(c1, N)
+            below[:, c0:c1] = upper.T
+            if flush:
                 below.flush()
-                del below
+            del below
 
 
-def write_tile(sink: Sink, tile: TileValues, N: int) -> None:
+def write_tile(sink: Sink, tile: TileValues) -> None:
     """A tile's values and error bounds into the sink."""
     for name in tile.values:
-        sink.write(name, tile.rows, upper_block(tile.values[name], tile.rows, N))
-        sink.write(f"{name}_error", tile.rows, upper_block(tile.errors[name], tile.rows, N))
+        sink.write(name, tile.rows, tile.values[name])
+        sink.write(f"{name}_error", tile.rows, tile.errors[name])
 
 
 def fingerprint(spec: LimitSpec, tiles: list[tuple[int, int]]) -> str:
@@ -314,8 +266,8 @@ def limit_tiles(spec: LimitSpec, out: str | Path | None = None, tile_pairs: int 
     with ProgressBar(len(tiles), progress, desc="kernel tiles", unit="tile") as bar:
         for _ in done:
             bar.advance()
-        for tile in tile_results(spec, todo, scheduler):
-            write_tile(sink, tile, N)
+        for tile in tile_results(spec, todo, scheduler, sink):
+            write_tile(sink, tile)
             state["done"].append(list(tile.rows))
             for name, method in tile.methods.items():
                 old_method = state["methods"].get(name, "exact")
@@ -338,11 +290,20 @@ def limit_tiles(spec: LimitSpec, out: str | Path | None = None, tile_pairs: int 
                        {n: state["methods"].get(n, "exact") for n in names}, state["warnings"], len(todo))
 
 
-def tile_results(spec: LimitSpec, todo: list[tuple[int, int]], scheduler: object) -> Iterator[TileValues]:
-    """:func:`limit_tile` of every tile in ``todo``: here, in order, or on the cluster as they finish."""
+def tile_results(spec: LimitSpec, todo: list[tuple[int, int]], scheduler: object,
+                 sink: Sink | None = None) -> Iterator[TileValues]:
+    """:func:`limit_tile` of every tile in ``todo``: here, in order, or on the cluster as they
+    finish.  Into an :class:`ArraySink` here, a tile is computed in place (its values are the
+    sink's own rows)."""
     if scheduler is None:
         for rows in todo:
-            yield limit_tile(spec, rows)
+            if isinstance(sink, ArraySink):
+                values = {name: sink.rows_view(name, rows) for name in spec.names}
+                errors = {name: sink.rows_view(f"{name}_error", rows) for name in spec.names}
+                band = limit_band(spec, rows, values, errors)
+                yield TileValues(rows, values, errors, band.methods, band.warnings)
+            else:
+                yield limit_tile(spec, rows)
         return
     for _, tile in stream_items(scheduler, shared_spec(spec), limit_tile, todo):
         yield tile

@@ -1,0 +1,287 @@
+"""The limit kernels of a band of rows of the upper triangle, block by block.
+
+Pair (i, j), i ≤ j, starts the template from the covariance s·[[q_ii, q_ij], [q_ij, q_jj]] + b
+(q = X Xᵀ / d).  Its pairs fall into three singularity classes — x ≡ y (correlation 1, i = j
+among them), x ≡ −y (correlation −1) and the rest — each compiled as its own batch, so that the
+exact singular structure reaches the closed forms (:func:`singularity_classes`).
+
+Where every expectation of the template has a closed form, the batch compile of a class is
+recorded once (on a few of its pairs) and replayed (:mod:`..limit.replay`): a grid tape whose
+per-input work runs once per input.  A band of rows [r0, r1) is then cut into blocks of
+:data:`ROW_BLOCK` × :data:`COL_BLOCK` entries (i in the block's rows, j ≥ r0 in its columns);
+each block computes its Gram entries, classifies them, and replays the rest-class record on the
+whole block at once (rows' variances as an (R, 1) column, columns' as a (1, C) row).  Entries of
+the other classes — and of blocks where the record does not hold — are gathered and done after,
+by their class's replay on the list of pairs, or by the batch compile itself.  Blocks run in
+:data:`THREADS` threads.  Templates that cannot be replayed (quadrature, QMC) compile
+one batch per class over the band's pairs.
+
+Every entry is computed by the same operations whichever band, block or process it falls in:
+the Gram entries are summed in one fixed order (:func:`gram_block`), and the tapes are the same
+(recorded once per template and class, kept in memory and on disk: :mod:`..limit.replay_store`);
+so a kernel computed tile by tile, out of core or on a cluster, has the bits of the in-memory one.
+Below the diagonal, the band's leading square holds unused values (the caller mirrors the
+upper triangle).
+"""
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import ir
+from ..expect.budget import Budget
+from ..limit.compiler import compile_program
+from ..limit.replay import Replay, record
+from ..limit.replay_store import ReplayStore
+from ..symbolic.grid import Workspace
+
+#: rows and columns of a block (≤ 32 K entries: a tape's working arrays stay in cache)
+ROW_BLOCK = 32
+COL_BLOCK = 1024
+#: pairs of a class on which a replay is recorded
+RECORD_PAIRS = 48
+#: threads over a band's blocks: 1, because a block's tape is a few hundred numpy calls of
+#: ~10 µs each and two threads contend for the GIL between them (measured on 2 cores: 0.071 s
+#: for one thread, 0.082 s for two, relu depth 10, N = 1000); clusters use Dask workers instead
+THREADS = 1
+#: singularity classes: codes in a block's class array
+REST, SAME, OPPOSITE, BELOW = 0, 1, 2, 3
+KINDS = {SAME: "same", OPPOSITE: "opposite", REST: "rest"}
+RANK = {"exact": 0, "quadrature": 1, "qmc": 2}
+
+
+@dataclass(frozen=True)
+class LimitSpec:
+    """What every band of a limit kernel shares: the template (IR, input group g, scale s, shift b:
+    the pair's covariance is s·q + b), the data, tol."""
+    program: ir.Program
+    group: int
+    scale: float
+    shift: float
+    X: np.ndarray
+    tol: float
+
+    @property
+    def names(self) -> list[str]:
+        return [o.name for o in self.program.outputs]
+
+
+@dataclass
+class BandResult:
+    """Methods and warnings of a band (its values are written into the caller's arrays)."""
+    methods: dict[str, str]
+    warnings: list[str] = field(default_factory=list)
+
+
+def gram(X: np.ndarray) -> np.ndarray:
+    """q = X Xᵀ / d, every entry summed over k = 0, 1, … in order (bit-equal to :func:`gram_pairs`)."""
+    return gram_block(X, np.arange(X.shape[0]), np.arange(X.shape[0]))
+
+
+def gram_block(X: np.ndarray, rows: np.ndarray | slice, cols: np.ndarray | slice) -> np.ndarray:
+    """q_ij = Σ_k X_ik X_jk / d for i in ``rows``, j in ``cols``, summed over k = 0, 1, … in
+    order, one product and one addition at a time (no BLAS): the same bits in any block."""
+    A, B = X[rows], X[cols]
+    q = np.multiply.outer(A[:, 0], B[:, 0])
+    for k in range(1, X.shape[1]):
+        q += np.multiply.outer(A[:, k], B[:, k])
+    q /= X.shape[1]
+    return q
+
+
+def gram_pairs(X: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """q_ab = Σ_k X_ak X_bk / d for the pairs (a, b), with the bits of :func:`gram_block`."""
+    q = X[a, 0] * X[b, 0]
+    for k in range(1, X.shape[1]):
+        q += X[a, k] * X[b, k]
+    q /= X.shape[1]
+    return q
+
+
+def classes(qii: np.ndarray, qjj: np.ndarray, qij: np.ndarray, i: np.ndarray, j: np.ndarray) -> np.ndarray:
+    """The class code of each pair (broadcasting): x ≡ y (correlation ≥ 1 − 1e-12, or i = j),
+    x ≡ −y (≤ −1 + 1e-12), the rest; pairs below the diagonal (j < i) are BELOW."""
+    norm = np.sqrt(qii * qjj)
+    r = np.divide(qij, norm, out=np.zeros(np.broadcast_shapes(np.shape(norm), np.shape(qij))), where=norm > 0)
+    code = np.where(r >= 1 - 1e-12, SAME, np.where(r <= -1 + 1e-12, OPPOSITE, REST))
+    code[np.broadcast_to(i == j, code.shape)] = SAME
+    code[np.broadcast_to(j < i, code.shape)] = BELOW
+    return code
+
+
+def singularity_classes(qii: np.ndarray, qjj: np.ndarray, qij: np.ndarray, i: np.ndarray,
+                        j: np.ndarray) -> list[tuple[str, np.ndarray]]:
+    """Pairs (i ≤ j) split into x ≡ y, x ≡ −y and the rest, as (kind, indices) (see :func:`classes`)."""
+    code = classes(qii, qjj, qij, i, j)
+    return [(KINDS[c], np.nonzero(code == c)[0]) for c in (SAME, OPPOSITE, REST) if np.any(code == c)]
+
+
+# ---- replays, by template and class ------------------------------------------------------------
+
+#: replays by key (see :func:`replay_key`): (Replay, warnings), or None (not replayable)
+REPLAYS: OrderedDict = OrderedDict()
+MAX_REPLAYS = 32
+STORE = ReplayStore.from_environment()
+
+
+def replay_key(spec: LimitSpec, kind: str) -> str:
+    """A digest of what a record depends on: the template's IR, the input group, tol, the class."""
+    text = repr((spec.program.eqns, spec.program.groups, spec.program.outputs, spec.group, spec.tol, kind))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def replay_for(spec: LimitSpec, kind: str, pairs: tuple[np.ndarray, np.ndarray] | None = None):
+    """(Replay, warnings) of the class ``kind`` — from memory, from the disk store, or recorded now
+    on ``pairs`` (pairs (i, j) of the class) — or None where the template cannot be replayed, or
+    nothing is known and there are no pairs to record on.  A record that does not hold on
+    ``pairs`` (it took a number of other data for a constant) is recorded again on them."""
+    key = replay_key(spec, kind)
+    found = REPLAYS.get(key, False)
+    if found is False:
+        found = STORE.load(key)
+    have_pairs = pairs is not None and len(pairs[0]) > 0
+    if found and have_pairs and not holds_on(spec, found[0], *pairs):
+        found = False
+    if found is False:
+        if not have_pairs:
+            return None
+        found = record_class(spec, pairs)
+        STORE.save(key, found)
+    REPLAYS[key] = found
+    REPLAYS.move_to_end(key)
+    while len(REPLAYS) > MAX_REPLAYS:
+        REPLAYS.popitem(last=False)
+    return found
+
+
+def holds_on(spec: LimitSpec, replay: Replay, i: np.ndarray, j: np.ndarray) -> bool:
+    """The record holds on the pairs (i, j)."""
+    covs = pair_covs(spec, i, j)
+    return replay(covs[:, 0, 0], covs[:, 1, 1], covs[:, 0, 1]) is not None
+
+
+def record_class(spec: LimitSpec, pairs: tuple[np.ndarray, np.ndarray]):
+    """(Replay, warnings) recorded by a batch compile on up to RECORD_PAIRS of ``pairs``, or None."""
+    i, j = pairs
+    pick = np.unique(np.linspace(0, len(i) - 1, min(len(i), RECORD_PAIRS)).round().astype(int))
+    compiled = compile_program(spec.program, budget=Budget(tol=spec.tol),
+                               batch_covs={spec.group: pair_covs(spec, i[pick], j[pick])})
+    replay = record(compiled, spec.names)
+    return None if replay is None else (replay, list(compiled.limit().warnings))
+
+
+def pair_covs(spec: LimitSpec, i: np.ndarray, j: np.ndarray) -> np.ndarray:
+    """(P, 2, 2) covariances s·[[q_ii, q_ij], [q_ij, q_jj]] + b of the pairs (i, j)."""
+    s, b = spec.scale, spec.shift
+    qii, qjj, qij = gram_pairs(spec.X, i, i), gram_pairs(spec.X, j, j), gram_pairs(spec.X, i, j)
+    return np.stack([np.stack([s * qii + b, s * qij + b], -1), np.stack([s * qij + b, s * qjj + b], -1)], -2)
+
+
+def rest_candidates(spec: LimitSpec) -> tuple[np.ndarray, np.ndarray]:
+    """Pairs i < j of the rest class to record its replay on: drawn with a fixed seed over the
+    whole data (the same whichever band asks)."""
+    N = spec.X.shape[0]
+    if N < 2:
+        return np.zeros(0, int), np.zeros(0, int)
+    draw = np.random.default_rng(0).integers(0, N, (2, 8 * RECORD_PAIRS))
+    i, j = np.minimum(*draw), np.maximum(*draw)
+    keep = i < j
+    i, j = i[keep], j[keep]
+    q = (gram_pairs(spec.X, i, i), gram_pairs(spec.X, j, j), gram_pairs(spec.X, i, j))
+    rest = classes(*q, i, j) == REST
+    return i[rest][:RECORD_PAIRS], j[rest][:RECORD_PAIRS]
+
+
+# ---- a band ------------------------------------------------------------------------------------
+
+def limit_band(spec: LimitSpec, rows: tuple[int, int], values: dict[str, np.ndarray],
+               errors: dict[str, np.ndarray], threads: int | None = None) -> BandResult:
+    """The limit kernels of the pairs (i, j), r0 ≤ i < r1, j ≥ i, written into ``values[name]``
+    and ``errors[name]`` (arrays (r1 − r0, N − r0): entry (i − r0, j − r0)); see the module doc."""
+    r0, r1 = rows
+    N = spec.X.shape[0]
+    diag = gram_pairs(spec.X, np.arange(N), np.arange(N))
+    rest = replay_for(spec, "rest", rest_candidates(spec))
+    blocks = [(i0, min(r1, i0 + ROW_BLOCK), j0, min(N, j0 + COL_BLOCK))
+              for i0 in range(r0, r1, ROW_BLOCK) for j0 in range(i0, N, COL_BLOCK)]
+
+    local = threading.local()
+
+    def one(block: tuple[int, int, int, int]) -> list[tuple[int, np.ndarray, np.ndarray]]:
+        if not hasattr(local, "work"):
+            local.work = Workspace()
+        return block_values(spec, block, rows, diag, rest, values, errors, local.work)
+
+    workers = min(threads or THREADS, len(blocks))
+    if workers > 1:
+        with ThreadPoolExecutor(workers) as pool:
+            leftovers = list(pool.map(one, blocks))
+    else:
+        leftovers = [one(b) for b in blocks]
+    methods = {name: {"exact"} for name in spec.names} if rest is not None else {name: set() for name in spec.names}
+    warnings = list(rest[1]) if rest is not None else []
+    for code in (SAME, OPPOSITE, REST):
+        parts = [(i, j) for got in leftovers for c, i, j in got if c == code]
+        if not parts:
+            continue
+        i = np.concatenate([p[0] for p in parts])
+        j = np.concatenate([p[1] for p in parts])
+        got_methods, got_warnings = pair_values(spec, KINDS[code], i, j, rows, values, errors)
+        for name in spec.names:
+            methods[name].add(got_methods[name])
+        warnings += [w for w in got_warnings if w not in warnings]
+    return BandResult({n: max(m or {"exact"}, key=RANK.__getitem__) for n, m in methods.items()}, warnings)
+
+
+def block_values(spec: LimitSpec, block: tuple[int, int, int, int], rows: tuple[int, int], diag: np.ndarray,
+                 rest, values: dict[str, np.ndarray], errors: dict[str, np.ndarray], work: Workspace) -> list:
+    """One block: the rest class by its replay, written in place; returns the pairs left over,
+    as (class code, i, j) — the other classes, and the rest where there is no replay or it
+    does not hold."""
+    i0, i1, j0, j1 = block
+    i, j = np.arange(i0, i1)[:, None], np.arange(j0, j1)[None, :]
+    q = gram_block(spec.X, slice(i0, i1), slice(j0, j1))
+    code = classes(diag[i0:i1, None], diag[None, j0:j1], q, i, j)
+    left = []
+    rest_mask = code == REST
+    done = False
+    if rest is not None and rest_mask.any():
+        s, b = spec.scale, spec.shift
+        got = rest[0](s * diag[i0:i1, None] + b, s * diag[None, j0:j1] + b, s * q + b, rest_mask, work)
+        if got is not None:
+            target = (slice(i0 - rows[0], i1 - rows[0]), slice(j0 - rows[0], j1 - rows[0]))
+            for name, v, e in zip(rest[0].names, *got):
+                values[name][target] = v
+                errors[name][target] = e
+            done = True
+    for c in (SAME, OPPOSITE) if done else (SAME, OPPOSITE, REST):
+        where = np.nonzero(code == c)
+        if len(where[0]):
+            left.append((c, where[0] + i0, where[1] + j0))
+    return left
+
+
+def pair_values(spec: LimitSpec, kind: str, i: np.ndarray, j: np.ndarray, rows: tuple[int, int],
+                values: dict[str, np.ndarray], errors: dict[str, np.ndarray]) -> tuple[dict, list]:
+    """Pairs (i, j) of one class: by the class's replay where it holds, else by one batch compile;
+    written in place.  (methods, warnings)."""
+    target = (i - rows[0], j - rows[0])
+    replay = replay_for(spec, kind, (i, j)) if kind != "rest" else replay_for(spec, kind)
+    covs = pair_covs(spec, i, j)
+    if replay is not None:
+        got = replay[0](covs[:, 0, 0], covs[:, 1, 1], covs[:, 0, 1])
+        if got is not None:
+            for name, v, e in zip(replay[0].names, *got):
+                values[name][target] = v
+                errors[name][target] = e
+            return {name: "exact" for name in spec.names}, list(replay[1])
+    lim = compile_program(spec.program, budget=Budget(tol=spec.tol), batch_covs={spec.group: covs}).limit()
+    for name, v in lim.outputs.items():
+        values[name][target] = v.value
+        errors[name][target] = v.error
+    return {name: v.method for name, v in lim.outputs.items()}, list(lim.warnings)
