@@ -91,21 +91,25 @@ def _budget(options: Mapping[str, float], file: str) -> Budget:
 def parse(text: str, file: str = "<string>", base_dir: str | None = None,
           max_nodes: int = 1_000_000, **params: float) -> Program:
     """Parse and check program text; ``params`` override the program's ``param`` statements."""
-    module = parse_text(text, file)
     base = base_dir or os.getcwd()
     if "load" not in text:                     # reads no file: the same text lowers to the same IR
         try:
-            return Program(lowered(module, tuple(sorted(params.items())), file, text, base, max_nodes))
+            key = tuple(sorted(params.items()))
+            hash(key)
         except TypeError:                      # a param value that cannot be hashed
-            pass
+            key = None
+        if key is not None:
+            return Program(lowered(text, file, key, base, max_nodes))
+    module = parse_text(text, file)
     return Program(lower(module, params, file=file, source=text, base_dir=base, max_nodes=max_nodes))
 
 
 @lru_cache(maxsize=64)
-def lowered(module, params: tuple, file: str, text: str, base_dir: str, max_nodes: int) -> ir.Program:
-    """The IR of a parsed program that reads no file (kept: the IR is immutable, and a kernel
+def lowered(text: str, file: str, params: tuple, base_dir: str, max_nodes: int) -> ir.Program:
+    """The IR of a program that reads no file (kept, by its text: the IR is immutable, and a kernel
     template loaded once per ``tp.kernel`` call is lowered once)."""
-    return lower(module, dict(params), file=file, source=text, base_dir=base_dir, max_nodes=max_nodes)
+    return lower(parse_text(text, file), dict(params), file=file, source=text, base_dir=base_dir,
+                 max_nodes=max_nodes)
 
 
 def load(path: str | os.PathLike, max_nodes: int = 1_000_000, **params: float) -> Program:

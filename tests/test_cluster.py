@@ -66,15 +66,12 @@ def test_finite_kernel_on_cluster_is_bit_identical(address, data):
         assert np.array_equal(remote.outputs[name].std, k.std)
 
 
-def same_kernels(got, want, exact: bool) -> None:
-    """Equal kernels: bit for bit, or to a few ulps (a batch's rounding may depend on its pairs)."""
+def same_kernels(got, want) -> None:
+    """Equal kernels, bit for bit (every entry is computed by the same operations wherever it is)."""
     for name, k in want.outputs.items():
         assert got.outputs[name].method == k.method
         for a, b in ((got.outputs[name].mean, k.mean), (got.outputs[name].error, k.error)):
-            if exact:
-                assert np.array_equal(a, b)
-            else:
-                np.testing.assert_allclose(a, b, rtol=1e-14, atol=1e-15)
+            assert np.array_equal(a, b)
 
 
 def test_limit_kernel_tiles_on_cluster_are_bit_identical(address, data, tmp_path):
@@ -83,10 +80,10 @@ def test_limit_kernel_tiles_on_cluster_are_bit_identical(address, data, tmp_path
     remote = tp.kernel(RELU, data, L=3, scheduler=address, tile_pairs=40)
     ooc = tp.kernel(RELU, data, L=3, scheduler=address, tile_pairs=40, out=f"{tmp_path}/k/")
     one = tp.kernel(RELU, data, L=3, scheduler=address, tile_pairs=10 ** 6)
-    same_kernels(remote, local, exact=True)          # the same tiles: the same bits anywhere
-    same_kernels(ooc, local, exact=True)
-    same_kernels(one, whole, exact=False)            # one tile: the in-memory kernel's replayed tape, to ulps
-    same_kernels(local, whole, exact=False)
+    same_kernels(remote, local)          # the same tiles: the same bits anywhere
+    same_kernels(ooc, local)
+    same_kernels(one, whole)             # one tile or many, in memory or out of core: the same bits
+    same_kernels(local, whole)
 
 
 def test_unreachable_scheduler_is_a_usage_error(monkeypatch, capsys):
@@ -104,7 +101,7 @@ def test_unreachable_scheduler_is_a_usage_error(monkeypatch, capsys):
 def test_out_of_core_kernel_equals_in_memory(data, tmp_path):
     whole = tp.kernel(RELU, data, L=3)
     got = tp.kernel(RELU, data, L=3, out=f"{tmp_path}/k/", tile_pairs=50)
-    same_kernels(got, whole, exact=False)
+    same_kernels(got, whole)
     for name, k in got.outputs.items():
         assert np.array_equal(np.load(tmp_path / "k" / f"{name}.npy"), k.mean)
         assert np.array_equal(np.load(tmp_path / "k" / f"{name}_error.npy"), k.error)
@@ -155,7 +152,7 @@ def test_interrupted_tiled_run_resumes(data, tmp_path, monkeypatch):
     monkeypatch.setattr(tiles, "limit_tile", counting)
     got = tp.kernel(RELU, data, L=3, out=out, tile_pairs=40)
     assert len(calls) == n_tiles - 3 and set(map(tuple, manifest["done"])).isdisjoint(calls)
-    same_kernels(got, whole, exact=False)
+    same_kernels(got, whole)
     full = {name: np.array(k.mean) for name, k in got.outputs.items()}
 
     # a tile lost after the fact (its block zeroed, its entry removed): only it is computed again

@@ -223,3 +223,68 @@ def test_kernel_memory_does_not_grow_across_calls():
     finally:
         tracemalloc.stop()
     assert held < 4 * 150 * 150 * 8          # less than one call's four N×N outputs
+
+
+# ---- finite width with a first-layer bias (s·q + b, b = b1) ----------------------------------------------
+BIAS_TRIALS, BIAS_WIDTH = 24, 2048
+
+
+@pytest.fixture(scope="module")
+def biased(data) -> dict:
+    """Finite-width kernels at b1 = 0.3 and b1 = 0 (same seed), and the b1 = 0.3 limit, on 6 inputs
+    (a repeated and an opposite one among them)."""
+    X = data[:6]
+    run = dict(L=3, n=BIAS_WIDTH, trials=BIAS_TRIALS, seed=3)
+    return {"limit": tp.kernel(TEMPLATE, X, L=3, b1=0.3), "b": tp.kernel(TEMPLATE, X, b1=0.3, **run),
+            "zero": tp.kernel(TEMPLATE, X, **run)}
+
+
+def bias_tolerance(F, name: str, limit: np.ndarray) -> np.ndarray:
+    """5 standard errors of the mean over trials per entry, plus a floor 4·|K|/n: the finite-width
+    mean itself differs from the limit by O(1/n) relative (of order L/n for this depth-3 NTK-
+    parameterized MLP), which 5 SE ~ 5·O(1/√(n·trials)) need not cover; at n = 2048 the floor is
+    ~0.2% of the kernel, far below the SE (1-3%), so it does not hide a wrong covariance."""
+    se = F.outputs[name].std / math.sqrt(BIAS_TRIALS)
+    return 5 * se + 4 * np.abs(limit) / BIAS_WIDTH
+
+
+def test_finite_kernel_with_first_layer_bias_matches_the_limit(biased):
+    """N inputs drawn with covariance s·q + b·11ᵀ: every entry of the mean over trials within its
+    tolerance of the limit kernel with the same bias."""
+    for name in ("nngp", "ntk"):
+        lim = biased["limit"].outputs[name].mean
+        dev = np.abs(biased["b"].outputs[name].mean - lim)
+        assert np.all(dev <= bias_tolerance(biased["b"], name, lim)), (name, dev)
+
+
+def test_first_layer_bias_changes_the_finite_kernel(biased):
+    """b1 = 0.3 moves the finite kernel by many standard errors: the b1 = 0 kernel fails the check
+    above at every entry, so that check would catch a dropped bias."""
+    for name in ("nngp", "ntk"):
+        lim = biased["limit"].outputs[name].mean
+        with_b, without = biased["b"].outputs[name], biased["zero"].outputs[name]
+        assert np.all(np.abs(without.mean - lim) > bias_tolerance(biased["b"], name, lim)), name
+        se = np.hypot(with_b.std, without.std) / math.sqrt(BIAS_TRIALS)
+        assert np.median(np.abs(with_b.mean - without.mean) / se) > 10, name
+
+
+def test_finite_kernel_bias_factor_and_negative_bias(data):
+    """b = 0 factors s·q itself (nothing added: existing kernels unchanged bit for bit); a negative
+    b1 that the template's own probes accept but that leaves s·q + b·11ᵀ indefinite over the data
+    (12 inputs in 7 dimensions: 1 is not in q's range) is a usage error, not a silent wrong kernel."""
+    from tensorprog.distributions import psd_factor
+    from tensorprog.tools.kernel import inputs_factor
+    q = data @ data.T / data.shape[1]
+    assert np.array_equal(inputs_factor(1.5, 0.0, q), psd_factor(1.5 * q))
+    A = inputs_factor(1.5, 0.3, q)
+    assert np.allclose(A @ A.T, 1.5 * q + 0.3, atol=1e-10)
+    with pytest.raises(tp.TPUsageError, match="not positive semidefinite"):
+        tp.kernel(TEMPLATE, data, L=2, n=64, b1=-0.1)
+
+
+def test_limit_kernel_negative_bias_that_breaks_a_covariance_is_a_usage_error(data):
+    """b < 0 can make a pair's s·q + b not a covariance (x ≡ −y: determinant −4b·s·q_ii): a clear
+    TPUsageError, not a failure deep in the closed forms; a small b > 0 works."""
+    with pytest.raises(tp.TPUsageError, match="not positive semidefinite"):
+        tp.kernel(TEMPLATE, data, L=2, b1=-0.1)
+    assert tp.kernel(TEMPLATE, data, L=2, b1=0.1).outputs["ntk"].method == "exact"

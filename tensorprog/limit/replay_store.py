@@ -70,7 +70,7 @@ class ReplayStore:
             return False
         try:
             data = json.loads(path.read_text())
-            if data.get("format") != FORMAT or data.get("code") != code_digest():
+            if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("code") != code_digest():
                 return False
             if data["replay"] is None:
                 return None

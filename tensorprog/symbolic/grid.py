@@ -127,11 +127,26 @@ class GridTape:
                 elif kind not in ASSOCIATIVE and kind != "fn":
                     raise ValueError(f"unknown operation {kind!r}")
                 ops.append(Op(kind, arg, tuple(int(a) for a in args), int(out)))
-            return cls(int(data["nslots"]), {int(k): float(v) for k, v in data["consts"]},
-                       {int(k): int(v) for k, v in data["spaces"]}, ops, [int(o) for o in data["outputs"]],
-                       tuple(int(n) for n in data["nsymbols"]))
-        except (KeyError, TypeError, IndexError) as err:
+            consts = {int(k): float(v) for k, v in data["consts"]}
+            nsymbols = tuple(int(n) for n in data["nsymbols"])
+            outputs = [int(o) for o in data["outputs"]]
+            check_slots(ops, consts, sum(nsymbols), outputs)
+            return cls(int(data["nslots"]), consts, {int(k): int(v) for k, v in data["spaces"]}, ops, outputs,
+                       nsymbols)
+        except (KeyError, TypeError, IndexError, ZeroDivisionError) as err:
             raise ValueError(f"not a stored grid tape: {err}") from None
+
+
+def check_slots(ops: Sequence[Op], consts: dict[int, float], ninputs: int, outputs: Sequence[int]) -> None:
+    """A ValueError unless every operation reads slots written before it (inputs, constants,
+    earlier operations) and writes a new one, and every output is written."""
+    written = set(range(ninputs)) | set(consts)
+    for op in ops:
+        if not written.issuperset(op.args) or op.out in written:
+            raise ValueError(f"operation {op} reads an unwritten slot or overwrites one")
+        written.add(op.out)
+    if not written.issuperset(outputs):
+        raise ValueError("an output is never written")
 
 
 def allocate(cell_ops: Sequence[Op], outputs: Sequence[int]) -> tuple[dict[int, int], int]:
@@ -369,9 +384,14 @@ class Builder:
             parts += [self.combine(kind, group)] if len(group) > 1 else group
         if constant is not None:
             parts.append(constant)
-        if len(parts) == 1 and parts[0][1] == 1:
-            return parts[0][0]
-        return self.combine(kind, parts)[0]
+        slot, sign = parts[0] if len(parts) == 1 else self.combine(kind, parts)
+        return slot if sign > 0 else self.negate(slot)
+
+    def negate(self, slot: int) -> int:
+        """The slot of −1·y (y = ``slot``), known as a negation (a sum around it subtracts y)."""
+        negative = self.emit("mul", None, (slot, self.constant(-1.0)))
+        self.negations[negative] = slot
+        return negative
 
     def combine(self, kind: str, terms: list[tuple[int, int]]) -> tuple[int, int]:
         """One operation over ``terms`` (a positive term first), as a term: (slot, +1), or

@@ -9,8 +9,9 @@ For data X (N × d), q = X Xᵀ / d fills those entries for every pair i ≤ j:
     pairs and replayed over blocks of pairs (:mod:`..limit.replay`; per-input work once per
     input), else one batch per class of pairs (closed forms evaluated on arrays, or one shared
     quadrature grid); tile by tile, out of core or on a cluster with :mod:`.tiles`;
-  * finite width n: one network (the same matrices) applied to all N inputs, the pairs
-    as columns of (n, P) arrays, so each layer is one GEMM per chunk of pairs.
+  * finite width n: one network (the same matrices) applied to all N inputs, drawn jointly with
+    covariance s·q + b·11ᵀ, the pairs as columns of (n, P) arrays, so each layer is one GEMM per
+    chunk of pairs.
 """
 from __future__ import annotations
 
@@ -99,16 +100,6 @@ def load_inputs(path: str) -> np.ndarray:
     if not isinstance(X, np.ndarray) or X.ndim != 2 or X.dtype.kind not in "biuf":
         raise TPUsageError(f"--inputs: {path} must hold a numeric (N, d) array")
     return X.astype(float)
-
-
-def template(program: ir.Program, params: dict | None = None) -> tuple[ir.Program, int, float]:
-    """(IR, index of the input group, scale s) of a template whose q enters as s·q (no shift b):
-    :func:`affine_template` with b = 0 required."""
-    tmpl, g, s, b = affine_template(program, params)
-    if b != 0:
-        raise TPUsageError("this template shifts the covariance (s·q + b, a first-layer bias): "
-                           "use affine_template", file=program.file)
-    return tmpl, g, s
 
 
 def affine_template(program: ir.Program, params: dict | None = None) -> tuple[ir.Program, int, float, float]:
@@ -205,14 +196,20 @@ def finite_kernel(program: ir.Program, X: np.ndarray, n: int, trials: int = 1, s
     ``jobs`` worker processes run the trials (default: the ``tensorprog.finite.options`` setting,
     else 1); the values are bit-identical to one process.  ``scheduler`` (a Dask address,
     ``"local"`` or a Client) runs them on that cluster instead, one task per trial, bit-identical
-    too.  ``blocked`` and ``progress`` (a bar over the trials) come from ``tensorprog.finite.options``."""
-    tmpl, g, s = template(program, params)
+    too.  ``blocked`` and ``progress`` (a bar over the trials) come from ``tensorprog.finite.options``.
+
+    The template's first-layer covariance s·q + b (:func:`affine_template`; b a first-layer bias's
+    variance) becomes that of all N inputs at once: x = A·z with A Aᵀ = s·q + b·11ᵀ (q = X Xᵀ/d),
+    so every pair (i, j) is N(0, s·[[q_ii, q_ij], [q_ij, q_jj]] + b), as in the limit.  That N×N
+    matrix is PSD when b ≥ 0; a b < 0 that makes it indefinite is a TPUsageError."""
+    tmpl, g, s, b = affine_template(program, params)
     q, i, j = _pairs(X)
     N = q.shape[0]
+    factor = inputs_factor(s, b, q, program.file)
     opts = resolve(jobs=jobs, backend=backend, device=device, scheduler=scheduler)   # as for execute
     plan = plan_run(tmpl, n, seed, dtype, matrix_dist, blocked=opts.blocked, block_rows=opts.block_rows,
                     backend=opts.backend, device=opts.device)
-    trial = functools.partial(_kernel_trial, g=g, factor=D.psd_factor(s * q), i=i, j=j, N=N,
+    trial = functools.partial(_kernel_trial, g=g, factor=factor, i=i, j=j, N=N,
                               chunk=max(1, max_elements // n))
     runs = map_trials(plan, trial, trials, opts.jobs, opts.progress, desc="kernel trials",
                       scheduler=opts.scheduler)
@@ -223,6 +220,20 @@ def finite_kernel(program: ir.Program, X: np.ndarray, n: int, trials: int = 1, s
         outputs[o.name] = KernelMatrix(stack.mean(0), stack.std(0, ddof=1) if trials > 1 else np.zeros((N, N)),
                                        values=mats)
     return KernelResult(outputs, n, trials)
+
+
+def inputs_factor(s: float, b: float, q: np.ndarray, file: str = "<string>") -> np.ndarray:
+    """A (N × N) with A Aᵀ = s·q + b·11ᵀ: the first-layer covariance of all N inputs (b = 0:
+    exactly ``psd_factor(s·q)``, nothing added).  Not PSD (b < 0 and 1 not in q's range, or
+    |b| too large) is a TPUsageError."""
+    cov = s * q if b == 0 else s * q + b
+    try:
+        return D.psd_factor(cov)
+    except D.DistributionError as err:
+        raise TPUsageError(f"finite-width kernel: the first-layer covariance s·q + b of the {q.shape[0]} inputs "
+                           f"(s = {s:g}, b = {b:g}, q = X Xᵀ/d) is not positive semidefinite ({err}); "
+                           "b, a first-layer bias's variance, must keep it PSD (b ≥ 0 always does)",
+                           file=file) from None
 
 
 def _kernel_trial(ex: Executor, t: int, *, g: int, factor: np.ndarray, i: np.ndarray, j: np.ndarray,

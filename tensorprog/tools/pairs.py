@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import ir
+from ..errors import TPUsageError
 from ..expect.budget import Budget
 from ..limit.compiler import compile_program
 from ..limit.replay import Replay, record
@@ -247,6 +248,8 @@ def block_values(spec: LimitSpec, block: tuple[int, int, int, int], rows: tuple[
     i, j = np.arange(i0, i1)[:, None], np.arange(j0, j1)[None, :]
     q = gram_block(spec.X, slice(i0, i1), slice(j0, j1))
     code = classes(diag[i0:i1, None], diag[None, j0:j1], q, i, j)
+    if spec.shift < 0 or spec.scale < 0:                      # s·q + b need not be a covariance
+        check_covariances(spec, diag[i0:i1, None], diag[None, j0:j1], q, code != BELOW)
     left = []
     rest_mask = code == REST
     done = False
@@ -264,6 +267,20 @@ def block_values(spec: LimitSpec, block: tuple[int, int, int, int], rows: tuple[
         if len(where[0]):
             left.append((c, where[0] + i0, where[1] + j0))
     return left
+
+
+def check_covariances(spec: LimitSpec, qii: np.ndarray, qjj: np.ndarray, qij: np.ndarray, upper: np.ndarray) -> None:
+    """A TPUsageError unless every pair's s·[[q_ii, q_ij], [q_ij, q_jj]] + b is positive
+    semidefinite (to rounding): a negative shift or scale can make it not a covariance."""
+    s, b = spec.scale, spec.shift
+    a, d, c = s * qii + b, s * qjj + b, s * qij + b
+    scale = np.maximum(np.abs(a) * np.abs(d), 1e-300)
+    bad = upper & ((a < 0) | (d < 0) | (a * d - c * c < -1e-12 * scale))
+    if bad.any():
+        raise TPUsageError(f"the first-layer covariance s·q + b (s = {s:g}, b = {b:g}) is not positive "
+                           f"semidefinite for {int(bad.sum())} pairs of this block of the data: with "
+                           "b < 0 a pair's covariance can fail to be one (b ≥ 0 always works)",
+                           file=spec.program.file)
 
 
 def pair_values(spec: LimitSpec, kind: str, i: np.ndarray, j: np.ndarray, rows: tuple[int, int],

@@ -65,14 +65,6 @@ def tile_rows(N: int, tile_pairs: int = TILE_PAIRS) -> list[tuple[int, int]]:
     return tiles
 
 
-def tile_pairs_of(r0: int, r1: int, N: int) -> tuple[np.ndarray, np.ndarray]:
-    """The pairs (i, j) of tile [r0, r1): r0 ≤ i < r1, i ≤ j < N, row by row (np.triu_indices order)."""
-    rows = np.arange(r0, r1)
-    i = np.repeat(rows, N - rows)
-    j = np.concatenate([np.arange(r, N) for r in rows])
-    return i, j
-
-
 @dataclass
 class TileValues:
     """One tile's results: per output, values and error bounds of its rows of the upper triangle
