@@ -24,6 +24,7 @@ vectors.
 from __future__ import annotations
 
 import heapq
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import sympy as sp
@@ -137,10 +138,16 @@ class GradState:
         return out
 
     def partial(self, e: ir.Eqn, arg: int) -> sp.Expr:
-        """∂fn/∂arg of a function equation (sympy, memoised)."""
+        """∂fn/∂arg of a function equation (sympy, memoised): the derivative of fn's shape (its
+        variables as placeholders, :func:`shape_derivative`, derived once per shape) with the
+        variables put back."""
         got = self.partials.get((e.var, arg))
         if got is None:
-            got = self.partials[(e.var, arg)] = sp.diff(fnsym.to_sympy(e.fn, self.symbol), self.symbol(arg))
+            order = ir.refs(e.fn)
+            shape = ir.map_refs(e.fn, lambda ref: ir.Ref(order.index(ref.var)))
+            template = shape_derivative(shape, order.index(arg))
+            got = template.xreplace({placeholder(k): self.symbol(v) for k, v in enumerate(order)})
+            self.partials[(e.var, arg)] = got
         return got
 
     def mean(self, expr: sp.Expr, width: str) -> sp.Expr:
@@ -181,6 +188,19 @@ class GradState:
     def symbol(self, var: int) -> sp.Symbol:
         """The real sympy symbol ``v<var>`` of a variable."""
         return self.names.symbol(var)
+
+
+def placeholder(k: int) -> sp.Symbol:
+    """The real symbol standing for a function shape's k-th variable."""
+    return sp.Symbol(f"_arg{k}", real=True)
+
+
+@lru_cache(maxsize=4096)
+def shape_derivative(shape: ir.Fn, k: int) -> sp.Expr:
+    """∂shape/∂(its k-th variable), a function tree whose Ref(j) is its j-th variable: the same
+    activation at every layer is differentiated once (sympy's derivative of a head like gelu
+    builds new expressions and queries assumptions: the cost of a template's first lowering)."""
+    return sp.diff(fnsym.to_sympy(shape, placeholder), placeholder(k))
 
 
 def check_operands(node, f, x) -> None:

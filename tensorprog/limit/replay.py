@@ -24,6 +24,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 import sympy as sp
+from sympy.core.operations import AssocOp
 
 from ..symbolic.grid import GridTape, Workspace
 from .ledger import ROUNDING
@@ -40,13 +41,15 @@ class Replay:
     constants: tuple[float, ...]            # check k < len(constants) must equal constants[k]
     ties: tuple[int, ...]                   # then (a, b, sign) triples: a = sign·b to 1e-12 (relative)
 
-    def __call__(self, a: np.ndarray, b: np.ndarray, c: np.ndarray, mask: np.ndarray | None = None,
-                 work: Workspace | None = None) -> tuple[list, list] | None:
+    def __call__(self, a: np.ndarray | None, b: np.ndarray | None, c: np.ndarray, mask: np.ndarray | None = None,
+                 work: Workspace | None = None, sides: dict | None = None) -> tuple[list, list] | None:
         """(values, errors), one array per name, at rows ``a``, columns ``b`` and cells ``c``
         (a grid: shapes (R, 1), (1, C), (R, C); or P pairs: (P,) each); None when the record does
         not hold where ``mask`` (default: everywhere) is true.  With ``work``, the arrays are
-        views of its work arrays (copy them out before its next use)."""
-        got = self.tape([a], [b], [c], work)
+        views of its work arrays (copy them out before its next use).  ``sides``: a and b's part
+        of the tape already evaluated (:meth:`.GridTape.sides`, cut to this block); a and b are
+        then not read."""
+        got = self.tape([a], [b], [c], work, sides)
         k = len(self.names)
         if mask is not None:
             if not mask.any():
@@ -110,7 +113,7 @@ class Builder:
         self.inputs: dict[tuple[int, int, int], sp.Symbol] = {}
         self.resolved: dict[sp.Symbol, sp.Expr] = {}
         self.estimate: dict[int, tuple[sp.Expr, tuple]] = {}     # k -> (value, error terms)
-        self.memo: dict[sp.Basic, sp.Basic] = {}
+        self.memo: dict[int, tuple[sp.Basic, sp.Basic]] = {}
         self.constants: list[tuple[sp.Expr, float]] = []
         self.ties: list[tuple[sp.Expr, sp.Expr, int]] = []
 
@@ -195,11 +198,11 @@ class Builder:
     def sub(self, expr: sp.Expr, extra: Mapping[sp.Symbol, sp.Expr] | None = None) -> sp.Expr:
         """expr with batch symbols (and ``extra`` symbols) replaced by their expressions, rebuilt
         without evaluation (the DAG is shared, not walked as a tree)."""
-        memo = self.memo if extra is None else {}
+        memo = self.memo if extra is None else {}       # by identity (module doc of symbolic.grid)
 
         def walk(node: sp.Basic) -> sp.Basic:
-            if node in memo:
-                return memo[node]
+            if id(node) in memo:
+                return memo[id(node)][1]
             if node.is_Symbol:
                 if extra is not None and node in extra:
                     out = extra[node]
@@ -213,11 +216,20 @@ class Builder:
                 out = node
             else:
                 args = [walk(a) for a in node.args]
-                out = node.func(*args, evaluate=False) if args != list(node.args) else node
-            memo[node] = out
+                same = all(a is b for a, b in zip(args, node.args))
+                out = node if same else rebuild(node, args)
+            memo[id(node)] = (node, out)
             return out
         return walk(expr)
 
+
+
+def rebuild(node: sp.Basic, args: list) -> sp.Basic:
+    """``node``'s head over new ``args``, unevaluated; sums and products without sympy's constructor
+    cache (whose lookups compare deep expressions for equality, as costly as walking them as trees)."""
+    if isinstance(node, AssocOp):
+        return node.func._from_args(args)
+    return node.func(*args, evaluate=False)
 
 
 def largest(items: Sequence[sp.Expr]) -> sp.Expr:

@@ -77,28 +77,48 @@ class GridTape:
         return {"row": len(self.row_ops), "col": len(self.col_ops), "cell": len(self.cell_ops)}
 
     def __call__(self, rows: Sequence[np.ndarray], cols: Sequence[np.ndarray],
-                 cells: Sequence[np.ndarray] = (), work: "Workspace | None" = None) -> list[np.ndarray]:
+                 cells: Sequence[np.ndarray] = (), work: "Workspace | None" = None,
+                 sides: dict[int, object] | None = None) -> list[np.ndarray]:
         """The expressions' values: row arrays and column arrays broadcast against each other
         (shapes (R, 1) and (1, C) for a grid, (P,) for a list of pairs) and the cell arrays.
-        Cell operations write into :attr:`nregisters` work arrays (``work``'s, reused from call
-        to call, or new ones); the values returned may be views of them, valid until ``work``'s
-        next use."""
-        given = [*rows, *cols, *cells]
-        if tuple(map(len, (rows, cols, cells))) != self.nsymbols:
+        ``sides``: the row and column values already computed (:meth:`sides`, cut to these rows
+        and columns by :meth:`cut`; ``rows`` and ``cols`` are then not read).  Cell operations
+        write into :attr:`nregisters` work arrays (``work``'s, reused from call to call, or new
+        ones); the values returned may be views of them, valid until ``work``'s next use."""
+        if len(cells) != self.nsymbols[2]:
             raise ValueError(f"expected {self.nsymbols} row, column and cell arrays")
-        xs = [np.asarray(a, dtype=float) for a in given]
-        shape = np.broadcast_shapes(*(x.shape for x in xs)) if xs else ()
-        slots: dict[int, object] = dict(enumerate(xs))
-        slots.update({k: np.float64(v) for k, v in self.consts.items()})
-        with np.errstate(all="ignore"):
-            for op in self.row_ops + self.col_ops:
-                slots[op.out] = self.functions[op.out](*[slots[a] for a in op.args])
-            if self.cell_ops:
-                buffers = (work or Workspace()).arrays(shape, self.nregisters)
+        slots = dict(sides) if sides is not None else self.sides(rows, cols)
+        first = sum(self.nsymbols[:2])
+        slots.update({first + k: np.asarray(c, dtype=float) for k, c in enumerate(cells)})
+        shape = np.broadcast_shapes(*(np.shape(slots[k]) for k in range(sum(self.nsymbols))))
+        if self.cell_ops:
+            buffers = (work or Workspace()).arrays(shape, self.nregisters)
+            with np.errstate(all="ignore"):
                 for op in self.cell_ops:
                     slots[op.out] = self.functions[op.out](*[slots[a] for a in op.args],
                                                            out=buffers[self.registers[op.out]])
         return [np.broadcast_to(slots[o], shape).astype(float, copy=False) for o in self.outputs]
+
+    def sides(self, rows: Sequence[np.ndarray], cols: Sequence[np.ndarray]) -> dict[int, object]:
+        """The constants, the row and column inputs and every row and column operation's value:
+        the work done once per input (a band's rows, and its columns, computed once for all its
+        blocks)."""
+        if (len(rows), len(cols)) != self.nsymbols[:2]:
+            raise ValueError(f"expected {self.nsymbols} row, column and cell arrays")
+        slots: dict[int, object] = {k: np.asarray(a, dtype=float) for k, a in enumerate([*rows, *cols])}
+        slots.update({k: np.float64(v) for k, v in self.consts.items()})
+        with np.errstate(all="ignore"):
+            for op in self.row_ops + self.col_ops:
+                slots[op.out] = self.functions[op.out](*[slots[a] for a in op.args])
+        return slots
+
+    def cut(self, sides: dict[int, object], rows: slice, cols: slice) -> dict[int, object]:
+        """``sides`` of a grid (rows (R, 1), columns (1, C)) cut to a block of rows and columns."""
+        out = {}
+        for k, v in sides.items():
+            space = self.spaces.get(k, CONST)
+            out[k] = v[rows] if space == ROW and np.ndim(v) else v[:, cols] if space == COL and np.ndim(v) else v
+        return out
 
     def to_json(self) -> dict:
         """The tape as JSON data (numbers, kinds and head names; exponents as [p, q] or a float)."""
@@ -281,6 +301,7 @@ class Builder:
             raise ValueError("a symbol is given twice")
         self.nsymbols = (len(rows), len(cols), len(cells))
         self.slot: dict[sp.Basic, int] = {s: k for k, s in enumerate(symbols)}
+        self.by_id: dict[int, tuple[sp.Basic, int]] = {}
         self.spaces: dict[int, int] = {k: ROW if k < len(rows) else COL if k < len(rows) + len(cols) else CELL
                                        for k in range(len(symbols))}
         self.consts: dict[int, float] = {}
@@ -311,26 +332,39 @@ class Builder:
         return self.nslots - 1
 
     def visit(self, root: sp.Basic) -> int:
-        """The slot of ``root`` (children first, without recursion: DAGs can be deep)."""
+        """The slot of ``root`` (children first, without recursion: DAGs can be deep).  Nodes are
+        remembered by identity — comparing deep expressions for equality costs as much as walking
+        them as trees — and equal subexpressions meet again as the same operation of the same
+        slots (:meth:`emit`)."""
         stack: list[tuple[sp.Basic, bool]] = [(root, False)]
         while stack:
             e, done = stack.pop()
-            if e in self.slot:
+            if self.known(e):
                 continue
             if e.is_Symbol:
                 raise ValueError(f"unknown symbol {e}")
             if not e.args or e.is_Number or e.is_NumberSymbol:
-                self.slot[e] = self.constant(constant_value(e))
+                self.remember(e, self.constant(constant_value(e)))
                 continue
             if not done:
                 stack.append((e, True))
-                stack.extend((a, False) for a in e.args if a not in self.slot)
+                stack.extend((a, False) for a in e.args if not self.known(a))
                 continue
-            self.slot[e] = self.operation(e)
-        return self.slot[root]
+            self.remember(e, self.operation(e))
+        return self.slot_of(root)
+
+    def known(self, e: sp.Basic) -> bool:
+        return id(e) in self.by_id or (e.is_Symbol and e in self.slot)
+
+    def remember(self, e: sp.Basic, slot: int) -> None:
+        self.by_id[id(e)] = (e, slot)            # the node is kept alive: its id stays its own
+
+    def slot_of(self, e: sp.Basic) -> int:
+        got = self.by_id.get(id(e))
+        return got[1] if got is not None else self.slot[e]
 
     def operation(self, e: sp.Basic) -> int:
-        args = [self.slot[a] for a in e.args]
+        args = [self.slot_of(a) for a in e.args]
         if e.is_Add:
             return self.nary("add", [self.signed(a) for a in args])
         if e.is_Mul:

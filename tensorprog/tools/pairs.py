@@ -212,11 +212,13 @@ def limit_band(spec: LimitSpec, rows: tuple[int, int], values: dict[str, np.ndar
               for i0 in range(r0, r1, ROW_BLOCK) for j0 in range(i0, N, COL_BLOCK)]
 
     local = threading.local()
+    s, b = spec.scale, spec.shift
+    sides = rest[0].tape.sides([s * diag[r0:r1, None] + b], [s * diag[None, r0:] + b]) if rest else None
 
     def one(block: tuple[int, int, int, int]) -> list[tuple[int, np.ndarray, np.ndarray]]:
         if not hasattr(local, "work"):
             local.work = Workspace()
-        return block_values(spec, block, rows, diag, rest, values, errors, local.work)
+        return block_values(spec, block, rows, diag, rest, sides, values, errors, local.work)
 
     workers = min(threads or THREADS, len(blocks))
     if workers > 1:
@@ -240,10 +242,11 @@ def limit_band(spec: LimitSpec, rows: tuple[int, int], values: dict[str, np.ndar
 
 
 def block_values(spec: LimitSpec, block: tuple[int, int, int, int], rows: tuple[int, int], diag: np.ndarray,
-                 rest, values: dict[str, np.ndarray], errors: dict[str, np.ndarray], work: Workspace) -> list:
-    """One block: the rest class by its replay, written in place; returns the pairs left over,
-    as (class code, i, j) — the other classes, and the rest where there is no replay or it
-    does not hold."""
+                 rest, sides: dict | None, values: dict[str, np.ndarray], errors: dict[str, np.ndarray],
+                 work: Workspace) -> list:
+    """One block: the rest class by its replay (its per-input part ``sides`` computed once for
+    the band), written in place; returns the pairs left over, as (class code, i, j) — the other
+    classes, and the rest where there is no replay or it does not hold."""
     i0, i1, j0, j1 = block
     i, j = np.arange(i0, i1)[:, None], np.arange(j0, j1)[None, :]
     q = gram_block(spec.X, slice(i0, i1), slice(j0, j1))
@@ -255,9 +258,9 @@ def block_values(spec: LimitSpec, block: tuple[int, int, int, int], rows: tuple[
     done = False
     if rest is not None and rest_mask.any():
         s, b = spec.scale, spec.shift
-        got = rest[0](s * diag[i0:i1, None] + b, s * diag[None, j0:j1] + b, s * q + b, rest_mask, work)
+        target = (slice(i0 - rows[0], i1 - rows[0]), slice(j0 - rows[0], j1 - rows[0]))
+        got = rest[0](None, None, s * q + b, rest_mask, work, rest[0].tape.cut(sides, *target))
         if got is not None:
-            target = (slice(i0 - rows[0], i1 - rows[0]), slice(j0 - rows[0], j1 - rows[0]))
             for name, v, e in zip(rest[0].names, *got):
                 values[name][target] = v
                 errors[name][target] = e
