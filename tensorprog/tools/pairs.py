@@ -8,7 +8,8 @@ exact singular structure reaches the closed forms (:func:`singularity_classes`).
 Where every expectation of the template has a closed form, the batch compile of a class is
 recorded once (on a few of its pairs) and replayed (:mod:`..limit.replay`): a grid tape whose
 per-input work runs once per input.  A band of rows [r0, r1) is then cut into blocks of
-:data:`ROW_BLOCK` × :data:`COL_BLOCK` entries (i in the block's rows, j ≥ r0 in its columns);
+:data:`ROW_BLOCK` × :data:`COL_BLOCK` entries (i in the block's rows, j ≥ r0 in its columns;
+as many entries in wider blocks when the band has fewer rows);
 each block computes its Gram entries, classifies them, and replays the rest-class record on the
 whole block at once (rows' variances as an (R, 1) column, columns' as a (1, C) row).  Entries of
 the other classes — and of blocks where the record does not hold — are gathered and done after,
@@ -25,6 +26,7 @@ upper triangle).
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import threading
 from collections import OrderedDict
@@ -131,8 +133,12 @@ STORE = ReplayStore.from_environment()
 
 
 def replay_key(spec: LimitSpec, kind: str) -> str:
-    """A digest of what a record depends on: the template's IR, the input group, tol, the class."""
-    text = repr((spec.program.eqns, spec.program.groups, spec.program.outputs, spec.group, spec.tol, kind))
+    """A digest of what a record depends on: the template's IR, the input group, tol, the class.
+    The input group's covariance is left out — a record takes it as its input — so templates
+    that differ only in s and b (a first layer's variances) share their record."""
+    groups = tuple(dataclasses.replace(group, dist=dataclasses.replace(group.dist, cov=None))
+                   if k == spec.group else group for k, group in enumerate(spec.program.groups))
+    text = repr((spec.program.eqns, groups, spec.program.outputs, spec.group, spec.tol, kind))
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -208,8 +214,9 @@ def limit_band(spec: LimitSpec, rows: tuple[int, int], values: dict[str, np.ndar
     N = spec.X.shape[0]
     diag = gram_pairs(spec.X, np.arange(N), np.arange(N))
     rest = replay_for(spec, "rest", rest_candidates(spec))
-    blocks = [(i0, min(r1, i0 + ROW_BLOCK), j0, min(N, j0 + COL_BLOCK))
-              for i0 in range(r0, r1, ROW_BLOCK) for j0 in range(i0, N, COL_BLOCK)]
+    width = max(COL_BLOCK, ROW_BLOCK * COL_BLOCK // min(ROW_BLOCK, r1 - r0))    # a band of few rows: wider
+    blocks = [(i0, min(r1, i0 + ROW_BLOCK), j0, min(N, j0 + width))
+              for i0 in range(r0, r1, ROW_BLOCK) for j0 in range(i0, N, width)]
 
     local = threading.local()
     s, b = spec.scale, spec.shift
