@@ -13,8 +13,10 @@ as many entries in wider blocks when the band has fewer rows);
 each block computes its Gram entries, classifies them, and replays the rest-class record on the
 whole block at once (rows' variances as an (R, 1) column, columns' as a (1, C) row).  Entries of
 the other classes — and of blocks where the record does not hold — are gathered and done after,
-by their class's replay on the list of pairs, or by the batch compile itself.  Blocks run in
-:data:`THREADS` threads.  Templates that cannot be replayed (quadrature, QMC) compile
+by their class's replay on the list of pairs, or by the batch compile itself.  Blocks run one
+after the other: a block's tape is a few hundred numpy calls of ~10 µs, and two threads contend for
+the GIL between them (measured on 2 cores: 0.073 s for one thread, 0.104 s for two, ReLU depth 10,
+N = 1000); clusters spread tiles over Dask workers instead.  Templates that cannot be replayed (quadrature, QMC) compile
 one batch per class over the band's pairs.
 
 Every entry is computed by the same operations whichever band, block or process it falls in:
@@ -28,9 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import threading
 from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -48,10 +48,6 @@ ROW_BLOCK = 32
 COL_BLOCK = 1024
 #: pairs of a class on which a replay is recorded
 RECORD_PAIRS = 48
-#: threads over a band's blocks: 1, because a block's tape is a few hundred numpy calls of
-#: ~10 µs each and two threads contend for the GIL between them (measured on 2 cores: 0.071 s
-#: for one thread, 0.082 s for two, relu depth 10, N = 1000); clusters use Dask workers instead
-THREADS = 1
 #: singularity classes: codes in a block's class array
 REST, SAME, OPPOSITE, BELOW = 0, 1, 2, 3
 KINDS = {SAME: "same", OPPOSITE: "opposite", REST: "rest"}
@@ -207,7 +203,7 @@ def rest_candidates(spec: LimitSpec) -> tuple[np.ndarray, np.ndarray]:
 # ---- a band ------------------------------------------------------------------------------------
 
 def limit_band(spec: LimitSpec, rows: tuple[int, int], values: dict[str, np.ndarray],
-               errors: dict[str, np.ndarray], threads: int | None = None) -> BandResult:
+               errors: dict[str, np.ndarray]) -> BandResult:
     """The limit kernels of the pairs (i, j), r0 ≤ i < r1, j ≥ i, written into ``values[name]``
     and ``errors[name]`` (arrays (r1 − r0, N − r0): entry (i − r0, j − r0)); see the module doc."""
     r0, r1 = rows
@@ -218,21 +214,10 @@ def limit_band(spec: LimitSpec, rows: tuple[int, int], values: dict[str, np.ndar
     blocks = [(i0, min(r1, i0 + ROW_BLOCK), j0, min(N, j0 + width))
               for i0 in range(r0, r1, ROW_BLOCK) for j0 in range(i0, N, width)]
 
-    local = threading.local()
     s, b = spec.scale, spec.shift
     sides = rest[0].tape.sides([s * diag[r0:r1, None] + b], [s * diag[None, r0:] + b]) if rest else None
-
-    def one(block: tuple[int, int, int, int]) -> list[tuple[int, np.ndarray, np.ndarray]]:
-        if not hasattr(local, "work"):
-            local.work = Workspace()
-        return block_values(spec, block, rows, diag, rest, sides, values, errors, local.work)
-
-    workers = min(threads or THREADS, len(blocks))
-    if workers > 1:
-        with ThreadPoolExecutor(workers) as pool:
-            leftovers = list(pool.map(one, blocks))
-    else:
-        leftovers = [one(b) for b in blocks]
+    work = Workspace()
+    leftovers = [block_values(spec, block, rows, diag, rest, sides, values, errors, work) for block in blocks]
     methods = {name: {"exact"} for name in spec.names} if rest is not None else {name: set() for name in spec.names}
     warnings = list(rest[1]) if rest is not None else []
     for code in (SAME, OPPOSITE, REST):
