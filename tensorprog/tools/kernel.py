@@ -31,7 +31,7 @@ from ..finite.executor import Executor
 from ..finite.plan import plan_run
 from ..finite.run import map_trials
 from ..limit.symbolic_params import relower
-from .pairs import LimitSpec, gram
+from .pairs import LimitSpec, first_layer_cov, gram
 from .tiles import TILE_PAIRS, inputs_array, is_directory, large_summary, limit_tiles, write_finite
 
 Q_NAMES = ("q11", "q12", "q22")
@@ -152,11 +152,6 @@ def affine_fit(covs: list[np.ndarray]) -> tuple[float, float]:
     if abs(b) <= 1e-13 * max(abs(covs[0][0, 0]), abs(covs[1][0, 0])):
         return float(covs[0][0, 0] / p), 0.0
     return float(s), float(b)
-
-
-def first_layer_cov(s: float, b: float, q11, q12, q22) -> np.ndarray:
-    """s·[[q11, q12], [q12, q22]] + b, stacked on the last two axes (q's may be arrays (P,))."""
-    return np.stack([np.stack([s * q11 + b, s * q12 + b], -1), np.stack([s * q12 + b, s * q22 + b], -1)], -2)
 
 
 def _pairs(X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -180,9 +180,13 @@ def record_class(spec: LimitSpec, pairs: tuple[np.ndarray, np.ndarray]):
 
 def pair_covs(spec: LimitSpec, i: np.ndarray, j: np.ndarray) -> np.ndarray:
     """(P, 2, 2) covariances s·[[q_ii, q_ij], [q_ij, q_jj]] + b of the pairs (i, j)."""
-    s, b = spec.scale, spec.shift
-    qii, qjj, qij = gram_pairs(spec.X, i, i), gram_pairs(spec.X, j, j), gram_pairs(spec.X, i, j)
-    return np.stack([np.stack([s * qii + b, s * qij + b], -1), np.stack([s * qij + b, s * qjj + b], -1)], -2)
+    return first_layer_cov(spec.scale, spec.shift, gram_pairs(spec.X, i, i), gram_pairs(spec.X, i, j),
+                           gram_pairs(spec.X, j, j))
+
+
+def first_layer_cov(s: float, b: float, q11, q12, q22) -> np.ndarray:
+    """s·[[q11, q12], [q12, q22]] + b, stacked on the last two axes (q's may be arrays (P,))."""
+    return np.stack([np.stack([s * q11 + b, s * q12 + b], -1), np.stack([s * q12 + b, s * q22 + b], -1)], -2)
 
 
 def rest_candidates(spec: LimitSpec) -> tuple[np.ndarray, np.ndarray]:
