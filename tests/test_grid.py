@@ -256,7 +256,7 @@ def stored() -> dict:
     return json.loads(json.dumps(GridTape.compile([sp.erf(a * c) - b], [a], [b], [c]).to_json()))
 
 
-@pytest.mark.parametrize("spoil", ["kind", "head", "missing_ops", "missing_outputs", "missing_spaces",
+@pytest.mark.parametrize("spoil", ["kind", "head", "missing_ops", "missing_outputs", "missing_nsymbols",
                                    "not_a_dict", "short_op", "pow_text", "head_not_text"])
 def test_from_json_rejects_malformed_data(spoil):
     data = stored()
@@ -279,12 +279,17 @@ def test_from_json_rejects_malformed_data(spoil):
         GridTape.from_json(data)
 
 
-@pytest.mark.parametrize("spoil", ["zero_denominator", "undefined_slot"])
+@pytest.mark.parametrize("spoil", ["zero_denominator", "undefined_slot", "wrong_arity", "short_fold"])
 def test_from_json_rejects_inconsistent_data(spoil):
     data = stored()
-    if spoil == "zero_denominator":
+    fn = next(k for k, op in enumerate(data["ops"]) if op[0] == "fn")
+    if spoil == "wrong_arity":
+        data["ops"][fn][1] = "atan2"                  # a binary head given one argument
+    elif spoil == "short_fold":
+        data["ops"].append(["mul", None, [0], data["nslots"]])
+        data["nslots"] += 1
+    elif spoil == "zero_denominator":
         data["ops"].append(["pow", [1, 0], [0], data["nslots"]])
-        data["spaces"].append([data["nslots"], 1])
         data["nslots"] += 1
     else:
         data["ops"][-1][2][0] = 10 ** 6

@@ -14,8 +14,8 @@ input and only the rest once per pair.
 The record is valid for other covariances when the compile would have made the same decisions:
 the batch agreed on the numbers it took as constants, the covariance entries it tied (x ≡ y:
 Cov = Var) are still equal, and every value is finite.  The tape computes those quantities
-too and :meth:`Replay.__call__` checks them; it returns None when one fails (the caller then
-compiles the batch itself).
+too and :meth:`Replay.__call__` checks them entry by entry (the caller compiles the entries
+where one fails).
 """
 from __future__ import annotations
 
@@ -41,36 +41,30 @@ class Replay:
     constants: tuple[float, ...]            # check k < len(constants) must equal constants[k]
     ties: tuple[int, ...]                   # then (a, b, sign) triples: a = sign·b to 1e-12 (relative)
 
-    def __call__(self, a: np.ndarray | None, b: np.ndarray | None, c: np.ndarray, mask: np.ndarray | None = None,
-                 work: Workspace | None = None, sides: dict | None = None) -> tuple[list, list] | None:
-        """(values, errors), one array per name, at rows ``a``, columns ``b`` and cells ``c``
-        (a grid: shapes (R, 1), (1, C), (R, C); or P pairs: (P,) each); None when the record does
-        not hold where ``mask`` (default: everywhere) is true.  With ``work``, the arrays are
-        views of its work arrays (copy them out before its next use).  ``sides``: a and b's part
-        of the tape already evaluated (:meth:`.GridTape.sides`, cut to this block); a and b are
-        then not read."""
+    def __call__(self, a: np.ndarray | None, b: np.ndarray | None, c: np.ndarray,
+                 work: Workspace | None = None, sides: dict | None = None) -> tuple[list, list, np.ndarray]:
+        """(values, errors, valid): one array per name at rows ``a``, columns ``b`` and cells
+        ``c`` (a grid: shapes (R, 1), (1, C), (R, C); or P pairs: (P,) each), and where the record
+        holds, entry by entry (:meth:`valid`).  With ``work``, the arrays are views of its work
+        arrays (copy them out before its next use).  ``sides``: a and b's part of the tape already
+        evaluated (:meth:`.GridTape.sides`, cut to this block); a and b are then not read."""
         got = self.tape([a], [b], [c], work, sides)
         k = len(self.names)
-        if mask is not None:
-            if not mask.any():
-                return got[:k], got[k:2 * k]
-            checked = [np.broadcast_to(x, mask.shape)[mask] for x in got]
-        else:
-            checked = got
-        return (got[:k], got[k:2 * k]) if self.holds(checked[:2 * k], checked[2 * k:]) else None
+        return got[:k], got[k:2 * k], self.valid(got[:2 * k], got[2 * k:])
 
-    def holds(self, results: Sequence[np.ndarray], checks: Sequence[np.ndarray]) -> bool:
-        """Every value and error finite, every constant the same, every tie still equal."""
-        if not all(np.all(np.isfinite(r)) for r in results):
-            return False
-        if not all(np.all(c == v) for c, v in zip(checks, self.constants)):
-            return False
+    def valid(self, results: Sequence[np.ndarray], checks: Sequence[np.ndarray]) -> np.ndarray:
+        """Entry by entry: every value and error finite, every constant the same, every tie
+        still equal (to 1e-12, relative)."""
+        ok = np.ones(np.broadcast_shapes(*(np.shape(r) for r in (*results, *checks))), dtype=bool)
+        for r in results:
+            ok &= np.isfinite(r)
+        for c, v in zip(checks, self.constants):
+            ok &= c == v
         rest = checks[len(self.constants):]
         for t in range(0, len(self.ties), 3):
-            a, b, sign = rest[self.ties[t]], rest[self.ties[t + 1]], self.ties[t + 2]
-            if not np.all(np.abs(a - sign * b) <= 1e-12 * np.abs(sign * b)):
-                return False
-        return True
+            x, y, sign = rest[self.ties[t]], rest[self.ties[t + 1]], self.ties[t + 2]
+            ok &= np.abs(x - sign * y) <= 1e-12 * np.abs(sign * y)
+        return ok
 
     def to_json(self) -> dict:
         """The replay as JSON data (see :meth:`.GridTape.to_json`)."""

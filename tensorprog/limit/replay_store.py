@@ -10,7 +10,8 @@ ignored (and recorded again).
 
 The directory is ``$TENSORPROG_CACHE_DIR/replays`` if that is set, else
 ``$XDG_CACHE_HOME/tensorprog/replays`` (``~/.cache/tensorprog/replays``);
-``TENSORPROG_CACHE_DIR=off`` keeps records in memory only.  A record made by other code (any
+``TENSORPROG_CACHE_DIR=off`` keeps records in memory only.  The variable is read when the kernel
+machinery is first imported (``tensorprog.tools.pairs.STORE``; set it before, or replace STORE).  A record made by other code (any
 change to the compiler's source) is not used.  A store that cannot be written (a
 read-only home) is skipped silently: it only ever saves time.
 """
@@ -36,10 +37,10 @@ def code_digest() -> str:
     """A digest of the source of :data:`RECORDING_PACKAGES` (records of other code are not used)."""
     root = Path(__file__).resolve().parent.parent
     h = hashlib.sha256()
-    for package in RECORDING_PACKAGES:
-        for path in sorted((root / package).glob("*.py")):
-            h.update(f"{package}/{path.name}".encode())
-            h.update(path.read_bytes())
+    files = [path for package in RECORDING_PACKAGES for path in sorted((root / package).glob("*.py"))]
+    for path in files + [root / "builtins.py"]:          # the builtins' numpy functions, by name
+        h.update(str(path.relative_to(root)).encode())
+        h.update(path.read_bytes())
     return h.hexdigest()
 
 
@@ -91,5 +92,5 @@ class ReplayStore:
             with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as f:
                 json.dump(data, f)
             os.replace(f.name, path)
-        except OSError:
+        except (OSError, TypeError, ValueError):
             return

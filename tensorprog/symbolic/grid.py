@@ -14,7 +14,8 @@ list of pairs), column operations on the column arrays, and only cell operations
 Sums and products are regrouped that way (their constants folded into one, the row terms
 combined in row space, the column terms in column space), so a sum of many per-input terms
 costs one cell operation.  The regrouping reorders floating-point sums and products: values
-change in the last bits against an entry-by-entry evaluation, never more.
+change in the last bits against an entry-by-entry evaluation (relative to the largest term
+of a sum, as with any other order of summation).
 
 Cell operations write (numpy's ``out=``) into a few work arrays — registers, allocated by
 liveness like a compiler's, an operation reusing a dying argument's where that is safe — kept in
@@ -55,9 +56,10 @@ class Op:
 class GridTape:
     """A flat program of several expressions in row, column and cell symbols (module doc)."""
 
-    def __init__(self, nslots: int, consts: dict[int, float], spaces: dict[int, int],
-                 ops: Sequence[Op], outputs: Sequence[int], nsymbols: tuple[int, int, int]) -> None:
-        self.nslots, self.consts, self.spaces = nslots, dict(consts), dict(spaces)
+    def __init__(self, nslots: int, consts: dict[int, float], ops: Sequence[Op], outputs: Sequence[int],
+                 nsymbols: tuple[int, int, int]) -> None:
+        self.nslots, self.consts = nslots, dict(consts)
+        self.spaces = derived_spaces(ops, consts, nsymbols)
         self.ops, self.outputs, self.nsymbols = tuple(ops), tuple(outputs), nsymbols
         self.row_ops = tuple(op for op in self.ops if self.spaces[op.out] == ROW)
         self.col_ops = tuple(op for op in self.ops if self.spaces[op.out] == COL)
@@ -114,6 +116,8 @@ class GridTape:
 
     def cut(self, sides: dict[int, object], rows: slice, cols: slice) -> dict[int, object]:
         """``sides`` of a grid (rows (R, 1), columns (1, C)) cut to a block of rows and columns."""
+        if any(np.ndim(v) == 1 for v in sides.values()):
+            raise ValueError("cut: the sides of a list of pairs (1-D arrays) are not a grid")
         out = {}
         for k, v in sides.items():
             space = self.spaces.get(k, CONST)
@@ -128,7 +132,6 @@ class GridTape:
             return list(op.arg) if isinstance(op.arg, tuple) else op.arg
         return {"nslots": self.nslots, "nsymbols": list(self.nsymbols),
                 "consts": [[k, v] for k, v in self.consts.items()],
-                "spaces": [[k, v] for k, v in self.spaces.items()],
                 "ops": [[op.kind, arg(op), list(op.args), op.out] for op in self.ops],
                 "outputs": list(self.outputs)}
 
@@ -151,8 +154,9 @@ class GridTape:
             nsymbols = tuple(int(n) for n in data["nsymbols"])
             outputs = [int(o) for o in data["outputs"]]
             check_slots(ops, consts, sum(nsymbols), outputs)
-            return cls(int(data["nslots"]), consts, {int(k): int(v) for k, v in data["spaces"]}, ops, outputs,
-                       nsymbols)
+            for op in ops:
+                check_arity(op)
+            return cls(int(data["nslots"]), consts, ops, outputs, nsymbols)
         except (KeyError, TypeError, IndexError, ZeroDivisionError) as err:
             raise ValueError(f"not a stored grid tape: {err}") from None
 
@@ -167,6 +171,35 @@ def check_slots(ops: Sequence[Op], consts: dict[int, float], ninputs: int, outpu
         written.add(op.out)
     if not written.issuperset(outputs):
         raise ValueError("an output is never written")
+
+
+def check_arity(op: Op) -> None:
+    """A ValueError unless the operation has as many arguments as its kind takes."""
+    n = len(op.args)
+    if op.kind == "pow":
+        ok = n == 1
+    elif op.kind in ASSOCIATIVE:
+        ok = n >= 2 and (op.arg is None or len(op.arg) == n)
+    elif op.arg == "Pow":
+        ok = n == 2
+    else:
+        fn = head_function(HEADS_BY_NAME[op.arg], n)
+        ok = fn is not None and (not isinstance(fn, np.ufunc) or fn.nin == n)
+    if not ok:
+        raise ValueError(f"operation {op} has the wrong number of arguments")
+
+
+def derived_spaces(ops: Sequence[Op], consts: dict[int, float], nsymbols: tuple[int, int, int]) -> dict[int, int]:
+    """Each slot's space, from the symbols' and its arguments' (never stored: derived again)."""
+    rows, cols, cells = nsymbols
+    spaces = {k: ROW if k < rows else COL if k < rows + cols else CELL for k in range(rows + cols + cells)}
+    spaces.update({k: CONST for k in consts})
+    for op in ops:
+        space = CONST
+        for a in op.args:
+            space |= spaces[a]
+        spaces[op.out] = space
+    return spaces
 
 
 def allocate(cell_ops: Sequence[Op], outputs: Sequence[int]) -> tuple[dict[int, int], int]:
@@ -317,7 +350,7 @@ class Builder:
             if op.out in live:
                 live.update(op.args)
         ops = [op for op in self.ops if op.out in live]
-        return GridTape(self.nslots, self.consts, self.spaces, ops, outputs, self.nsymbols)
+        return GridTape(self.nslots, self.consts, ops, outputs, self.nsymbols)
 
     def constant(self, value: float) -> int:
         key = ("const", value, ())

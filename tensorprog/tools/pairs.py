@@ -1,9 +1,11 @@
 """The limit kernels of a band of rows of the upper triangle, block by block.
 
 Pair (i, j), i ≤ j, starts the template from the covariance s·[[q_ii, q_ij], [q_ij, q_jj]] + b
-(q = X Xᵀ / d).  Its pairs fall into three singularity classes — x ≡ y (correlation 1, i = j
-among them), x ≡ −y (correlation −1) and the rest — each compiled as its own batch, so that the
-exact singular structure reaches the closed forms (:func:`singularity_classes`).
+(q = X Xᵀ / d).  Its pairs fall into singularity classes — x ≡ y (correlation 1 and equal norms,
+i = j among them), x ≡ −y (correlation −1, equal norms), parallel (correlation ±1, unequal norms:
+y = λx) and the rest — each compiled as its own batch, so that the exact singular structure
+reaches the closed forms (:func:`classes`); parallel pairs are compiled one at a time (a batch
+would see their correlation of 1 only to rounding, where the closed forms lose half their digits).
 
 Where every expectation of the template has a closed form, the batch compile of a class is
 recorded once (on a few of its pairs) and replayed (:mod:`..limit.replay`): a grid tape whose
@@ -12,8 +14,8 @@ per-input work runs once per input.  A band of rows [r0, r1) is then cut into bl
 as many entries in wider blocks when the band has fewer rows);
 each block computes its Gram entries, classifies them, and replays the rest-class record on the
 whole block at once (rows' variances as an (R, 1) column, columns' as a (1, C) row).  Entries of
-the other classes — and of blocks where the record does not hold — are gathered and done after,
-by their class's replay on the list of pairs, or by the batch compile itself.  Blocks run one
+the other classes — and those where the record does not hold, entry by entry — are gathered and
+done after, by their class's replay on the list of pairs, or by the batch compile itself.  Blocks run one
 after the other: a block's tape is a few hundred numpy calls of ~10 µs, and two threads contend for
 the GIL between them (measured on 2 cores: 0.073 s for one thread, 0.104 s for two, ReLU depth 10,
 N = 1000); clusters spread tiles over Dask workers instead.  Templates that cannot be replayed (quadrature, QMC) compile
@@ -49,8 +51,11 @@ COL_BLOCK = 1024
 #: pairs of a class on which a replay is recorded
 RECORD_PAIRS = 48
 #: singularity classes: codes in a block's class array
-REST, SAME, OPPOSITE, BELOW = 0, 1, 2, 3
-KINDS = {SAME: "same", OPPOSITE: "opposite", REST: "rest"}
+REST, SAME, OPPOSITE, PARALLEL, BELOW = 0, 1, 2, 3, 4
+KINDS = {SAME: "same", OPPOSITE: "opposite", PARALLEL: "parallel", REST: "rest"}
+#: pairs a band compiles one at a time (parallel rows of unequal norms, pairs where a replay does
+#: not hold): beyond this many, one batch
+ONE_BY_ONE = 256
 RANK = {"exact": 0, "quadrature": 1, "qmc": 2}
 
 
@@ -103,11 +108,14 @@ def gram_pairs(X: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def classes(qii: np.ndarray, qjj: np.ndarray, qij: np.ndarray, i: np.ndarray, j: np.ndarray) -> np.ndarray:
-    """The class code of each pair (broadcasting): x ≡ y (correlation ≥ 1 − 1e-12, or i = j),
-    x ≡ −y (≤ −1 + 1e-12), the rest; pairs below the diagonal (j < i) are BELOW."""
+    """The class code of each pair (broadcasting): x ≡ y (i = j, or correlation ≥ 1 − 1e-12 and
+    equal norms to 1e-12), x ≡ −y (correlation ≤ −1 + 1e-12, equal norms), parallel (correlation
+    ±1 to 1e-12, unequal norms: y = λx with λ² ≠ 1), the rest; pairs below the diagonal (j < i)
+    are BELOW."""
     norm = np.sqrt(qii * qjj)
     r = np.divide(qij, norm, out=np.zeros(np.broadcast_shapes(np.shape(norm), np.shape(qij))), where=norm > 0)
-    code = np.where(r >= 1 - 1e-12, SAME, np.where(r <= -1 + 1e-12, OPPOSITE, REST))
+    equal = np.abs(qii - qjj) <= 1e-12 * np.maximum(qii, qjj)
+    code = np.where(np.abs(r) >= 1 - 1e-12, np.where(equal, np.where(r > 0, SAME, OPPOSITE), PARALLEL), REST)
     code[np.broadcast_to(i == j, code.shape)] = SAME
     code[np.broadcast_to(j < i, code.shape)] = BELOW
     return code
@@ -115,9 +123,10 @@ def classes(qii: np.ndarray, qjj: np.ndarray, qij: np.ndarray, i: np.ndarray, j:
 
 def singularity_classes(qii: np.ndarray, qjj: np.ndarray, qij: np.ndarray, i: np.ndarray,
                         j: np.ndarray) -> list[tuple[str, np.ndarray]]:
-    """Pairs (i ≤ j) split into x ≡ y, x ≡ −y and the rest, as (kind, indices) (see :func:`classes`)."""
+    """Pairs (i ≤ j) split into x ≡ y, x ≡ −y, parallel and the rest, as (kind, indices) (see
+    :func:`classes`)."""
     code = classes(qii, qjj, qij, i, j)
-    return [(KINDS[c], np.nonzero(code == c)[0]) for c in (SAME, OPPOSITE, REST) if np.any(code == c)]
+    return [(KINDS[c], np.nonzero(code == c)[0]) for c in (SAME, OPPOSITE, PARALLEL, REST) if np.any(code == c)]
 
 
 # ---- replays, by template and class ------------------------------------------------------------
@@ -165,7 +174,7 @@ def replay_for(spec: LimitSpec, kind: str, pairs: tuple[np.ndarray, np.ndarray] 
 def holds_on(spec: LimitSpec, replay: Replay, i: np.ndarray, j: np.ndarray) -> bool:
     """The record holds on the pairs (i, j)."""
     covs = pair_covs(spec, i, j)
-    return replay(covs[:, 0, 0], covs[:, 1, 1], covs[:, 0, 1]) is not None
+    return bool(replay(covs[:, 0, 0], covs[:, 1, 1], covs[:, 0, 1])[2].all())
 
 
 def record_class(spec: LimitSpec, pairs: tuple[np.ndarray, np.ndarray]):
@@ -224,7 +233,7 @@ def limit_band(spec: LimitSpec, rows: tuple[int, int], values: dict[str, np.ndar
     leftovers = [block_values(spec, block, rows, diag, rest, sides, values, errors, work) for block in blocks]
     methods = {name: {"exact"} for name in spec.names} if rest is not None else {name: set() for name in spec.names}
     warnings = list(rest[1]) if rest is not None else []
-    for code in (SAME, OPPOSITE, REST):
+    for code in (SAME, OPPOSITE, PARALLEL, REST):
         parts = [(i, j) for got in leftovers for c, i, j in got if c == code]
         if not parts:
             continue
@@ -250,21 +259,18 @@ def block_values(spec: LimitSpec, block: tuple[int, int, int, int], rows: tuple[
     if spec.shift < 0 or spec.scale < 0:                      # s·q + b need not be a covariance
         check_covariances(spec, diag[i0:i1, None], diag[None, j0:j1], q, code != BELOW)
     left = []
-    rest_mask = code == REST
-    done = False
-    if rest is not None and rest_mask.any():
+    if rest is not None and (code == REST).any():
         s, b = spec.scale, spec.shift
         target = (slice(i0 - rows[0], i1 - rows[0]), slice(j0 - rows[0], j1 - rows[0]))
-        got = rest[0](None, None, s * q + b, rest_mask, work, rest[0].tape.cut(sides, *target))
-        if got is not None:
-            for name, v, e in zip(rest[0].names, *got):
-                values[name][target] = v
-                errors[name][target] = e
-            done = True
-    for c in (SAME, OPPOSITE) if done else (SAME, OPPOSITE, REST):
+        got_values, got_errors, valid = rest[0](None, None, s * q + b, work, rest[0].tape.cut(sides, *target))
+        for name, v, e in zip(rest[0].names, got_values, got_errors):
+            values[name][target] = v
+            errors[name][target] = e
+        code = np.where((code == REST) & ~valid, -1, code)       # the rest where the record fails
+    for c in (SAME, OPPOSITE, PARALLEL, REST if rest is None else -1):
         where = np.nonzero(code == c)
         if len(where[0]):
-            left.append((c, where[0] + i0, where[1] + j0))
+            left.append((REST if c == -1 else c, where[0] + i0, where[1] + j0))
     return left
 
 
@@ -284,20 +290,50 @@ def check_covariances(spec: LimitSpec, qii: np.ndarray, qjj: np.ndarray, qij: np
 
 def pair_values(spec: LimitSpec, kind: str, i: np.ndarray, j: np.ndarray, rows: tuple[int, int],
                 values: dict[str, np.ndarray], errors: dict[str, np.ndarray]) -> tuple[dict, list]:
-    """Pairs (i, j) of one class: by the class's replay where it holds, else by one batch compile;
-    written in place.  (methods, warnings)."""
-    target = (i - rows[0], j - rows[0])
-    replay = replay_for(spec, kind, (i, j)) if kind != "rest" else replay_for(spec, kind)
+    """Pairs (i, j) of one class, written in place: x ≡ ±y by the class's replay where it holds;
+    the rest of them, parallel pairs and the rest class's leftovers (where its replay does not
+    hold) by :func:`compile_pairs`.  (methods, warnings)."""
+    methods = {name: {"exact"} for name in spec.names}
+    warnings: list[str] = []
+    if kind in ("same", "opposite"):
+        replay = replay_for(spec, kind, (i, j))
+        if replay is not None:
+            covs = pair_covs(spec, i, j)
+            got_values, got_errors, valid = replay[0](covs[:, 0, 0], covs[:, 1, 1], covs[:, 0, 1])
+            target = (i[valid] - rows[0], j[valid] - rows[0])
+            for name, v, e in zip(replay[0].names, got_values, got_errors):
+                values[name][target] = np.broadcast_to(v, valid.shape)[valid]
+                errors[name][target] = np.broadcast_to(e, valid.shape)[valid]
+            warnings += [w for w in replay[1] if w not in warnings]
+            i, j = i[~valid], j[~valid]
+    if len(i):
+        got_methods, got_warnings = compile_pairs(spec, kind, i, j, rows, values, errors)
+        for name in spec.names:
+            methods[name].add(got_methods[name])
+        warnings += [w for w in got_warnings if w not in warnings]
+    return {n: max(m, key=RANK.__getitem__) for n, m in methods.items()}, warnings
+
+
+def compile_pairs(spec: LimitSpec, kind: str, i: np.ndarray, j: np.ndarray, rows: tuple[int, int],
+                  values: dict[str, np.ndarray], errors: dict[str, np.ndarray]) -> tuple[dict, list]:
+    """Pairs by the batch compile, written in place: one at a time up to :data:`ONE_BY_ONE` of
+    them (so their bits do not depend on which pairs share a band; and a parallel pair, y = λx,
+    is exact only alone: a batch sees correlation 1 only to rounding, and its closed forms lose
+    half their digits there), else as one batch.  (methods, warnings)."""
     covs = pair_covs(spec, i, j)
-    if replay is not None:
-        got = replay[0](covs[:, 0, 0], covs[:, 1, 1], covs[:, 0, 1])
-        if got is not None:
-            for name, v, e in zip(replay[0].names, *got):
-                values[name][target] = v
-                errors[name][target] = e
-            return {name: "exact" for name in spec.names}, list(replay[1])
-    lim = compile_program(spec.program, budget=Budget(tol=spec.tol), batch_covs={spec.group: covs}).limit()
-    for name, v in lim.outputs.items():
-        values[name][target] = v.value
-        errors[name][target] = v.error
-    return {name: v.method for name, v in lim.outputs.items()}, list(lim.warnings)
+    groups = [slice(k, k + 1) for k in range(len(i))] if len(i) <= ONE_BY_ONE else [slice(None)]
+    methods: dict[str, set[str]] = {name: set() for name in spec.names}
+    warnings: list[str] = []
+    if kind == "parallel" and len(groups) == 1 and len(i) > 1:
+        warnings.append(f"{len(i)} pairs of parallel inputs with unequal norms (y = λx, λ² ≠ 1) were "
+                        f"computed as one batch (more than {ONE_BY_ONE}): at correlation ±1 their closed "
+                        "forms lose about half their digits, which their error bounds do not show")
+    for part in groups:
+        lim = compile_program(spec.program, budget=Budget(tol=spec.tol), batch_covs={spec.group: covs[part]}).limit()
+        target = (i[part] - rows[0], j[part] - rows[0])
+        for name, v in lim.outputs.items():
+            values[name][target] = v.value
+            errors[name][target] = v.error
+            methods[name].add(v.method)
+        warnings += [w for w in lim.warnings if w not in warnings]
+    return {n: max(m, key=RANK.__getitem__) for n, m in methods.items()}, warnings
