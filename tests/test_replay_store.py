@@ -144,7 +144,10 @@ def test_record_is_json_data_only(store):
     for f in files:
         text = f.read_text()
         record = json.loads(text)
-        assert set(record) == {"format", "code", "replay", "warnings"}
+        if f.name.startswith("template-"):          # a template's finding: group, scale, shift
+            assert set(record) == {"format", "code", "group", "scale", "shift"}
+        else:
+            assert set(record) == {"format", "code", "replay", "warnings"}
         assert record["format"] == replay_store.FORMAT and record["code"] == replay_store.code_digest()
         assert "lambda" not in text and "import" not in text and "__" not in text
 
@@ -162,7 +165,7 @@ def spoiled_store_gives_same_values(store: Path, fresh_values: np.ndarray, spoil
     """Record, spoil every file with ``spoil(path)``, compute again from an empty memory: the
     files are ignored, recorded again (valid again afterwards), and the values are the same."""
     tp.kernel(TEMPLATE, data(), L=3)
-    files = sorted(store.glob("*.json"))
+    files = sorted(f for f in store.glob("*.json") if not f.name.startswith("template-"))   # the replays
     assert files
     for f in files:
         spoil(f)
@@ -263,3 +266,21 @@ def test_store_round_trip_of_not_replayable(tmp_path):
     store.save("k", None)
     assert store.load("k") is None
     assert json.loads((tmp_path / "k.json").read_text())["replay"] is None
+
+
+def test_template_finding_is_stored_and_spares_the_probe_lowerings(store, fresh_values, monkeypatch):
+    """The first-layer group, scale and shift of a template are kept in the store: with them, a
+    kernel needs neither affine_template's probe lowerings nor a new record, and its values are
+    the same bits."""
+    from tensorprog.tools import kernel as kmod
+    tp.kernel(TEMPLATE, data(), L=3)
+    found = [f for f in store.glob("template-*.json")]
+    assert len(found) == 1 and json.loads(found[0].read_text())["group"] == 0
+    pmod.REPLAYS.clear()
+    kmod.TEMPLATES.clear()
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the template was unrolled at the probes again")
+    monkeypatch.setattr(kmod, "affine_template", refuse)
+    monkeypatch.setattr(pmod, "record_class", refuse)
+    assert np.array_equal(stack(tp.kernel(TEMPLATE, data(), L=3)), fresh_values)

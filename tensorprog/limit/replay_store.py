@@ -66,31 +66,45 @@ class ReplayStore:
 
     def load(self, key: str):
         """(Replay, warnings), None (the template is not replayable), or False (not stored)."""
-        path = self.path(key)
-        if path is None or not path.is_file():
+        data = self.load_data(key)
+        if data is None:
             return False
         try:
-            data = json.loads(path.read_text())
-            if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("code") != code_digest():
-                return False
             if data["replay"] is None:
                 return None
             return Replay.from_json(data["replay"]), [str(w) for w in data["warnings"]]
-        except (OSError, ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError):
             return False
 
     def save(self, key: str, found) -> None:
         """Keep ``found`` — (Replay, warnings) or None — under ``key`` (atomically; best effort)."""
+        self.save_data(key, {"replay": None if found is None else found[0].to_json(),
+                             "warnings": [] if found is None else list(found[1])})
+
+    def load_data(self, key: str) -> dict | None:
+        """The JSON object stored under ``key`` by this code (None: nothing usable there)."""
+        path = self.path(key)
+        if path is None or not path.is_file():
+            return None
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("code") != code_digest():
+            return None
+        return data
+
+    def save_data(self, key: str, payload: dict) -> None:
+        """Keep the JSON object ``payload`` under ``key`` (atomically; best effort: a store that
+        cannot be written, or a payload that is not JSON, is skipped)."""
         path = self.path(key)
         if path is None:
             return
-        data = {"format": FORMAT, "code": code_digest(),
-                "replay": None if found is None else found[0].to_json(),
-                "warnings": [] if found is None else list(found[1])}
         try:
+            text = json.dumps({"format": FORMAT, "code": code_digest(), **payload})
             path.parent.mkdir(parents=True, exist_ok=True)
             with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as f:
-                json.dump(data, f)
+                f.write(text)
             os.replace(f.name, path)
         except (OSError, TypeError, ValueError):
             return

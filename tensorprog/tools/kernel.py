@@ -15,7 +15,9 @@ For data X (N × d), q = X Xᵀ / d fills those entries for every pair i ≤ j:
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
+import hashlib
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +33,7 @@ from ..finite.executor import Executor
 from ..finite.plan import plan_run
 from ..finite.run import map_trials
 from ..limit.symbolic_params import relower
+from . import pairs
 from .pairs import LimitSpec, first_layer_cov, gram
 from .tiles import TILE_PAIRS, inputs_array, is_directory, large_summary, limit_tiles, write_finite
 
@@ -141,6 +144,46 @@ def _affine_template(program: ir.Program, params: dict) -> tuple[ir.Program, int
             return probes[0], g, s, b
     raise TPUsageError("q11, q12, q22 must enter the template only as the covariance "
                        "s·[[q11, q12], [q12, q22]] + b of one pair of initial vectors", file=program.file)
+
+
+def limit_template(program: ir.Program, params: dict) -> tuple[ir.Program, int, float, float]:
+    """:func:`affine_template` for the limit kernels, where the input group's covariance is never
+    read (a batch compile is given the pairs' covariances, and a record's key leaves it out): the
+    template's own IR serves when it is the probes' IR but for that covariance.  The finding
+    (group, s, b) is kept in the replay store, so that a new process lowers the template once
+    instead of once per probe."""
+    key = template_key(program, params)
+    data = pairs.STORE.load_data(key) if key is not None else None
+    if data is not None:
+        try:
+            return program, int(data["group"]), float(data["scale"]), float(data["shift"])
+        except (KeyError, TypeError, ValueError):
+            pass
+    tmpl, g, s, b = affine_template(program, params)
+    if not same_but_covariance(program, tmpl, g):
+        return tmpl, g, s, b
+    if key is not None:
+        pairs.STORE.save_data(key, {"group": g, "scale": s, "shift": b})
+    return program, g, s, b
+
+
+def template_key(program: ir.Program, params: dict) -> str | None:
+    """The store key of a template's finding: its text and its params but q (None for a template
+    that reads files, whose IR the text alone does not decide)."""
+    source = program.source or ""
+    if not source or "load" in source:
+        return None
+    rest = sorted((k, v) for k, v in params.items() if k not in Q_NAMES)
+    return "template-" + hashlib.sha256(repr((source, rest)).encode()).hexdigest()
+
+
+def same_but_covariance(a: ir.Program, b: ir.Program, g: int) -> bool:
+    """The two IRs agree but for the covariance of group g."""
+    if a.eqns != b.eqns or a.outputs != b.outputs or len(a.groups) != len(b.groups):
+        return False
+    return all(x == y or (k == g and x.members == y.members and x.width == y.width
+                          and dataclasses.replace(x.dist, cov=None) == dataclasses.replace(y.dist, cov=None))
+               for k, (x, y) in enumerate(zip(a.groups, b.groups)))
 
 
 def affine_fit(covs: list[np.ndarray]) -> tuple[float, float]:
@@ -286,7 +329,7 @@ def tiled_limit_kernel(program: ir.Program, X: np.ndarray, tol: float, params: d
                        tile_pairs: int, scheduler) -> KernelResult:
     """:func:`limit_kernel` tile by tile (:func:`.tiles.limit_tiles`): into ``out`` (a directory)
     or memory, locally or on ``scheduler``; bit-identical to it where the forms are closed."""
-    tmpl, g, s, b = affine_template(program, params)
+    tmpl, g, s, b = limit_template(program, params)
     X = inputs_array(X)
     spec = LimitSpec(tmpl, g, s, b, X, tol)
     got = limit_tiles(spec, out, tile_pairs, scheduler, resolve().progress)
