@@ -1,7 +1,10 @@
 """Replays kept on disk, so that a new process starts where the last one left off.
 
 A kernel template's replay (:mod:`.replay`) costs a batch compile to record — seconds for a deep
-template whose closed forms must be derived — and milliseconds to load.  :class:`ReplayStore`
+template whose closed forms must be derived — and milliseconds to load.  The store also keeps
+each template's finding (its input group, scale s and shift b: ``template-<digest>.json``, see
+:func:`..tools.kernel.limit_template`), which spares a new process unrolling the template at the
+probe values of q.  :class:`ReplayStore`
 keeps each record as ``<dir>/<key>.json`` (the key a digest of the template's IR, the input
 group, tol and the pairs' class; see :func:`..tools.pairs.replay_key`), written atomically.  A
 record is data only — operation kinds, head names, numbers — read back through
