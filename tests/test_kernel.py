@@ -15,13 +15,17 @@ import tensorprog as tp
 TEMPLATE = "programs/kernels/relu_mlp.tp"
 
 
-def relu_nngp_ntk(q: np.ndarray, L: int, var: float, var1: float) -> tuple[np.ndarray, np.ndarray]:
+def relu_nngp_ntk(q: np.ndarray, L: int, var: float, var1: float, snap: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Arc-cosine NNGP/NTK recursion (Cho & Saul; Jacot et al.; Arora et al.), written here
     independently of tensorprog: Σ¹ = var1·q; Σˡ = var·κ1(Σˡ⁻¹), Σ̇ˡ = var·κ0(Σˡ⁻¹);
-    Θ¹ = Σ¹, Θˡ = Σˡ + Θˡ⁻¹ Σ̇ˡ; output NNGP κ1(Σᴸ), NTK κ1(Σᴸ) + Θᴸ κ0(Σᴸ)."""
+    Θ¹ = Σ¹, Θˡ = Σˡ + Θˡ⁻¹ Σ̇ˡ; output NNGP κ1(Σᴸ), NTK κ1(Σᴸ) + Θᴸ κ0(Σᴸ).  ``snap``: correlations
+    within 1e-12 of ±1 taken as exactly ±1 (numpy's arccos of a correlation that rounding put just
+    inside ±1 is off by ~1e-8: the reference's own error at parallel inputs)."""
     def kappas(S: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         d = np.sqrt(np.outer(np.diag(S), np.diag(S)))
-        theta = np.arccos(np.clip(S / d, -1, 1))
+        with np.errstate(invalid="ignore", divide="ignore"):     # zero rows: 0/0 (not compared)
+            r = np.clip(S / d, -1, 1)
+        theta = np.arccos(np.where(np.abs(r) > 1 - 1e-12, np.sign(r), r) if snap else r)
         k1 = d * (np.sin(theta) + (np.pi - theta) * np.cos(theta)) / (2 * np.pi)
         k0 = (np.pi - theta) / (2 * np.pi)
         return k1, k0

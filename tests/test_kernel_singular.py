@@ -30,33 +30,13 @@ def test_parallel_rows_of_different_norms_leave_the_diagonal_exact(monkeypatch, 
         assert np.all(np.abs(np.diag(got.mean) - np.diag(want)) <= np.diag(got.error) + 1e-15), name
 
 
-def snapped_recursion(q: np.ndarray, L: int, var: float, var1: float) -> tuple[np.ndarray, np.ndarray]:
-    """The arc-cosine recursion with correlations within 1e-12 of ±1 taken as exactly ±1 (numpy's
-    arccos of a correlation that rounding put just below 1 is off by ~1e-8: the reference's own
-    error, not tensorprog's)."""
-    def kappas(S):
-        d = np.sqrt(np.outer(np.diag(S), np.diag(S)))
-        with np.errstate(invalid="ignore", divide="ignore"):     # zero rows: 0/0, not compared
-            r = np.clip(S / d, -1, 1)
-        r = np.where(np.abs(r) > 1 - 1e-12, np.sign(r), r)
-        theta = np.arccos(r)
-        return d * (np.sqrt(1 - r * r) + (np.pi - theta) * r) / (2 * np.pi), (np.pi - theta) / (2 * np.pi)
-    S = var1 * q
-    T = S.copy()
-    for _ in range(2, L + 1):
-        k1, k0 = kappas(S)
-        S, T = var * k1, var * k1 + T * var * k0
-    k1, k0 = kappas(S)
-    return k1, k1 + T * k0
-
-
 def test_one_dimensional_data_every_pair_parallel(monkeypatch, tmp_path):
     """d = 1: every pair has correlation ±1 and, but for i = j, unequal norms."""
     monkeypatch.setattr(pairs, "STORE", ReplayStore(tmp_path))
     monkeypatch.setattr(pairs, "REPLAYS", OrderedDict())
     X = np.random.default_rng(5).standard_normal((12, 1))
     K = tp.kernel(TEMPLATE, X, L=3)
-    nngp, ntk = snapped_recursion(X @ X.T, 3, 2.0, 1.0)
+    nngp, ntk = relu_nngp_ntk(X @ X.T, 3, 2.0, 1.0, snap=True)
     for name, want in (("nngp", nngp), ("ntk", ntk)):
         got = K.outputs[name]
         assert got.method == "exact"
@@ -77,6 +57,6 @@ def test_zero_rows_and_scaled_copies_tile_to_the_same_bits(tmp_path, tile_pairs)
     for name in ("nngp", "ntk"):
         assert np.array_equal(np.asarray(tiled.outputs[name].mean), whole.outputs[name].mean)
         assert np.array_equal(np.asarray(tiled.outputs[name].error), whole.outputs[name].error)
-    nngp, ntk = snapped_recursion(Z @ Z.T / 3, 3, 2.0, 1.0)
+    nngp, ntk = relu_nngp_ntk(Z @ Z.T / 3, 3, 2.0, 1.0, snap=True)
     live = np.ix_([0, 1, 3, 4, 6, 7, 8], [0, 1, 3, 4, 6, 7, 8])     # the recursion divides by the variances
     assert np.max(np.abs(whole.outputs["ntk"].mean[live] - ntk[live])) < 1e-12
