@@ -37,7 +37,6 @@ from .evaluate import HEADS_BY_NAME, as_expr, constant_value, head_function
 from .heads import Delta
 
 CONST, ROW, COL, CELL = 0, 1, 2, 3          # bit flags: ROW | COL = CELL
-SPACE_NAMES = {CONST: "const", ROW: "row", COL: "col", CELL: "cell"}
 #: the operations regrouped by space (associative and commutative), and their neutral elements
 ASSOCIATIVE: dict[str, np.ufunc] = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
 NEUTRAL = {"add": 0.0, "mul": 1.0}

@@ -121,14 +121,6 @@ def classes(qii: np.ndarray, qjj: np.ndarray, qij: np.ndarray, i: np.ndarray, j:
     return code
 
 
-def singularity_classes(qii: np.ndarray, qjj: np.ndarray, qij: np.ndarray, i: np.ndarray,
-                        j: np.ndarray) -> list[tuple[str, np.ndarray]]:
-    """Pairs (i ≤ j) split into x ≡ y, x ≡ −y, parallel and the rest, as (kind, indices) (see
-    :func:`classes`)."""
-    code = classes(qii, qjj, qij, i, j)
-    return [(KINDS[c], np.nonzero(code == c)[0]) for c in (SAME, OPPOSITE, PARALLEL, REST) if np.any(code == c)]
-
-
 # ---- replays, by template and class ------------------------------------------------------------
 
 #: replays by key (see :func:`replay_key`): (Replay, warnings), or None (not replayable)
