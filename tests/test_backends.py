@@ -79,13 +79,15 @@ def check_against_limit(program, limit, names, allow, widths=(1024, 4096), shrin
             assert last < 0.75 * first, (name, first, last)
 
 
-# ---- statistics against the limit -------------------------------------------------------------
+# ---- statistics against the limit (slow: widths up to 4096 on each real library) ----------------
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", REAL)         # array_api_strict: numpy's numbers (tested below)
 @pytest.mark.parametrize("path,params,names,allow", CASES, ids=[c[0].split("/")[-1] for c in CASES])
 def test_backend_converges_to_the_limit(backend, path, params, names, allow):
     check_against_limit(tp.load(ROOT / path, **params), limit_of(path, params), names, allow, backend=backend)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", REAL)
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_blocked_mode_converges_on_the_backend(backend, dtype):
@@ -94,6 +96,7 @@ def test_blocked_mode_converges_on_the_backend(backend, dtype):
                         shrink=False, backend=backend, blocked=True, block_rows=300, dtype=dtype)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", REAL)
 @pytest.mark.parametrize("family", ["uniform", "rademacher", "laplace", "student_t"])
 def test_matrix_laws_converge_on_the_backend(backend, family):

@@ -1,7 +1,8 @@
 """Finite width against the compiled limit, parameterized over programs (the stax idea:
-the same program, both back ends).  At n = 1024 and 4096 the mean over trials lies within
-5 standard errors (plus an O(1/n) allowance) of the limit, and the root-mean-square
-deviation of single trials from the limit shrinks as n grows."""
+the same program, both back ends).  At n = 1024 and 4096 (marked slow; n = 256 and 1024 in the
+default run, the same assertions) the mean over trials lies within 5 standard errors (plus an
+O(1/n) allowance) of the limit, and the root-mean-square deviation of single trials from the
+limit shrinks as n grows (by 0.75 at least over a factor 4; 0.5 expected)."""
 from __future__ import annotations
 
 import math
@@ -23,21 +24,24 @@ CASES = [
     ("programs/transformer_preln.tp", {"T": 2, "L": 1}, ["k12", "k11"], 4.0),   # layer norm, attention
 ]
 TRIALS = 12
+#: (smaller, larger) width: a factor 4 apart
+WIDTHS = [pytest.param((256, 1024), id="n256"), pytest.param((1024, 4096), id="n1024", marks=pytest.mark.slow)]
 
 
+@pytest.mark.parametrize("widths", WIDTHS)
 @pytest.mark.parametrize("path,params,names,allow", CASES, ids=[c[0].split("/")[-1] for c in CASES])
-def test_finite_width_converges_to_limit(path, params, names, allow):
+def test_finite_width_converges_to_limit(path, params, names, allow, widths):
     program = tp.load(path, **params)
     limit = program.compile().limit()
     rms = {}
-    for n in (1024, 4096):
+    for n in widths:
         run = program.execute(n=n, trials=TRIALS, seed=11)
         for name in names:
             o, lim = run.outputs[name], limit.outputs[name]
             se = o.std / math.sqrt(TRIALS)
             assert abs(o.mean - lim.value) <= 5 * se + allow / n + lim.error, (path, name, n, o.mean, lim.value)
             rms.setdefault(name, []).append(math.sqrt(np.mean((np.array(o.values) - lim.value) ** 2)))
-    for name, (r1024, r4096) in rms.items():
+    for name, (first, last) in rms.items():
         # skipped: outputs exact at every width, and deviations the limit's own error cannot resolve
-        if r1024 > 3 * limit.outputs[name].error + 1e-12:
-            assert r4096 < 0.75 * r1024, (path, name, r1024, r4096)
+        if first > 3 * limit.outputs[name].error + 1e-12:
+            assert last < 0.75 * first, (path, name, widths, first, last)

@@ -12,6 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow          # a Sphinx build that executes the tutorial: minutes
 def test_the_site_builds_without_warnings(tmp_path):
     for module in ("sphinx", "myst_nb", "furo"):
         pytest.importorskip(module, reason='the docs extra is not installed: pip install ".[docs]"')

@@ -19,6 +19,7 @@ def test_the_tutorial_is_stored_without_outputs():
     assert all(c["outputs"] == [] and c["execution_count"] is None for c in code)
 
 
+@pytest.mark.slow          # the whole tutorial, executed: minutes
 def test_the_tutorial_runs_and_shows_plots_and_rich_displays():
     nbformat = pytest.importorskip("nbformat", reason="the test extra installs nbformat (with nbclient)")
     nbclient = pytest.importorskip("nbclient", reason="the test extra installs nbclient")
