@@ -105,6 +105,8 @@ def save_path(path: str | Path) -> Path:
     """The file :meth:`KernelResult.save` writes for ``path`` (``.npz``, ``.npy``, or ``path.npy``),
     checked before any computation: its folder must exist and it must not be a directory."""
     target = Path(path)
+    if target.is_dir():
+        raise TPUsageError(f"--out: {target} is a directory (end it with '/' to write NAME.npy files into it)")
     if target.suffix not in (".npz", ".npy"):
         target = target.with_name(target.name + ".npy")
     folder = target.parent
