@@ -316,3 +316,11 @@ def test_kernels_too_large_for_memory_are_refused_before_allocating(capsys, tmp_
     np.save(tmp_path / "X.npy", X)
     code, out = tpc(capsys, "kernel", RELU, "--inputs", tmp_path / "X.npy", "-D", "L=2")
     assert code == 2 and "GiB" in out
+
+
+def test_finite_width_kernels_are_not_written_over_a_limit_directory(capsys, data, reference, tmp_path):
+    k = tmp_path / "k"
+    assert kernel_to(capsys, data, k)[0] == 0
+    code, out = tpc(capsys, "kernel", RELU, "--inputs", data[0], "--out", f"{k}/", "-D", "L=2", "-n", "16")
+    assert code == 2 and "holds an out-of-core limit kernel" in out
+    assert holds(k, reference)

@@ -34,6 +34,7 @@ from ..finite.plan import plan_run
 from ..finite.run import map_trials
 from ..limit.symbolic_params import relower
 from . import pairs
+from .kernel_dir import MANIFEST
 from .pairs import LimitSpec, first_layer_cov, gram
 from .tiles import (TILE_PAIRS, check_memory, inputs_array, is_directory, large_summary, limit_tiles,
                     make_directory, write_finite)
@@ -336,8 +337,10 @@ def kernel(program, X, *, n: int | None = None, trials: int = 1, seed: int = 0,
     ``out``: a directory (a path ending in '/', or an existing directory) to write every output
     to as ``out/NAME.npy`` (and ``NAME_error.npy``; ``NAME_std.npy`` at finite width); in the
     limit they are filled tile by tile (``tile_pairs`` pairs at most) through memory maps, so
-    memory is bounded by a tile, and a rerun resumes an interrupted run (:mod:`.tiles`); the
-    result then holds read-only memory maps.  ``scheduler`` (default: the
+    memory is bounded by a tile, and a rerun resumes an interrupted run after checking what it
+    trusts (:mod:`.tiles`, :mod:`.kernel_dir`: a lock, temporary names until complete, digests of
+    the finished tiles); the result then holds read-only memory maps.  In memory, a kernel that
+    would not fit is a TPLimitError before anything is allocated.  ``scheduler`` (default: the
     ``tensorprog.finite.options`` setting): a Dask scheduler address, ``"local"`` or a
     ``distributed.Client``; the limit's tiles, or the finite-width trials, run there.  At finite
     width the kernels are computed in memory (one N×N input factor per trial) and then written."""
@@ -350,6 +353,9 @@ def kernel(program, X, *, n: int | None = None, trials: int = 1, seed: int = 0,
         raise TPUsageError(f"out: {out} is not a directory (end it with '/'); for one .npz file "
                            "call .save(path) on the result")
     if out is not None and n is not None:
+        if (Path(out) / MANIFEST).exists():
+            raise TPUsageError(f"out: {out} holds an out-of-core limit kernel ({MANIFEST}); write the "
+                               "finite-width kernels to another directory")
         make_directory(out)                 # before the computation, not after it
     sched = resolve(scheduler=scheduler).scheduler
     if n is None:
