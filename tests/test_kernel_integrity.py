@@ -253,11 +253,11 @@ def test_bad_manifest_is_a_usage_error(capsys, data, tmp_path):
     assert kernel_to(capsys, data, k)[0] == 0
     (k / "tiles.json").write_text('{"version": 2, "N": 12, "tiles": [[0, ')
     code, out = kernel_to(capsys, data, k)
-    assert code == 2 and "not a readable manifest" in out
+    assert code == 2 and "not a readable kernel manifest" in out
     (k / "tiles.json").unlink()
     (k / "tiles.json").mkdir()                       # unreadable
     code, out = kernel_to(capsys, data, k)
-    assert code == 2 and "not a readable manifest" in out
+    assert code == 2 and "not a readable kernel manifest" in out
 
 
 def test_unwritable_out_is_a_usage_error(capsys, data, tmp_path, monkeypatch):

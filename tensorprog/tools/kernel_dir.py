@@ -290,9 +290,9 @@ class KernelDir:
         need = len(names) * file_bytes(self.manifest.N)
         free = shutil.disk_usage(self.directory).free
         if need > free:
-            raise TPUsageError(f"out: the kernel needs {need:,} bytes ({need / 2**30:.2f} GiB) in {self.directory} "
+            raise TPUsageError(f"out: the kernel needs {need:,} bytes ({human(need)}) in {self.directory} "
                                f"for {len(names)} N×N float64 arrays (N = {self.manifest.N}), and "
-                               f"{free:,} bytes ({free / 2**30:.2f} GiB) are free; free space or choose "
+                               f"{free:,} bytes ({human(free)}) are free; free space or choose "
                                "another directory")
 
     def create(self, names: list[str]) -> None:
@@ -371,6 +371,17 @@ class KernelDir:
         for name in self.manifest.arrays:
             os.replace(self.partial(name), self.final(name))
         fsync_directory(self.directory)
+
+
+def human(size: int) -> str:
+    """Bytes in binary units: 2.75 MiB, 1.16 TiB."""
+    units = ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB")
+    k = 0
+    value = float(size)
+    while value >= 1024 and k < len(units) - 1:
+        value /= 1024
+        k += 1
+    return f"{value:.2f} {units[k]}" if k else f"{size} bytes"
 
 
 def reserve(f, size: int) -> None:
