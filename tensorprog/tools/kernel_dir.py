@@ -7,7 +7,7 @@ Files, N×N float64 arrays first:
     ``os.posix_fallocate`` where available, so the disk space is reserved up front (a sparse file
     on a full disk kills the process with SIGBUS at the first page it cannot back);
   * ``DIR/tiles.json``: the manifest (data and template fingerprint, tiles, arrays, whether the run
-    is complete, and then a digest of every band of rows of every array), replaced atomically;
+    is complete, and then a CRC-32 of every band of rows of every array), replaced atomically;
   * ``DIR/tiles.log``: one JSON line per finished tile, appended and fsynced after the tile's data
     is flushed: its rows, a checksum (CRC-32) of each array's rows of the upper triangle, its
     methods and warnings.  A torn last line is ignored (that tile is computed again);
@@ -17,9 +17,10 @@ Files, N×N float64 arrays first:
 A rerun trusts nothing unchecked: every array's header (dtype, shape, order) and size must be the
 manifest's — otherwise it is refused (exit 2) with the file to remove, never written into; a
 removed array is created again and every tile computed again; a finished tile whose rows no
-longer match its digests is computed again (and said so); a complete directory is checked band by
+longer match their checksums is computed again (and said so); a complete directory is checked band by
 band, and only if a band differs are the tiles checked (and the bad ones recomputed, the mirror
 redone).  Files of these names that the manifest does not account for are never overwritten.
+An OSError while writing (a full disk) is a usage error that says the run can be resumed.
 """
 from __future__ import annotations
 
@@ -226,18 +227,29 @@ class KernelDir:
                                "and *.npy* files) to compute the kernel again") from None
 
     def resume(self) -> None:
-        """Fresh directory: create; else check the manifest, the files and the finished tiles."""
-        want = self.manifest
+        """Fresh directory: create it; else check the manifest, the files and the finished tiles."""
         old = self.read_manifest()
         if old is None:
-            self.refuse_foreign([self.final(a) for a in want.arrays] + [self.partial(a) for a in want.arrays]
-                                + [self.directory / JOURNAL])
-            self.check_space(want.arrays)
-            self.write_manifest()
-            (self.directory / JOURNAL).write_bytes(b"")
-            self.create(want.arrays)
-            self.open_journal()
-            return
+            self.start()
+        else:
+            self.reopen(old)
+        self.open_journal()
+
+    def start(self) -> None:
+        """A directory without a manifest: no file of our names in it, room for the arrays; then
+        the manifest, an empty journal and the arrays (temporary names), in that order."""
+        arrays = self.manifest.arrays
+        self.refuse_foreign([self.final(a) for a in arrays] + [self.partial(a) for a in arrays]
+                            + [self.directory / JOURNAL])
+        self.check_space(arrays)
+        self.write_manifest()
+        (self.directory / JOURNAL).write_bytes(b"")
+        self.create(arrays)
+
+    def reopen(self, old: Manifest) -> None:
+        """A directory with a manifest: the same kernel, files as the manifest says, then the
+        finished tiles that still hold (see the module docstring)."""
+        want = self.manifest
         if (old.N, old.fingerprint, old.tiles, old.arrays) != (want.N, want.fingerprint, want.tiles, want.arrays):
             raise TPUsageError(f"out: {self.directory} holds another kernel (other data, template or tiles); "
                                "remove it or choose another directory")
@@ -253,29 +265,31 @@ class KernelDir:
             if name not in missing:
                 check_file(path, old.N)
         entries = read_journal(self.directory / JOURNAL)
-        if old.complete and not missing and self.bands_hold():
-            self.done = {t: entries[t] for t in old.tiles if t in entries}
-            if len(self.done) == len(old.tiles):
-                self.open_journal()
-                return
-        if old.complete:                            # back to temporary names before anything is rewritten
-            for name in old.arrays:
-                if self.final(name).exists():
-                    os.replace(self.final(name), self.partial(name))
-            self.manifest.complete, self.manifest.bands = False, {}
-            self.write_manifest()
+        if old.complete and not missing and self.bands_hold() and all(t in entries for t in old.tiles):
+            self.done = {t: entries[t] for t in old.tiles}
+            return
+        if old.complete:
+            self.reopen_partial()
         if missing:
             self.check_space(missing)
             self.create(missing)
             self.notes.append(f"out: {', '.join(str(self.paths[m]) for m in missing)} created again: "
                               "every tile is computed again")
             entries = {}
-        self.done = {t: e for t, e in entries.items() if t in set(old.tiles) and self.tile_holds(e)}
-        bad = [t for t in entries if t in set(old.tiles) and t not in self.done]
+        tiles = set(old.tiles)
+        self.done = {t: e for t, e in entries.items() if t in tiles and self.tile_holds(e)}
+        bad = [t for t in entries if t in tiles and t not in self.done]
         if bad:
             self.notes.append(f"out: {len(bad)} finished tile(s) of {self.directory} no longer matched their "
-                              "digests and were computed again")
-        self.open_journal()
+                              "checksums and were computed again")
+
+    def reopen_partial(self) -> None:
+        """A complete directory to be written again: back to temporary names, then not complete."""
+        for name in self.manifest.arrays:
+            if self.final(name).exists():
+                os.replace(self.final(name), self.partial(name))
+        self.manifest.complete, self.manifest.band_rows, self.manifest.bands = False, 0, {}
+        self.write_manifest()
 
     def refuse_foreign(self, paths: list[Path]) -> None:
         """Files of our names that the manifest does not account for: refused, not overwritten."""
