@@ -337,7 +337,7 @@ def write_finite(directory: str | Path, means: dict[str, np.ndarray], stds: dict
     try:
         for name in means:
             for path, array in ((directory / f"{name}.npy", means[name]), (directory / f"{name}_std.npy", stds[name])):
-                tmp = path.with_name(path.name + ".tmp.npy")
+                tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp.npy")    # one per process
                 np.save(tmp, array)
                 os.replace(tmp, path)
     except OSError as err:
