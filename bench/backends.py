@@ -86,9 +86,10 @@ def cpu(widths: list[int], reps: int, dtype: str) -> list[dict]:
     return rows
 
 
-def gpu(start: int, max_width: int, cpu_max: int, reps: int, dtype: str) -> list[dict]:
+def gpu(start: int, max_width: int, cpu_max: int, reps: int, dtype: str,
+        backends: list[str] | None = None) -> list[dict]:
     program = tp.parse(PROGRAM)
-    names = available(["torch", "jax", "cupy"], "cuda")
+    names = available(backends or ["torch", "jax", "cupy"], "cuda")
     rows = []
     for b in names:
         n, blocked = start, False
@@ -122,11 +123,15 @@ def main() -> None:
     ap.add_argument("--start", type=int, default=4096, help="GPU mode: first width")
     ap.add_argument("--max-width", type=int, default=1 << 17, help="GPU mode: last width (blocked beyond memory)")
     ap.add_argument("--cpu-max", type=int, default=8192, help="GPU mode: numpy on the CPU up to this width")
+    ap.add_argument("--backends", default=None,
+                    help="GPU mode: comma-separated backends (default torch,jax,cupy); one per process keeps "
+                         "one library's memory cache from starving the next")
     ap.add_argument("--json", default=None, help="write the rows to this file")
     args = ap.parse_args()
     print(f"# {platform.processor() or platform.machine()}, python {platform.python_version()}")
     if args.gpu:
-        rows = gpu(args.start, args.max_width, args.cpu_max, args.reps, args.dtype)
+        rows = gpu(args.start, args.max_width, args.cpu_max, args.reps, args.dtype,
+                   args.backends.split(",") if args.backends else None)
     else:
         rows = cpu([int(w) for w in args.widths.split(",")], args.reps, args.dtype)
     if args.json:

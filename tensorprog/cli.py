@@ -209,20 +209,21 @@ def cmd_converge(args) -> str:
 
 
 def cmd_kernel(args) -> str:
-    from .tools.kernel import kernel, load_inputs
+    from .tools.kernel import kernel, load_inputs, save_path
     from .tools.tiles import TILE_PAIRS
     X = load_inputs(args.inputs)
     directory = args.out if args.out and args.out.endswith(("/", os.sep)) else None
+    saved = save_path(args.out) if args.out and directory is None else directory     # checked before the run
     with _options(args, progress=args.progress):
         result = kernel(args.file, X, n=args.width, trials=args.trials, seed=args.seed,
                         matrix_dist=args.matrix_dist, dtype=args.dtype, out=directory,
                         tile_pairs=args.tile_pairs or TILE_PAIRS, **dict(args.defines))
     if args.out and directory is None:
-        result.save(args.out, args.output)
+        saved = result.save(args.out, args.output)
     if args.json:
         return json.dumps(result.summary(), indent=2)
     what = "limit" if result.width is None else f"width {result.width}, {result.trials} trial(s)"
-    rows = [f"{X.shape[0]} inputs of dimension {X.shape[1]}: {what}" + (f"; saved to {args.out}" if args.out else "")]
+    rows = [f"{X.shape[0]} inputs of dimension {X.shape[1]}: {what}" + (f"; saved to {saved}" if saved else "")]
     for name, row in result.summary()["outputs"].items():
         rows.append(f"  {name:<10} diag mean {row['diag_mean']:.6g}, off-diag mean {row['offdiag_mean']:.6g}, "
                     f"{row['method']}, max error {row['max_error']:.2g}")

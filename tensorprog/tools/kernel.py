@@ -34,8 +34,10 @@ from ..finite.plan import plan_run
 from ..finite.run import map_trials
 from ..limit.symbolic_params import relower
 from . import pairs
+from .kernel_dir import MANIFEST
 from .pairs import LimitSpec, first_layer_cov, gram
-from .tiles import TILE_PAIRS, inputs_array, is_directory, large_summary, limit_tiles, write_finite
+from .tiles import (TILE_PAIRS, check_memory, inputs_array, is_directory, large_summary, limit_tiles,
+                    make_directory, write_finite)
 
 Q_NAMES = ("q11", "q12", "q22")
 PROBES = ((1.3, 0.37, 0.9), (0.7, -0.21, 1.6), (2.25, 1.1, 0.6))
@@ -75,18 +77,24 @@ class KernelResult:
                           "method": k.method, "max_error": float(np.max(spread))}
         return {"width": self.width, "trials": self.trials, "outputs": rows, "warnings": self.warnings}
 
-    def save(self, path: str, output: str | None = None) -> None:
-        """``.npz``: every output (and ``NAME_error`` / ``NAME_std``); ``.npy``: one output."""
-        if str(path).endswith(".npz"):
-            arrays = {name: k.mean for name, k in self.outputs.items()}
-            arrays.update({f"{name}_{'error' if k.error is not None else 'std'}":
-                           (k.error if k.error is not None else k.std) for name, k in self.outputs.items()})
-            np.savez(path, **arrays)
-            return
-        name = output or next(iter(self.outputs))
-        if name not in self.outputs:
-            raise TPUsageError(f"--output: no output '{name}' (outputs: {', '.join(self.outputs)})")
-        np.save(path, self.outputs[name].mean)
+    def save(self, path: str | Path, output: str | None = None) -> Path:
+        """``.npz``: every output (and ``NAME_error`` / ``NAME_std``); ``.npy``: one output (a
+        name without either suffix gets ``.npy``, as numpy writes it).  Returns the path written."""
+        target = save_path(path)
+        try:
+            if target.suffix == ".npz":
+                arrays = {name: k.mean for name, k in self.outputs.items()}
+                arrays.update({f"{name}_{'error' if k.error is not None else 'std'}":
+                               (k.error if k.error is not None else k.std) for name, k in self.outputs.items()})
+                np.savez(target, **arrays)
+                return target
+            name = output or next(iter(self.outputs))
+            if name not in self.outputs:
+                raise TPUsageError(f"--output: no output '{name}' (outputs: {', '.join(self.outputs)})")
+            np.save(target, self.outputs[name].mean)
+        except OSError as err:
+            raise TPUsageError(f"--out: cannot write {target} ({err.strerror or err})") from None
+        return target
 
     def _repr_html_(self) -> str:
         """Jupyter: a summary per output and the kernels as heatmaps."""
@@ -94,14 +102,34 @@ class KernelResult:
         return kernel_html(self)
 
 
+def save_path(path: str | Path) -> Path:
+    """The file :meth:`KernelResult.save` writes for ``path`` (``.npz``, ``.npy``, or ``path.npy``),
+    checked before any computation: its folder must exist and it must not be a directory."""
+    target = Path(path)
+    if target.is_dir():
+        raise TPUsageError(f"--out: {target} is a directory (end it with '/' to write NAME.npy files into it)")
+    if target.suffix not in (".npz", ".npy"):
+        target = target.with_name(target.name + ".npy")
+    folder = target.parent
+    if not folder.is_dir():
+        raise TPUsageError(f"--out: the folder {folder} does not exist (create it, or end --out with '/' "
+                           "for a directory of .npy files)")
+    if target.is_dir():
+        raise TPUsageError(f"--out: {target} is a directory (end it with '/' to write NAME.npy files into it)")
+    return target
+
+
 def load_inputs(path: str) -> np.ndarray:
-    """An (N, d) numeric array from a .npy file (no pickles)."""
+    """An (N, d) real array from a .npy file (no pickles), N ≥ 1 and d ≥ 1."""
     try:
         X = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as err:
-        raise TPUsageError(f"--inputs: cannot read {path}: {err}") from None
+    except (OSError, ValueError, EOFError) as err:
+        raise TPUsageError(f"--inputs: cannot read {path}: {err or type(err).__name__}") from None
     if not isinstance(X, np.ndarray) or X.ndim != 2 or X.dtype.kind not in "biuf":
-        raise TPUsageError(f"--inputs: {path} must hold a numeric (N, d) array")
+        raise TPUsageError(f"--inputs: {path} must hold a real numeric (N, d) array")
+    if X.shape[0] < 1 or X.shape[1] < 1:
+        raise TPUsageError(f"--inputs: {path} holds an array of shape {X.shape}: N ≥ 1 inputs of "
+                           "dimension d ≥ 1 are needed")
     return X.astype(float)
 
 
@@ -198,9 +226,7 @@ def affine_fit(covs: list[np.ndarray]) -> tuple[float, float]:
 
 
 def _pairs(X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    X = np.asarray(X, dtype=float)
-    if X.ndim != 2 or X.shape[0] < 1 or not np.all(np.isfinite(X)):
-        raise TPUsageError("the inputs must be a finite array of shape (N, d)")
+    X = inputs_array(X)
     q = gram(X)                      # summed in a fixed order (pairs.gram_block)
     i, j = np.triu_indices(X.shape[0])
     return q, i, j
@@ -240,9 +266,15 @@ def finite_kernel(program: ir.Program, X: np.ndarray, n: int, trials: int = 1, s
     variance) becomes that of all N inputs at once: x = A·z with A Aᵀ = s·q + b·11ᵀ (q = X Xᵀ/d),
     so every pair (i, j) is N(0, s·[[q_ii, q_ij], [q_ij, q_jj]] + b), as in the limit.  That N×N
     matrix is PSD when b ≥ 0; a b < 0 that makes it indefinite is a TPUsageError."""
+    if isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or trials < 1:
+        raise TPUsageError(f"trials must be a positive integer, not {trials!r}")
+    X = inputs_array(X)
+    N = X.shape[0]
+    check_memory(finite_bytes(N, n, trials, len(program.outputs)),
+                 f"the finite-width kernel of N = {N} inputs ({trials} trial(s), width {n})",
+                 "use fewer inputs or trials (the N×N input factor and every trial's N×N kernels are held in memory)")
     tmpl, g, s, b = affine_template(program, params)
     q, i, j = _pairs(X)
-    N = q.shape[0]
     factor = inputs_factor(s, b, q, program.file)
     opts = resolve(jobs=jobs, backend=backend, device=device, scheduler=scheduler)   # as for execute
     plan = plan_run(tmpl, n, seed, dtype, matrix_dist, blocked=opts.blocked, block_rows=opts.block_rows,
@@ -258,6 +290,14 @@ def finite_kernel(program: ir.Program, X: np.ndarray, n: int, trials: int = 1, s
         outputs[o.name] = KernelMatrix(stack.mean(0), stack.std(0, ddof=1) if trials > 1 else np.zeros((N, N)),
                                        values=mats)
     return KernelResult(outputs, n, trials)
+
+
+def finite_bytes(N: int, n: int, trials: int, outputs: int) -> int:
+    """About the peak bytes of :func:`finite_kernel`: q, the pair indices, the input factor and its
+    eigendecomposition (≈ 6 N² floats); per output, every trial's N×N kernel twice (the list and
+    the stack), the mean, the std and a trial's pairs (≈ (2·trials + 3.5) N²); the inputs (N·n)."""
+    n = n if isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n > 0 else 1
+    return 8 * (6 * N * N + int(outputs * (2 * trials + 3.5) * N * N) + N * n)
 
 
 def inputs_factor(s: float, b: float, q: np.ndarray, file: str = "<string>") -> np.ndarray:
@@ -297,8 +337,10 @@ def kernel(program, X, *, n: int | None = None, trials: int = 1, seed: int = 0,
     ``out``: a directory (a path ending in '/', or an existing directory) to write every output
     to as ``out/NAME.npy`` (and ``NAME_error.npy``; ``NAME_std.npy`` at finite width); in the
     limit they are filled tile by tile (``tile_pairs`` pairs at most) through memory maps, so
-    memory is bounded by a tile, and a rerun resumes an interrupted run (:mod:`.tiles`); the
-    result then holds read-only memory maps.  ``scheduler`` (default: the
+    memory is bounded by a tile, and a rerun resumes an interrupted run after checking what it
+    trusts (:mod:`.tiles`, :mod:`.kernel_dir`: a lock, temporary names until complete, digests of
+    the finished tiles); the result then holds read-only memory maps.  In memory, a kernel that
+    would not fit is a TPLimitError before anything is allocated.  ``scheduler`` (default: the
     ``tensorprog.finite.options`` setting): a Dask scheduler address, ``"local"`` or a
     ``distributed.Client``; the limit's tiles, or the finite-width trials, run there.  At finite
     width the kernels are computed in memory (one N×N input factor per trial) and then written."""
@@ -310,6 +352,11 @@ def kernel(program, X, *, n: int | None = None, trials: int = 1, seed: int = 0,
     if out is not None and not is_directory(out):
         raise TPUsageError(f"out: {out} is not a directory (end it with '/'); for one .npz file "
                            "call .save(path) on the result")
+    if out is not None and n is not None:
+        if (Path(out) / MANIFEST).exists():
+            raise TPUsageError(f"out: {out} holds an out-of-core limit kernel ({MANIFEST}); write the "
+                               "finite-width kernels to another directory")
+        make_directory(out)                 # before the computation, not after it
     sched = resolve(scheduler=scheduler).scheduler
     if n is None:
         if matrix_dist:

@@ -8,17 +8,16 @@ computed by the same operations whichever tile it falls in, so a tiled kernel ha
 the in-memory one (which is one band of all rows, written in place).
 
 Out of core, each output is ``DIR/NAME.npy`` (and ``DIR/NAME_error.npy``), created at full size
-and filled through memory maps: a tile writes its rows of the upper triangle, and a last pass
-mirrors the upper triangle into the lower one, band by band.  Memory is bounded by a tile and a
-band (:data:`BAND_ELEMENTS`), not by N².  ``DIR/tiles.json`` (replaced atomically after each
-tile's data is flushed) lists the tiles done, so that a rerun after an interruption computes
-only the others; it also holds a fingerprint of the data and the template, and a directory
-holding another kernel is refused.
+(under a temporary name until the run is complete) and filled through memory maps: a tile writes
+its rows of the upper triangle, and a last pass mirrors the upper triangle into the lower one,
+band by band.  Memory is bounded by a tile and a band (:data:`BAND_ELEMENTS`), not by N².  The
+directory's lock, manifest, journal of finished tiles (with their digests) and the checks a rerun
+makes before it trusts them are :mod:`.kernel_dir`'s; a rerun after an interruption computes only
+the tiles missing.  In memory, the arrays' size is checked against the memory available first.
 """
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,9 +25,11 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from ..errors import TPUsageError
+from ..errors import TPLimitError, TPUsageError
 from ..finite.cluster import check_scheduler, stream_items
+from ..finite.memory import default_limit
 from ..finite.progress import ProgressBar
+from .kernel_dir import KernelDir, Manifest, TileEntry, digest, io_error, tile_digest
 from .pairs import LimitSpec, limit_band
 
 #: pairs per tile by default (about 0.5 M: a few hundred MB of work arrays for deep templates)
@@ -37,16 +38,18 @@ TILE_PAIRS = 1 << 19
 BAND_ELEMENTS = 1 << 24
 #: side of the square blocks an in-memory kernel is mirrored by
 MIRROR_BLOCK = 256
-#: the manifest of an out-of-core kernel directory
-MANIFEST = "tiles.json"
 RANK = {"exact": 0, "quadrature": 1, "qmc": 2}
 
 
 def inputs_array(X: np.ndarray) -> np.ndarray:
-    """X as a finite float64 (N, d) array (else a TPUsageError)."""
-    X = np.asarray(X, dtype=float)
-    if X.ndim != 2 or X.shape[0] < 1 or not np.all(np.isfinite(X)):
-        raise TPUsageError("the inputs must be a finite array of shape (N, d)")
+    """X as a finite real float64 (N, d) array, N ≥ 1, d ≥ 1 (else a TPUsageError; complex
+    inputs are refused, not cut to their real part)."""
+    raw = np.asarray(X)
+    if raw.dtype.kind not in "biuf":
+        raise TPUsageError(f"the inputs must be a real numeric array of shape (N, d), not of dtype {raw.dtype}")
+    X = raw.astype(float, copy=False)
+    if X.ndim != 2 or X.shape[0] < 1 or X.shape[1] < 1 or not np.all(np.isfinite(X)):
+        raise TPUsageError(f"the inputs must be a finite array of shape (N, d), N ≥ 1 and d ≥ 1 (got shape {X.shape})")
     return X
 
 
@@ -89,7 +92,7 @@ def limit_tile(spec: LimitSpec, rows: tuple[int, int]) -> TileValues:
 class Sink:
     """Where tiles go: N×N float64 arrays, one per name; rows of the upper triangle, then a mirror."""
 
-    def write(self, name: str, rows: tuple[int, int], block: np.ndarray) -> None:
+    def write(self, name: str, rows: tuple[int, int], block: np.ndarray) -> str | None:
         raise NotImplementedError
 
     def mirror(self, name: str) -> None:
@@ -126,57 +129,48 @@ class ArraySink(Sink):
 
 
 class FileSink(Sink):
-    """``DIR/NAME.npy`` files of shape (N, N), written through short-lived memory maps of the rows
-    a tile or a band touches (so that the pages leave this process with the map)."""
+    """The arrays of a :class:`.kernel_dir.KernelDir`, written through short-lived memory maps of
+    the rows a tile or a band touches (so that the pages leave this process with the map)."""
 
-    def __init__(self, directory: Path, names: list[str], N: int, create: bool) -> None:
-        self.paths = {name: directory / f"{name}.npy" for name in names}
-        self.N = N
-        for name, path in self.paths.items():
-            if create:
-                np.lib.format.open_memmap(path, mode="w+", dtype=np.float64, shape=(N, N)).flush()
-            elif not path.exists():
-                raise TPUsageError(f"out: {path} is missing; remove {directory / MANIFEST} to start again")
-        self.offsets = {name: self.header(path) for name, path in self.paths.items()}
+    def __init__(self, kd: KernelDir) -> None:
+        self.kd = kd
+        self.N = kd.manifest.N
 
-    @staticmethod
-    def header(path: Path) -> int:
-        """Bytes before the data of a .npy file."""
-        with open(path, "rb") as f:
-            version = np.lib.format.read_magic(f)
-            if version == (1, 0):
-                np.lib.format.read_array_header_1_0(f)
-            else:
-                np.lib.format.read_array_header_2_0(f)
-            return f.tell()
-
-    def rows_map(self, name: str, r0: int, r1: int) -> np.memmap:
-        """Rows [r0, r1) of the array, mapped read-write."""
-        return np.memmap(self.paths[name], dtype=np.float64, mode="r+",
-                         offset=self.offsets[name] + r0 * self.N * 8, shape=(r1 - r0, self.N))
-
-    def write(self, name: str, rows: tuple[int, int], block: np.ndarray) -> None:
-        m = self.rows_map(name, rows[0], rows[1])
+    def write(self, name: str, rows: tuple[int, int], block: np.ndarray) -> str:
+        """Rows [r0, r1) of the upper triangle; returns the block's digest."""
+        m = self.kd.rows(name, rows[0], rows[1], "r+")
         m[:, rows[0]:] = block
         m.flush()
         del m
+        return tile_digest(block)
 
-    def mirror(self, name: str) -> None:
+    def mirror(self, name: str) -> list[str]:
+        """The mirror pass; returns the digests of the array's bands of :func:`band_rows` rows."""
         def rows(r0: int, r1: int) -> np.memmap:
-            return self.rows_map(name, r0, r1)
-        mirror_bands(rows, self.N, flush=True)
+            return self.kd.rows(name, r0, r1, "r+")
+        return mirror_bands(rows, self.N, flush=True)
 
 
-def mirror_bands(rows: Callable[[int, int], np.ndarray], N: int, flush: bool = False) -> None:
+def band_rows(N: int) -> int:
+    """Rows of a band of the mirror pass."""
+    return max(1, BAND_ELEMENTS // N)
+
+
+def mirror_bands(rows: Callable[[int, int], np.ndarray], N: int, flush: bool = False) -> list[str]:
     """Copy the upper triangle of an N×N array onto the lower one, band by band of columns:
-    ``rows(r0, r1)`` gives rows [r0, r1) (a view, or a short-lived memory map)."""
-    band = max(1, BAND_ELEMENTS // N)
+    ``rows(r0, r1)`` gives rows [r0, r1) (a view, or a short-lived memory map).  The upper
+    triangle keeps its bits.  Rows [c0, c1) are final once band [c0, c1) is done: their digests
+    (:func:`.kernel_dir.digest`) are returned, one per band."""
+    band, digests = band_rows(N), []
     for c0 in range(0, N, band):
         c1 = min(N, c0 + band)
         top = rows(c0, c1)
         square = np.array(top[:, c0:c1])
-        top[:, c0:c1] = np.triu(square) + np.triu(square, 1).T
+        lower = np.tril_indices(c1 - c0, -1)
+        square[lower] = square.T[lower]
+        top[:, c0:c1] = square
         upper = np.array(top[:, c1:])
+        digests.append(digest(top))
         if flush:
             top.flush()
         del top
@@ -186,13 +180,16 @@ def mirror_bands(rows: Callable[[int, int], np.ndarray], N: int, flush: bool = F
             if flush:
                 below.flush()
             del below
+    return digests
 
 
-def write_tile(sink: Sink, tile: TileValues) -> None:
-    """A tile's values and error bounds into the sink."""
+def write_tile(sink: Sink, tile: TileValues) -> dict[str, str]:
+    """A tile's values and error bounds into the sink; the digests :meth:`FileSink.write` returns."""
+    digests = {}
     for name in tile.values:
-        sink.write(name, tile.rows, tile.values[name])
-        sink.write(f"{name}_error", tile.rows, tile.errors[name])
+        digests[name] = sink.write(name, tile.rows, tile.values[name])
+        digests[f"{name}_error"] = sink.write(f"{name}_error", tile.rows, tile.errors[name])
+    return digests
 
 
 def fingerprint(spec: LimitSpec, tiles: list[tuple[int, int]]) -> str:
@@ -202,16 +199,6 @@ def fingerprint(spec: LimitSpec, tiles: list[tuple[int, int]]) -> str:
     h.update(repr((spec.X.shape, spec.group, spec.scale, spec.shift, spec.tol, tiles)).encode())
     h.update(repr((spec.program.eqns, spec.program.groups, [o.name for o in spec.program.outputs])).encode())
     return h.hexdigest()
-
-
-def write_json(path: Path, data: dict) -> None:
-    """``data`` to ``path`` atomically (a temporary file, fsynced, then renamed over it)."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(data, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 @dataclass
@@ -227,59 +214,75 @@ class TiledKernel:
 
 def limit_tiles(spec: LimitSpec, out: str | Path | None = None, tile_pairs: int = TILE_PAIRS,
                 scheduler: object = None, progress: bool | None = None) -> TiledKernel:
-    """The limit kernels tile by tile (see the module docstring): into memory, or into ``out``
-    (a directory; resumed from its manifest); tiles locally or on the Dask ``scheduler``."""
+    """The limit kernels tile by tile (see the module docstring): into memory (after a memory
+    check), or into ``out`` (a :class:`.kernel_dir.KernelDir`: locked, checked and resumed);
+    tiles locally or on the Dask ``scheduler``."""
     check_scheduler(scheduler)
     N = spec.X.shape[0]
     tiles = tile_rows(N, tile_pairs)
-    names = [o.name for o in spec.program.outputs]
+    names = spec.names
     arrays = names + [f"{n}_error" for n in names]
-    state = {"version": 1, "N": N, "fingerprint": fingerprint(spec, tiles), "tiles": tiles,
-             "outputs": names, "done": [], "methods": {}, "warnings": [], "complete": False}
     if out is None:
-        sink: Sink = ArraySink(arrays, N)
-        manifest = None
-    else:
-        directory = Path(out)
-        directory.mkdir(parents=True, exist_ok=True)
-        manifest = directory / MANIFEST
-        old = json.loads(manifest.read_text()) if manifest.exists() else None
-        if old is not None and old.get("fingerprint") != state["fingerprint"]:
-            raise TPUsageError(f"out: {directory} holds another kernel (other data, template or tiles); "
-                               f"remove it or choose another directory")
-        state = old or state
-        sink = FileSink(directory, arrays, N, create=old is None)
-        if old is None:
-            write_json(manifest, state)
-    done = {tuple(r) for r in state["done"]}
-    todo = [t for t in tiles if t not in done]
-    if todo:
-        state["complete"] = False                  # the mirror pass runs again after them
-    with ProgressBar(len(tiles), progress, desc="kernel tiles", unit="tile") as bar:
-        for _ in done:
-            bar.advance()
-        for tile in tile_results(spec, todo, scheduler, sink):
-            write_tile(sink, tile)
-            state["done"].append(list(tile.rows))
-            for name, method in tile.methods.items():
-                old_method = state["methods"].get(name, "exact")
-                state["methods"][name] = max(old_method, method, key=RANK.__getitem__)
-            state["warnings"] += [w for w in tile.warnings if w not in state["warnings"]]
-            if manifest is not None:
-                write_json(manifest, state)
-            bar.advance()
-    if not state["complete"]:
+        check_memory(len(arrays) * N * N * 8, f"the in-memory limit kernel of N = {N} inputs "
+                     f"({len(arrays)} N×N float64 arrays)", "write it out of core instead: out='DIR/' "
+                     "(tpc kernel --out DIR/)")
+        sink = ArraySink(arrays, N)
+        methods: dict[str, str] = {}
+        warnings: list[str] = []
+        with ProgressBar(len(tiles), progress, desc="kernel tiles", unit="tile") as bar:
+            for tile in tile_results(spec, tiles, scheduler, sink):
+                write_tile(sink, tile)
+                methods = merge_methods(methods, tile.methods)
+                warnings += tile.warnings
+                bar.advance()
         for name in arrays:
             sink.mirror(name)
-        state["complete"] = True
-        if manifest is not None:
-            write_json(manifest, state)
-    if isinstance(sink, ArraySink):
-        got = sink.arrays
-    else:
-        got = {name: np.load(path, mmap_mode="r") for name, path in sink.paths.items()}
+        return TiledKernel({n: sink.arrays[n] for n in names}, {n: sink.arrays[f"{n}_error"] for n in names},
+                           {n: methods.get(n, "exact") for n in names}, unique(warnings), len(tiles))
+    kd = KernelDir.open(out, Manifest(N, fingerprint(spec, tiles), tiles, arrays))
+    try:
+        todo = [t for t in tiles if t not in kd.done]
+        sink = FileSink(kd)
+        with ProgressBar(len(tiles), progress, desc="kernel tiles", unit="tile") as bar:
+            for _ in kd.done:
+                bar.advance()
+            for tile in tile_results(spec, todo, scheduler, sink):
+                kd.record(TileEntry(tile.rows, write_tile(sink, tile), tile.methods, tile.warnings))
+                bar.advance()
+        if not kd.manifest.complete:
+            kd.finish(band_rows(N), {name: sink.mirror(name) for name in arrays})
+        got = {name: np.load(path, mmap_mode="r") for name, path in kd.paths.items()}
+    except OSError as err:
+        raise io_error(kd.directory, err) from None
+    finally:
+        kd.close()
+    entries = [kd.done[t] for t in tiles]
+    methods = {}
+    for e in entries:
+        methods = merge_methods(methods, e.methods)
+    warnings = unique([w for e in entries for w in e.warnings]) + kd.notes
     return TiledKernel({n: got[n] for n in names}, {n: got[f"{n}_error"] for n in names},
-                       {n: state["methods"].get(n, "exact") for n in names}, state["warnings"], len(todo))
+                       {n: methods.get(n, "exact") for n in names}, warnings, len(todo))
+
+
+def merge_methods(old: dict[str, str], new: dict[str, str]) -> dict[str, str]:
+    """Per output, the least exact of two methods (exact < quadrature < qmc)."""
+    return {name: max(old.get(name, "exact"), new.get(name, "exact"), key=RANK.__getitem__)
+            for name in {**old, **new}}
+
+
+def unique(items: list[str]) -> list[str]:
+    """``items`` without repeats, in order."""
+    return list(dict.fromkeys(items))
+
+
+def check_memory(need: int, what: str, advice: str) -> None:
+    """A TPLimitError (exit 2) when ``need`` bytes exceed the memory a run may take
+    (:func:`..finite.memory.default_limit`: 90% of what is available)."""
+    limit = default_limit()
+    if need > limit:
+        raise TPLimitError(f"{what} needs about {need / 2**30:.2f} GiB, more than the {limit / 2**30:.2f} GiB "
+                           f"available; {advice}")
 
 
 def tile_results(spec: LimitSpec, todo: list[tuple[int, int]], scheduler: object,
@@ -316,15 +319,29 @@ class SpecHolder:
         return self.spec
 
 
-def write_finite(directory: str | Path, means: dict[str, np.ndarray], stds: dict[str, np.ndarray]) -> None:
-    """Finite-width kernels (computed in memory) as ``DIR/NAME.npy`` and ``DIR/NAME_std.npy``."""
+def make_directory(directory: str | Path) -> Path:
+    """``directory``, created if needed (an OSError is a TPUsageError)."""
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    for name in means:
-        for path, array in ((directory / f"{name}.npy", means[name]), (directory / f"{name}_std.npy", stds[name])):
-            tmp = path.with_name(path.name + ".tmp.npy")
-            np.save(tmp, array)
-            os.replace(tmp, path)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise TPUsageError(f"out: cannot create the directory {directory} ({err.strerror or err}); "
+                           "choose a directory you can write to") from None
+    return directory
+
+
+def write_finite(directory: str | Path, means: dict[str, np.ndarray], stds: dict[str, np.ndarray]) -> None:
+    """Finite-width kernels (computed in memory) as ``DIR/NAME.npy`` and ``DIR/NAME_std.npy``
+    (each written under a temporary name, then renamed)."""
+    directory = make_directory(directory)
+    try:
+        for name in means:
+            for path, array in ((directory / f"{name}.npy", means[name]), (directory / f"{name}_std.npy", stds[name])):
+                tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp.npy")    # one per process
+                np.save(tmp, array)
+                os.replace(tmp, path)
+    except OSError as err:
+        raise io_error(directory, err, resumable=False) from None
 
 
 def is_directory(out: object) -> bool:
