@@ -260,14 +260,14 @@ MLP = "vector x ~ normal()\nmatrix W ~ normal()\nh = W @ tanh(x)\nout o = mean(h
 def test_huge_width_is_refused_before_allocation(n, src):
     p = tp.parse(src)
     tracemalloc.start()
-    t0 = time.perf_counter()
+    t0 = time.process_time()          # CPU seconds: a bound on the work, not on the machine's load
     try:
         with pytest.raises(tp.TPLimitError) as err:
             p.execute(n=n)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert time.perf_counter() - t0 < 5
+    assert time.process_time() - t0 < 5
     assert peak < 64 << 20                                        # nothing of the size of a matrix was allocated
     assert "GiB" in str(err.value) and "needs" in str(err.value)
     assert err.value.line >= 1 and str(err.value).startswith(f"<string>:{err.value.line}:")
@@ -342,10 +342,10 @@ def test_float32_uses_the_same_gaussian_draws_as_float64():
     "vector x ~ normal()\nfor i in 1..300 {\n  for j in 1..300 {\n    x = tanh(x)\n  }\n}\nout o = mean(x)",
 ])
 def test_unrolled_size_is_bounded_by_max_nodes(src):
-    t0 = time.perf_counter()
+    t0 = time.process_time()          # CPU seconds: a bound on the work, not on the machine's load
     with pytest.raises(tp.TPLimitError, match="max_nodes|too many") as err:
         tp.parse(src, max_nodes=1000)
-    assert time.perf_counter() - t0 < 5
+    assert time.process_time() - t0 < 5
     assert err.value.line >= 1
 
 
@@ -359,10 +359,10 @@ def test_max_nodes_is_the_knob():
 def test_exponential_defs_are_bounded_quickly():
     # g_k doubles the expression of g_{k-1}: g_40 would have 2^40 operations
     defs = "def g1(a) = a * a\n" + "".join(f"def g{k}(a) = g{k - 1}(a) * g{k - 1}(a)\n" for k in range(2, 41))
-    t0 = time.perf_counter()
+    t0 = time.process_time()          # CPU seconds: a bound on the work, not on the machine's load
     with pytest.raises(tp.TPLimitError, match="raise max_nodes") as err:
         tp.parse("vector x ~ normal()\n" + defs + "out o = mean(g40(x))", max_nodes=10_000)
-    assert time.perf_counter() - t0 < 5
+    assert time.process_time() - t0 < 5
     assert err.value.line >= 2
 
 

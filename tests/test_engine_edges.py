@@ -162,9 +162,9 @@ def _nested(depth: int):
 @pytest.mark.parametrize("depth", [3, 8, 11])
 def test_nested_kinks_are_fast_and_right(depth):
     src = "vector x ~ normal()\nout o = mean(" + "relu(1 - " * depth + "x" + ")" * depth + ")"
-    t0 = time.perf_counter()
+    t0 = time.process_time()          # CPU seconds: a bound on the work, not on the machine's load
     lim = limit_of(src)
-    assert time.perf_counter() - t0 < 20
+    assert time.process_time() - t0 < 20
     truth = quad1(_nested(depth), pts=[-1.0, 0.0, 1.0, 2.0])
     assert abs(lim.value - truth) <= max(lim.error, 1e-10)
 
@@ -203,9 +203,9 @@ def test_inverse_powers_of_a_quadratic_form_go_to_numerics_quickly():
     s2 = sum((h - m) ** 2 for h in hs) / 4
     e = (hs[0] - m) * (hs[1] - m) * (1 - (hs[0] - m) ** 2 / (s2 + R(1, 100))) * (s2 + R(1, 100)) ** R(-3, 2)
     cov = [[1 if i == j else R(1, 2) for j in range(4)] for i in range(4)]
-    t0 = time.perf_counter()
+    t0 = time.process_time()          # CPU seconds: a bound on the work, not on the machine's load
     est = expect(e, hs, cov, budget=Budget(tol=1e-4, max_qmc_points=2 ** 16))
-    assert time.perf_counter() - t0 < 20
+    assert time.process_time() - t0 < 20
     assert est.method in ("quadrature", "qmc") and np.isfinite(est.value)
 
 
@@ -214,10 +214,10 @@ def test_batchnorm_gradient_compiles_without_minutes_of_expansion():
     (polynomial: exact) times batchnorm Jacobian products with (σ² + ε)^(−3/2) factors, which
     were multiplied out for ~75 s before going to QMC anyway; λ_G(4) = 3.08406 (bn_gradient.tp)."""
     from pathlib import Path
-    t0 = time.perf_counter()
+    t0 = time.process_time()          # CPU seconds: a bound on the work, not on the machine's load
     p = tp.load(Path(__file__).resolve().parent.parent / "programs" / "bn_gradient.tp", B=4)
     lim = p.compile(tol=1e-3, max_qmc_points=2 ** 16).limit().outputs["rate"]
-    assert time.perf_counter() - t0 < 30
+    assert time.process_time() - t0 < 30
     assert abs(lim.value - 3.08406) <= lim.error
 
 
