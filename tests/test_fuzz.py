@@ -17,7 +17,8 @@ Properties:
     exception; through the CLI the same is exit code 2 and no traceback;
   * (statistical consistency) on random forward and backward programs with smooth
     nonlinearities the finite-width mean at n = 2048 lies within 5 standard errors
-    plus an O(1/n) allowance (plus the limit's own error) of the compiled limit.
+    plus an O(1/n) allowance (plus the limit's own error) of the compiled limit (these tests are
+    marked slow: ``python -m pytest -m slow``).
 
 Every run is deterministic (``derandomize=True``) and bounded; ``tools/fuzz_long.py``
 runs the same strategies for minutes.
@@ -703,12 +704,14 @@ def consistent(text: str, n: int = 2048, trials: int = 8, seed: int = 3, allow: 
             (name, o.mean, se, L.value, L.error, L.method)
 
 
+@pytest.mark.slow          # n = 2048, compiled limits of random programs: minutes (CI runs -m slow)
 @settings(max_examples=5, **FAST)
 @given(programs(smooth=True, max_stmts=3))
 def test_random_smooth_programs_agree_with_their_limit(text):
     consistent(text)
 
 
+@pytest.mark.slow          # n = 2048, compiled limits of random programs: minutes (CI runs -m slow)
 @settings(max_examples=5, **FAST)
 @given(backward_programs())
 def test_random_backward_programs_agree_with_their_limit(text):
@@ -932,18 +935,21 @@ def multi_step_programs(draw) -> str:
     return "\n".join(g.lines) + "\n"
 
 
+@pytest.mark.slow          # n = 2048, compiled limits of random programs: minutes (CI runs -m slow)
 @settings(max_examples=5, **FAST)
 @given(residual_programs())
 def test_random_residual_programs_agree_with_their_limit(text):
     consistent(text, budget=CHEAP)
 
 
+@pytest.mark.slow          # n = 2048, compiled limits of random programs: minutes (CI runs -m slow)
 @settings(max_examples=8, **FAST)
 @given(batch_coupled_programs())
 def test_random_batch_coupled_programs_agree_with_their_limit(text):
     consistent(text, budget=CHEAP)
 
 
+@pytest.mark.slow          # n = 2048, compiled limits of random programs: minutes (CI runs -m slow)
 @settings(max_examples=4, **FAST)
 @given(multi_step_programs())
 def test_random_multi_step_programs_agree_with_their_limit(text):
@@ -980,6 +986,7 @@ def haar_multi_step_programs(draw) -> str:
     return with_haar_matrices(draw, draw(multi_step_programs()))
 
 
+@pytest.mark.slow          # n = 2048, compiled limits of random programs: minutes (CI runs -m slow)
 @settings(max_examples=6, **FAST)
 @given(haar_backward_programs())
 def test_random_haar_backward_programs_agree_with_their_limit(text):
@@ -987,6 +994,7 @@ def test_random_haar_backward_programs_agree_with_their_limit(text):
     consistent(text, budget=CHEAP)
 
 
+@pytest.mark.slow          # n = 2048, compiled limits of random programs: minutes (CI runs -m slow)
 @settings(max_examples=3, **FAST)
 @given(haar_multi_step_programs())
 def test_random_haar_multi_step_programs_agree_with_their_limit(text):
@@ -1033,6 +1041,7 @@ def grad_programs(draw) -> str:
     return "\n".join(g.lines) + "\n"
 
 
+@pytest.mark.slow          # n = 2048, compiled limits of random programs: minutes (CI runs -m slow)
 @settings(max_examples=4, **FAST)
 @given(grad_programs())
 def test_random_grad_programs_agree_with_their_limit(text):
@@ -1060,6 +1069,7 @@ def update_programs(draw) -> str:
     return "\n".join(g.lines) + "\n"
 
 
+@pytest.mark.slow          # n = 2048, compiled limits of random programs: minutes (CI runs -m slow)
 @settings(max_examples=4, **FAST)
 @given(update_programs())
 def test_random_update_programs_agree_with_their_limit(text):
