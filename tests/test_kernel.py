@@ -65,6 +65,7 @@ def test_limit_kernel_matches_pairwise_compile(data):
             assert K.outputs[name].mean[j, i] == K.outputs[name].mean[i, j]
 
 
+@pytest.mark.slow          # the tanh template's quadrature compiles, one per class and pair: a minute or more
 def test_numeric_template_matches_pairwise_compile(data, tmp_path):
     """A template without closed forms (tanh) goes through batched quadrature."""
     text = open(TEMPLATE).read().replace("relu(", "tanh(").replace("step(", "dtanh(")
@@ -154,6 +155,10 @@ def test_depth_one_and_two_templates(data, L):
     nngp, ntk = relu_nngp_ntk(data @ data.T / data.shape[1], L, 2.0, 1.5)
     assert np.max(np.abs(K.outputs["nngp"].mean - nngp)) < 1e-12
     assert np.max(np.abs(K.outputs["ntk"].mean - ntk)) < 1e-12
+
+
+@pytest.mark.slow          # quadrature compiles of the tanh template: ~40 s
+def test_tanh_template_of_depth_one(data):
     T = tp.kernel("programs/kernels/tanh_mlp.tp", data[1:4], L=1)       # data[3] = data[1]: a repeated input
     assert np.all(np.isfinite(T.outputs["ntk"].mean))
 
