@@ -257,6 +257,7 @@ def bias_tolerance(F, name: str, limit: np.ndarray) -> np.ndarray:
     return 5 * se + 4 * np.abs(limit) / BIAS_WIDTH
 
 
+@pytest.mark.slow          # the biased fixture: two finite-width kernels, 24 trials at n = 2048
 def test_finite_kernel_with_first_layer_bias_matches_the_limit(biased):
     """N inputs drawn with covariance s·q + b·11ᵀ: every entry of the mean over trials within its
     tolerance of the limit kernel with the same bias."""
@@ -266,6 +267,7 @@ def test_finite_kernel_with_first_layer_bias_matches_the_limit(biased):
         assert np.all(dev <= bias_tolerance(biased["b"], name, lim)), (name, dev)
 
 
+@pytest.mark.slow          # the biased fixture: two finite-width kernels, 24 trials at n = 2048
 def test_first_layer_bias_changes_the_finite_kernel(biased):
     """b1 = 0.3 moves the finite kernel by many standard errors: the b1 = 0 kernel fails the check
     above at every entry, so that check would catch a dropped bias."""

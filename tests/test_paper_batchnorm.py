@@ -138,6 +138,7 @@ def test_gradient_rate_relu_compiled_limit(relu_rate):
     assert abs(relu_rate.value - lambda_relu(4)) < 5 * relu_rate.error + 0.02, relu_rate
 
 
+@pytest.mark.slow          # a Monte Carlo reference and a QMC limit: ~13 s
 def test_gradient_rate_tanh_compiled_limit():
     mc, se = lambda_mc(4, *TANH)
     o = tp.load(GRAD, B=4, D=1, act=2, sym=1).compile().limit().outputs["rate"]
