@@ -200,7 +200,8 @@ def converge(program, widths: Sequence[int], trials: int = 8, seed: int = 0,
     # fail fast, before the small widths run: the law, the dtype and the memory of the largest width
     opts = resolve(backend=backend, device=device, scheduler=scheduler)   # as for execute
     plan_run(program.ir, widths[-1], 0, dtype, matrix_dist, memory_limit, blocked=opts.blocked,
-             block_rows=opts.block_rows, backend=opts.backend, device=opts.device)
+             block_rows=opts.block_rows, backend=opts.backend, device=opts.device,
+             conditional=opts.conditional)
     if opts.scheduler is not None:
         client_for(opts.scheduler)                        # an unreachable scheduler: fail now
     if limit is None:

@@ -246,7 +246,7 @@ def finite_kernel(program: ir.Program, X: np.ndarray, n: int, trials: int = 1, s
     factor = inputs_factor(s, b, q, program.file)
     opts = resolve(jobs=jobs, backend=backend, device=device, scheduler=scheduler)   # as for execute
     plan = plan_run(tmpl, n, seed, dtype, matrix_dist, blocked=opts.blocked, block_rows=opts.block_rows,
-                    backend=opts.backend, device=opts.device)
+                    backend=opts.backend, device=opts.device, conditional=opts.conditional)
     trial = functools.partial(_kernel_trial, g=g, factor=factor, i=i, j=j, N=N,
                               chunk=max(1, max_elements // n))
     runs = map_trials(plan, trial, trials, opts.jobs, opts.progress, desc="kernel trials",
