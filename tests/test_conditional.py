@@ -179,6 +179,14 @@ def test_array_api_backend_draws_the_numpy_numbers():
         assert np.allclose(a.outputs[name].values, b.outputs[name].values, rtol=1e-10, atol=1e-13)
 
 
+def test_jax_backend_runs_conditional():
+    """On jax (immutable arrays, its own streams) the identities hold too."""
+    pytest.importorskip("jax")
+    r = tp.parse(IDENTITY).execute(n=48, trials=2, seed=3, conditional=True, backend="jax")
+    assert max(abs(v) for v in r.outputs["gram"].values) < 1e-12
+    assert all(v > 0 for v in r.outputs["zz"].values)
+
+
 def test_kernel_pieces_share_one_matrix():
     """A finite-width kernel runs a trial in pieces of (n, P) columns: with duplicated inputs,
     K[0, 0] = K[0, 1] = K[1, 1] exactly only if every piece sees the same matrices."""
