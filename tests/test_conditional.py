@@ -265,3 +265,18 @@ def test_cli_flag():
     bad = subprocess.run([sys.executable, "-m", "tensorprog", "execute", "programs/relu_nngp.tp", "-n", "64",
                           "--conditional", "--matrix-dist", "uniform"], capture_output=True, text=True)
     assert bad.returncode == 2 and "not exact in law" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_slow_automatic_blocked_run_proposes_conditional():
+    """When dense matrices do not fit and blocked ones would draw more than 2^32 numbers per trial,
+    planning warns and names --conditional (nothing is executed here)."""
+    from tensorprog.finite.plan import SlowModeWarning, plan_run
+    program = tp.load("programs/relu_nngp.tp").ir
+    with pytest.warns(SlowModeWarning, match="--conditional"):
+        plan = plan_run(program, 1 << 17, 0, np.float64, None, memory_limit=1 << 28)
+    assert plan.blocked
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plan_run(program, 1 << 12, 0, np.float64, None, memory_limit=1 << 28, blocked=True)
+        plan_run(program, 1 << 17, 0, np.float64, None, memory_limit=1 << 28, conditional=True)
