@@ -111,6 +111,13 @@ def test_backward_law_equals_dense():
     _agree(*_both(tp.load("programs/wigner_moments.tp", K=4), 32, 300))
 
 
+@pytest.mark.parametrize("ratio", [0.5, 2.0])
+def test_rectangular_law_equals_dense(ratio):
+    """Marchenko–Pastur moments of a rectangular m × n matrix (Aᵀ(A p)): each side's variance
+    convention (entries var/cols) in both directions."""
+    _agree(*_both(tp.load("programs/marchenko_pastur.tp", ratio=ratio), 40, 300))
+
+
 def test_training_law_equals_dense():
     """Two μP SGD steps with outer-product updates (mup_train.tp, T = 2) at n = 32."""
     _agree(*_both(tp.load("programs/mup_train.tp", T=2), 32, 300))
