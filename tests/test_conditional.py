@@ -93,9 +93,8 @@ def _next_product(G, X, U, x, t):
     r = np.random.default_rng([7, t])
     C = ConditionalMatrix(lambda s: r.standard_normal(s), 1.0, m, k, np, np.float64, capacity=100)
     qx, _ = np.linalg.qr(X)                      # orthonormal bases and their images
-    C.qx, C.ax = qx, G @ qx
     qu, _ = np.linalg.qr(U)
-    C.qu, C.bu = qu, G.T @ qu
+    C.set_state(qx, G @ qx, qu, G.T @ qu)
     return C.matmul(x)
 
 

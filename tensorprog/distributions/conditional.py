@@ -46,7 +46,7 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["ConditionalMatrix", "ConditioningError", "span_tol", "state_entries", "max_products"]
+__all__ = ["Columns", "ConditionalMatrix", "ConditioningError", "span_tol", "state_entries", "max_products"]
 
 
 class ConditioningError(ValueError):
@@ -71,6 +71,43 @@ def max_products(rows: int, cols: int) -> int:
     return max(1, int(rows) * int(cols) // (int(rows) + int(cols)))
 
 
+class Columns:
+    """A d × k array grown by appending columns: a buffer (``reserve`` columns at first) doubled
+    when full, written in place (numpy, torch, cupy), so a product costs no copy of the state;
+    concatenated instead where arrays are immutable (jax)."""
+
+    def __init__(self, xp, d: int, kw: dict, reserve: int = 0) -> None:
+        self.xp, self.kw, self.k, self.inplace = xp, kw, 0, True
+        self.buf = xp.zeros((int(d), max(0, int(reserve))), **kw)
+
+    @property
+    def array(self):
+        """The k columns (a view of the buffer)."""
+        return self.buf if self.k == int(self.buf.shape[1]) else self.buf[:, :self.k]
+
+    def set(self, a) -> None:
+        """Replace the columns by ``a``."""
+        self.buf, self.k = a, int(a.shape[1])
+
+    def append(self, cols) -> None:
+        r = int(cols.shape[1])
+        if self.inplace:
+            try:
+                if self.k + r > int(self.buf.shape[1]):
+                    grown = self.xp.zeros((int(self.buf.shape[0]), max(2 * int(self.buf.shape[1]), self.k + r)),
+                                          **self.kw)
+                    grown[:, :self.k] = self.array
+                    self.buf = grown
+                self.buf[:, self.k:self.k + r] = cols
+                self.k += r
+                return
+            except TypeError:                            # immutable arrays (jax): concatenate
+                self.inplace = False
+                self.buf = self.array
+        self.buf = self.xp.concat([self.buf, cols], axis=1)
+        self.k += r
+
+
 def _combine(basis, coef):
     """basis @ coef for a tall basis (d × a) and a small coef (a × B), computed as (coefᵀ basisᵀ)ᵀ:
     the same numbers, but multithreaded BLAS splits the long side well this way round (the
@@ -83,18 +120,21 @@ class ConditionalMatrix:
     given the earlier ones (the module docstring).  ``normal(shape)``: iid N(0, 1) draws of the
     matrix's stream, in the run's dtype; ``scale``: S (a float, or a (rows,) array); ``xp``,
     ``dtype``, ``device``: the array namespace and where the state lives; ``tol``: see
-    :func:`span_tol`; ``capacity``: the most directions held (:func:`max_products`).
+    :func:`span_tol`; ``capacity``: the most directions held (:func:`max_products`); ``reserve``:
+    the directions expected on each side (forward, backward), allocated at once.
     ``matmul(x, transposed)`` is W @ x or Wᵀ @ x, as for a blocked matrix."""
 
     def __init__(self, normal: Callable[[tuple[int, ...]], object], scale, rows: int, cols: int, xp,
-                 dtype, device=None, tol: float = 1e-10, capacity: int | None = None) -> None:
+                 dtype, device=None, tol: float = 1e-10, capacity: int | None = None,
+                 reserve: tuple[int, int] = (0, 0)) -> None:
         self.normal, self.xp, self.tol = normal, xp, float(tol)
         self.rows, self.cols = int(rows), int(cols)
         self.capacity = max_products(rows, cols) if capacity is None else int(capacity)
         self.scale = scale if isinstance(scale, (int, float)) else xp.reshape(scale, (self.rows, 1))
         self.kw = kw = {"dtype": dtype} if device is None else {"dtype": dtype, "device": device}
-        self.qx, self.ax = xp.zeros((self.cols, 0), **kw), xp.zeros((self.rows, 0), **kw)  # A = G Q_X
-        self.qu, self.bu = xp.zeros((self.rows, 0), **kw), xp.zeros((self.cols, 0), **kw)  # B = Gᵀ Q_U
+        fwd, bwd = (min(int(r), self.capacity) for r in reserve)
+        self.x_side = (Columns(xp, self.cols, kw, fwd), Columns(xp, self.rows, kw, fwd))  # Q_X, A = G Q_X
+        self.u_side = (Columns(xp, self.rows, kw, bwd), Columns(xp, self.cols, kw, bwd))  # Q_U, B = Gᵀ Q_U
         self.on_rows: Callable[[int], None] | None = None
 
     @property
@@ -104,7 +144,12 @@ class ConditionalMatrix:
     @property
     def directions(self) -> int:
         """Basis vectors held, both sides together."""
-        return int(self.qx.shape[1]) + int(self.qu.shape[1])
+        return self.x_side[0].k + self.u_side[0].k
+
+    def set_state(self, qx, ax, qu, bu) -> None:
+        """Set the state: orthonormal Q_X with A = G Q_X and Q_U with B = Gᵀ Q_U (for tests)."""
+        for cols, a in zip(self.x_side + self.u_side, (qx, ax, qu, bu)):
+            cols.set(a)
 
     def matmul(self, x, transposed: bool = False):
         """W @ x (x of shape (cols,) or (cols, B)), or Wᵀ @ x (x of shape (rows,) or (rows, B))."""
@@ -116,16 +161,18 @@ class ConditionalMatrix:
         flat = x.ndim == 1
         x2 = xp.reshape(x, (inner, 1)) if flat else x
         if transposed:                                   # Wᵀ u = Gᵀ (S u)
-            y, self.qu, self.bu = self._condition(x2 * self.scale, self.qu, self.bu, self.qx, self.ax)
+            y = self._condition(x2 * self.scale, self.u_side, self.x_side)
         else:                                            # W x = S (G x)
-            y, self.qx, self.ax = self._condition(x2, self.qx, self.ax, self.qu, self.bu)
+            y = self._condition(x2, self.x_side, self.u_side)
             y = y * self.scale
         return xp.reshape(y, (y.shape[0],)) if flat else y
 
-    def _condition(self, x, q, a, qo, bo):
-        """G x for the columns of x given the state: ``q`` (the basis on x's side), ``a`` = G q,
-        ``qo`` (the basis on the other side), ``bo`` = Gᵀ qo.  Returns (G x, q, a) updated."""
+    def _condition(self, x, side, other):
+        """G x for the columns of x given the state, which it updates: ``side`` = (q, a), the basis
+        on x's side and its image a = G q; ``other`` = (qo, bo), the basis on the other side and
+        bo = Gᵀ qo (for Gᵀ u the roles of G and Gᵀ are exchanged)."""
         xp = self.xp
+        q, a, qo, bo = side[0].array, side[1].array, other[0].array, other[1].array
         norms = xp.sqrt(xp.sum(x * x, axis=0))
         if q.shape[1]:
             c = q.T @ x                                  # classical Gram–Schmidt, twice
@@ -138,7 +185,7 @@ class ConditionalMatrix:
         qn, t = self._orthonormalize(r, norms)
         y = _combine(a, c) if c is not None else None
         if qn is None:
-            return (y if y is not None else xp.zeros((int(a.shape[0]), int(x.shape[1])), **self.kw)), q, a
+            return y if y is not None else xp.zeros((int(a.shape[0]), int(x.shape[1])), **self.kw)
         if q.shape[1] + qo.shape[1] + qn.shape[1] > self.capacity:
             raise ConditioningError(
                 f"{q.shape[1] + qo.shape[1] + qn.shape[1]} independent products with one "
@@ -148,7 +195,9 @@ class ConditionalMatrix:
         if qo.shape[1]:                                  # G qn = Q_U Bᵀ qn + P_U⊥ z
             an = _combine(qo, bo.T @ qn) + (an - _combine(qo, qo.T @ an))
         new = _combine(an, t)
-        return (new if y is None else y + new), xp.concat([q, qn], axis=1), xp.concat([a, an], axis=1)
+        side[0].append(qn)
+        side[1].append(an)
+        return new if y is None else y + new
 
     def _orthonormalize(self, r, norms):
         """The new directions of the residuals r (d × B, already orthogonal to the basis):

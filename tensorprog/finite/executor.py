@@ -47,6 +47,7 @@ from ..distributions.sample import Draws
 from ..errors import TPNumericalError, TPUsageError
 from .backend import Stream, all_finite, get_backend, is_array, stream_seed
 from .evaluate import OVERFLOW, Cause, eval_array, eval_fn, first_nonfinite
+from .memory import side_products
 from .plan import RunPlan
 from .schedule import Step, inputs
 
@@ -73,6 +74,8 @@ class Executor:
             eval_fn if self.numpy else lambda fn, read: eval_array(fn, read, builtins))
         #: the conditional matrices of the trial run in pieces (``run_trial`` with columns)
         self.kept: tuple[int, dict[int, ConditionalMatrix]] = (-1, {})
+        #: (matrix, transposed) -> products on that side: the columns a conditional matrix reserves
+        self.side_uses = side_products(plan.program, plan.schedule) if plan.conditional else {}
 
     def stream(self, trial: int, var: int, *more: int) -> Stream:
         """The backend stream of ``var`` in ``trial`` (``more``: a block's tag and index), keyed by
@@ -113,6 +116,7 @@ class Executor:
         """W = diag(S)·G of ``var`` in ``trial``, G conditioned product by product: S (mvt: gamma
         draws) and then the innovations of G come from the stream of (trial, var)."""
         spec = self.plan.specs[var]
+        reserve = (self.side_uses.get((var, False), 0), self.side_uses.get((var, True), 0))
         if self.numpy:
             rng = self.rng(trial, var)
             draws = Draws(rng, self.dtype, np.dtype(np.float64))   # float32: the float64 draws, rounded
@@ -123,11 +127,11 @@ class Executor:
             if not isinstance(scale, float):
                 scale = np.asarray(scale, self.dtype)
             return ConditionalMatrix(lambda shape: draws.fill("standard_normal", shape), scale, rows, cols,
-                                     np, self.dtype, tol=span_tol(self.dtype))
+                                     np, self.dtype, tol=span_tol(self.dtype), reserve=reserve)
         stream, backend = self.stream(trial, var), self.backend
         scale = spec.law.conditional_scale(stream.gamma, self.xp, spec.var, spec.df, rows, cols)
         return ConditionalMatrix(stream.normal, scale, rows, cols, self.xp, backend.dtype(self.dtype),
-                                 backend.dev, tol=span_tol(self.dtype))
+                                 backend.dev, tol=span_tol(self.dtype), reserve=reserve)
 
     def initial_vectors(self, trial: int, columns: bool) -> dict[int, np.ndarray]:
         """The initial vectors an output needs, group by group (one (n, 1) column each if ``columns``)."""

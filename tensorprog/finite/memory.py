@@ -162,12 +162,21 @@ def conditionable(program: ir.Program, schedule: Plan, specs: dict[int, D.DistSp
     return all(specs[e.var].law.conditionable for e in _used_matrices(program, schedule))
 
 
+def side_products(program: ir.Program, schedule: Plan) -> dict[tuple[int, bool], int]:
+    """(matrix var, transposed) -> the number of MatMuls on that side the outputs need."""
+    count: dict[tuple[int, bool], int] = {}
+    for e in program.eqns:
+        if isinstance(e, ir.MatMul) and e.var in schedule.needed:
+            key = (e.matrix, bool(e.transposed))
+            count[key] = count.get(key, 0) + 1
+    return count
+
+
 def products(program: ir.Program, schedule: Plan) -> dict[int, int]:
     """matrix var -> the number of MatMuls (either side) the outputs need on it."""
     count: dict[int, int] = {}
-    for e in program.eqns:
-        if isinstance(e, ir.MatMul) and e.var in schedule.needed:
-            count[e.matrix] = count.get(e.matrix, 0) + 1
+    for (var, _), k in side_products(program, schedule).items():
+        count[var] = count.get(var, 0) + k
     return count
 
 
