@@ -34,8 +34,10 @@ numbers.
 
 **Laws.**  W = diag(S)·G: ``normal`` has S = √(var/k) on every row, ``mvt`` one iid scale per row
 (:meth:`~.family.Family.conditional_scale`), so W x = S ⊙ (G x) and Wᵀ u = Gᵀ (S ⊙ u): the
-Gaussian factor is conditioned, exactly.  iid non-Gaussian entries (uniform, rademacher, ...)
-are not Gaussian given linear constraints: they are refused (``conditionable`` false).
+Gaussian factor is conditioned, exactly.  ``orthogonal`` matrices are conditioned by the Haar
+analogue (:class:`ConditionalHaar`: known on the span of the earlier arguments, a uniformly
+random isometry on its complement).  iid non-Gaussian entries (uniform, rademacher, ...) are not
+Gaussian given linear constraints: they are refused (``conditionable`` false).
 
 The class is written with the array-API namespace ``xp``: numpy, or a backend's (torch, jax,
 cupy) on its device, where memory is O(n·k) as well.
@@ -46,7 +48,7 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["Columns", "ConditionalMatrix", "ConditioningError", "span_tol", "state_entries", "max_products"]
+__all__ = ["Columns", "ConditionalHaar", "ConditionalMatrix", "ConditioningError", "span_tol", "state_entries", "max_products"]
 
 
 class ConditioningError(ValueError):
@@ -59,16 +61,17 @@ def span_tol(dtype) -> float:
     return 1e-10 if np.dtype(dtype).itemsize >= 8 else 1e-5
 
 
-def state_entries(rows: int, cols: int, products: int) -> int:
+def state_entries(rows: int, cols: int, products: int, haar: bool = False) -> int:
     """Numbers stored by a rows × cols conditional matrix after ``products`` new directions
-    (on either side): (rows + cols) per direction."""
-    return (int(rows) + int(cols)) * int(products)
+    (on either side): (rows + cols) per direction; 2·max(rows, cols) for a Haar one."""
+    per = 2 * max(int(rows), int(cols)) if haar else int(rows) + int(cols)
+    return per * int(products)
 
 
-def max_products(rows: int, cols: int) -> int:
+def max_products(rows: int, cols: int, haar: bool = False) -> int:
     """The most directions a conditional matrix holds before its state outgrows the dense
-    matrix: (rows + cols)·k ≤ rows·cols (about n/2 for a square one)."""
-    return max(1, int(rows) * int(cols) // (int(rows) + int(cols)))
+    matrix: state_entries ≤ rows·cols (about n/2 for a square one)."""
+    return max(1, int(rows) * int(cols) // (state_entries(rows, cols, 1, haar)))
 
 
 class Columns:
@@ -106,6 +109,51 @@ class Columns:
                 self.buf = self.array
         self.buf = self.xp.concat([self.buf, cols], axis=1)
         self.k += r
+
+
+def orthonormalize(xp, r, norms, tol: float):
+    """The new directions of the residuals r (d × B, already orthogonal to the basis):
+    (Qn (d × s) orthonormal, T (s × B) with r = Qn T), by Gram–Schmidt twice column by column;
+    a column whose residual is below ``tol`` times ``norms`` adds no direction.  (None, None)
+    if there is none."""
+    cols: list = []
+    coefs: list = []
+    for j in range(int(r.shape[1])):
+        v = r[:, j]
+        t = None
+        if cols:
+            qn = xp.stack(cols, axis=1)
+            t = qn.T @ v
+            v = v - qn @ t
+            t2 = qn.T @ v
+            v = v - qn @ t2
+            t = t + t2
+        nv = xp.sqrt(xp.sum(v * v))
+        keep = bool(nv > tol * norms[j])
+        parts = ([t] if t is not None else []) + ([xp.reshape(nv, (1,))] if keep else [])
+        coefs.append(parts)
+        if keep:
+            cols.append(v / nv)
+    if not cols:
+        return None, None
+    s = len(cols)
+    zero = xp.zeros((s,), dtype=r.dtype, device=getattr(r, "device", None)) if s else None
+    columns = []
+    for parts in coefs:
+        col = xp.concat(parts) if parts else zero[:0]
+        columns.append(xp.concat([col, zero[:s - int(col.shape[0])]]))
+    return xp.stack(cols, axis=1), xp.stack(columns, axis=1)
+
+
+def residual(xp, q, x):
+    """(r, c): x = q c + r with r ⟂ the orthonormal columns of q, by classical Gram–Schmidt run
+    twice (c None when q has no column)."""
+    if not q.shape[1]:
+        return x, None
+    c = q.T @ x
+    r = x - _combine(q, c)
+    c2 = q.T @ r
+    return r - _combine(q, c2), c + c2
 
 
 def _combine(basis, coef):
@@ -174,15 +222,8 @@ class ConditionalMatrix:
         xp = self.xp
         q, a, qo, bo = side[0].array, side[1].array, other[0].array, other[1].array
         norms = xp.sqrt(xp.sum(x * x, axis=0))
-        if q.shape[1]:
-            c = q.T @ x                                  # classical Gram–Schmidt, twice
-            r = x - _combine(q, c)
-            c2 = q.T @ r
-            r = r - _combine(q, c2)
-            c = c + c2
-        else:
-            r, c = x, None
-        qn, t = self._orthonormalize(r, norms)
+        r, c = residual(xp, q, x)
+        qn, t = orthonormalize(xp, r, norms, self.tol)
         y = _combine(a, c) if c is not None else None
         if qn is None:
             return y if y is not None else xp.zeros((int(a.shape[0]), int(x.shape[1])), **self.kw)
@@ -199,36 +240,86 @@ class ConditionalMatrix:
         side[1].append(an)
         return new if y is None else y + new
 
-    def _orthonormalize(self, r, norms):
-        """The new directions of the residuals r (d × B, already orthogonal to the basis):
-        (Qn (d × s) orthonormal, T (s × B) with r = Qn T), by Gram–Schmidt twice column by column;
-        a column whose residual is below ``tol`` times ``norms`` adds no direction.  (None, None)
-        if there is none."""
+
+class ConditionalHaar:
+    """A rows × cols ``orthogonal`` matrix, never stored: M = c·(a block of a Haar orthogonal
+    N × N matrix O), N = max(rows, cols), with its products drawn given the earlier ones.
+
+    O is known on the span S of the vectors it has been applied to (and of the images of the
+    vectors Oᵀ has been applied to): an isometry of S onto T = O S.  By the invariance of the Haar
+    law, given that, O on S⊥ is a uniformly random isometry onto T⊥.  So, with orthonormal bases
+    Q_S and Q_T = O Q_S,
+
+        O x  = Q_T (Q_Sᵀ x) + (a uniformly random orthonormal frame F of T⊥) · T_r,
+
+    where r = P_S⊥ x = Q_n T_r (Gram–Schmidt); F is the Gram–Schmidt frame of P_T⊥ Z, Z Gaussian,
+    and (Q_n, F) joins (Q_S, Q_T).  Oᵀ u is the same with S and T exchanged.  Exact in law, O(N·k)
+    per product.  The rectangular shapes of :class:`~.families.Orthogonal` are blocks of O:
+    wide (rows ≤ cols, N = cols) M = √var·O[:rows, :], so M x = √var (O x)[:rows] and
+    Mᵀ u = √var Oᵀ (u padded with zeros); tall (N = rows) M = √(var·rows/cols)·O[:, :cols],
+    so M x = c·O (x padded) and Mᵀ u = c·(Oᵀ u)[:cols].  Computing the whole of O x conditions
+    on more than the program sees, which keeps the law of what it sees exact."""
+
+    def __init__(self, normal: Callable[[tuple[int, ...]], object], var: float, rows: int, cols: int, xp,
+                 dtype, device=None, tol: float = 1e-10, capacity: int | None = None,
+                 reserve: tuple[int, int] = (0, 0)) -> None:
+        self.normal, self.xp, self.tol = normal, xp, float(tol)
+        self.rows, self.cols = int(rows), int(cols)
+        self.big = max(self.rows, self.cols)
+        self.scale = (var if self.rows <= self.cols else var * self.rows / self.cols) ** 0.5
+        self.capacity = max_products(rows, cols, haar=True) if capacity is None else int(capacity)
+        self.kw = kw = {"dtype": dtype} if device is None else {"dtype": dtype, "device": device}
+        k = min(sum(int(r) for r in reserve), self.capacity)
+        self.s_side = (Columns(xp, self.big, kw, k), Columns(xp, self.big, kw, k))   # Q_S, Q_T = O Q_S
+        self.on_rows: Callable[[int], None] | None = None
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.rows, self.cols)
+
+    @property
+    def directions(self) -> int:
+        return self.s_side[0].k
+
+    def _pad(self, x):
+        if x.shape[0] == self.big:
+            return x
+        zeros = self.xp.zeros((self.big - int(x.shape[0]), int(x.shape[1])), **self.kw)
+        return self.xp.concat([x, zeros], axis=0)
+
+    def matmul(self, x, transposed: bool = False):
+        """M @ x, or Mᵀ @ x, as :meth:`ConditionalMatrix.matmul`."""
         xp = self.xp
-        cols: list = []
-        coefs: list = []
-        for j in range(int(r.shape[1])):
-            v = r[:, j]
-            t = None
-            if cols:
-                qn = xp.stack(cols, axis=1)
-                t = qn.T @ v
-                v = v - qn @ t
-                t2 = qn.T @ v
-                v = v - qn @ t2
-                t = t + t2
-            nv = xp.sqrt(xp.sum(v * v))
-            keep = bool(nv > self.tol * norms[j])
-            parts = ([t] if t is not None else []) + ([xp.reshape(nv, (1,))] if keep else [])
-            coefs.append(parts)
-            if keep:
-                cols.append(v / nv)
-        if not cols:
-            return None, None
-        s = len(cols)
-        zero = xp.zeros((s,), dtype=r.dtype, device=getattr(r, "device", None)) if s else None
-        columns = []
-        for parts in coefs:
-            col = xp.concat(parts) if parts else zero[:0]
-            columns.append(xp.concat([col, zero[:s - int(col.shape[0])]]))
-        return xp.stack(cols, axis=1), xp.stack(columns, axis=1)
+        inner, outer = (self.rows, self.cols) if transposed else (self.cols, self.rows)
+        if x.shape[0] != inner:
+            raise ValueError(f"shape mismatch: {'Wᵀ' if transposed else 'W'} is "
+                             f"{(self.cols, self.rows) if transposed else self.shape}, x is {tuple(x.shape)}")
+        flat = x.ndim == 1
+        x2 = self._pad(xp.reshape(x, (inner, 1)) if flat else x)
+        q_s, q_t = self.s_side
+        y = self._condition(x2, q_t, q_s) if transposed else self._condition(x2, q_s, q_t)
+        y = y[:outer, :] * self.scale
+        return xp.reshape(y, (outer,)) if flat else y
+
+    def _condition(self, x, src: Columns, dst: Columns):
+        """O x (or Oᵀ x with ``src``, ``dst`` = Q_T, Q_S), updating the bases."""
+        xp = self.xp
+        norms = xp.sqrt(xp.sum(x * x, axis=0))
+        r, c = residual(xp, src.array, x)
+        qn, t = orthonormalize(xp, r, norms, self.tol)
+        y = _combine(dst.array, c) if c is not None else None
+        if qn is None:
+            return y if y is not None else xp.zeros((self.big, int(x.shape[1])), **self.kw)
+        if src.k + int(qn.shape[1]) > self.capacity:
+            raise ConditioningError(
+                f"{src.k + int(qn.shape[1])} independent products with one {self.rows} × {self.cols} "
+                f"orthogonal matrix: the conditioned state would outgrow the dense matrix (at most {self.capacity})")
+        z = self.normal((self.big, int(qn.shape[1])))
+        z, _ = residual(xp, dst.array, z)                # P_T⊥ Z, then its Gram–Schmidt frame: Haar in T⊥
+        frame, _ = orthonormalize(xp, z, xp.sqrt(xp.sum(z * z, axis=0)), self.tol)
+        if frame is None or frame.shape[1] != qn.shape[1]:     # probability 0 below capacity
+            raise ConditioningError("a Gaussian draw fell into the span of the earlier products")
+        src.append(qn)
+        dst.append(frame)
+        new = _combine(frame, t)
+        return new if y is None else y + new

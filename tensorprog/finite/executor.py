@@ -42,7 +42,7 @@ import numpy as np
 from .. import distributions as D
 from .. import ir
 from ..distributions.blocked import BlockedMatrix, StreamBlockedMatrix, matrix_key
-from ..distributions.conditional import ConditionalMatrix, ConditioningError, span_tol
+from ..distributions.conditional import ConditionalHaar, ConditionalMatrix, ConditioningError, span_tol
 from ..distributions.sample import Draws
 from ..errors import TPNumericalError, TPUsageError
 from .backend import Stream, all_finite, get_backend, is_array, stream_seed
@@ -112,11 +112,20 @@ class Executor:
         return D.sample_matrix(self.rng(trial, var), plan.specs[var], rows, cols, self.dtype,
                                draw_dtype=np.float64)
 
-    def conditional_matrix(self, trial: int, var: int, rows: int, cols: int) -> ConditionalMatrix:
+    def conditional_matrix(self, trial: int, var: int, rows: int, cols: int) -> ConditionalMatrix | ConditionalHaar:
         """W = diag(S)·G of ``var`` in ``trial``, G conditioned product by product: S (mvt: gamma
-        draws) and then the innovations of G come from the stream of (trial, var)."""
+        draws) and then the innovations of G come from the stream of (trial, var); an orthogonal
+        matrix is a :class:`ConditionalHaar` (its Gaussian draws from the same stream)."""
         spec = self.plan.specs[var]
         reserve = (self.side_uses.get((var, False), 0), self.side_uses.get((var, True), 0))
+        if spec.law.haar:
+            if self.numpy:
+                draws = Draws(self.rng(trial, var), self.dtype, np.dtype(np.float64))
+                return ConditionalHaar(lambda shape: draws.fill("standard_normal", shape), spec.var, rows, cols,
+                                       np, self.dtype, tol=span_tol(self.dtype), reserve=reserve)
+            stream, backend = self.stream(trial, var), self.backend
+            return ConditionalHaar(stream.normal, spec.var, rows, cols, self.xp, backend.dtype(self.dtype),
+                                   backend.dev, tol=span_tol(self.dtype), reserve=reserve)
         if self.numpy:
             rng = self.rng(trial, var)
             draws = Draws(rng, self.dtype, np.dtype(np.float64))   # float32: the float64 draws, rounded
@@ -205,7 +214,7 @@ class Executor:
         """The MatMuls of ``step`` (one matrix, one transposition) as one product W [x¹ … x^B]."""
         first = step.eqns[0]
         w = read(first.matrix)
-        if isinstance(w, ConditionalMatrix):
+        if isinstance(w, (ConditionalMatrix, ConditionalHaar)):
             def product(x):
                 try:
                     return w.matmul(x, first.transposed)

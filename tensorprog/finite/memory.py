@@ -12,8 +12,8 @@ one more full-size temporary is counted per matrix, and per generated block.
 
 Conditional matrices (:mod:`~tensorprog.distributions.conditional`, asked for, never chosen
 automatically) hold (rows + cols) numbers per product, :func:`conditional_peak`; a program
-with so many products on a matrix that this outgrows the dense matrix, or a law that is not
-Gaussian given a row scale, is refused.  The refusals of dense and blocked runs propose
+with so many products on a matrix that this outgrows the dense matrix, or a law that cannot be
+conditioned exactly (iid non-Gaussian entries), is refused.  The refusals of dense and blocked runs propose
 conditional mode where every matrix allows it.
 """
 from __future__ import annotations
@@ -158,7 +158,7 @@ def _used_matrices(program: ir.Program, schedule: Plan) -> list[ir.Matrix]:
 
 
 def conditionable(program: ir.Program, schedule: Plan, specs: dict[int, D.DistSpec]) -> bool:
-    """Whether every matrix the outputs need may be conditioned (normal, mvt)."""
+    """Whether every matrix the outputs need may be conditioned (normal, mvt, orthogonal)."""
     return all(specs[e.var].law.conditionable for e in _used_matrices(program, schedule))
 
 
@@ -194,17 +194,18 @@ def conditional_peak(program: ir.Program, schedule: Plan, sizes: dict[str, int],
             origin = " (from --matrix-dist)" if swapped else ""
             raise _located(program, TPUsageError, f"conditional mode: {spec.family} matrices{origin} are not "
                            "Gaussian, so drawing a product given the earlier ones is not exact in law "
-                           "(only normal and mvt matrices can be conditioned); run without --conditional",
+                           "(only normal, mvt and orthogonal matrices can be conditioned); run without "
+                           "--conditional",
                            e)
         rows, cols, k = sizes[e.rows], sizes[e.cols], uses.get(e.var, 0)
-        if k > max_products(rows, cols):
+        if k > max_products(rows, cols, spec.law.haar):
             raise _located(program, TPUsageError, f"conditional mode: {k} products with this "
                            f"{rows} × {cols} matrix need a state of (rows + cols)·{k} numbers, more than "
                            f"the dense matrix itself; use a width of at least {2 * k} (or run without "
                            "--conditional)", e)
 
     def state_bytes(e: ir.Matrix, rows: int, cols: int) -> int:
-        entries = state_entries(rows, cols, uses.get(e.var, 0))
+        entries = state_entries(rows, cols, uses.get(e.var, 0), specs[e.var].law.haar)
         return (2 + copies) * entries * dtype.itemsize + max(rows, cols) * 8
     peak, where = peak_bytes(program, schedule, sizes, dtype.itemsize, state_bytes)
     if peak > limit:
