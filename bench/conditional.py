@@ -53,24 +53,33 @@ def exact() -> dict[str, float]:
     return {"kxy": k / 2, "kxx": 0.5}
 
 
-def child(n: int, dtype: str, trials: int) -> None:
-    """One configuration, in this (fresh) process: prints a JSON line."""
+def child(n: int, dtype: str, trials: int, backend: str = "numpy", device: str = "cpu") -> None:
+    """One configuration, in this (fresh) process: prints a JSON line.  On a GPU the first trial
+    (kernel compilation, allocator warm-up) is run and left out of the time, and the peak is the
+    device's (``torch.cuda.max_memory_allocated``) where torch runs."""
     import tensorprog as tp
     program = tp.load(PROGRAM)
+    run = dict(n=n, dtype=dtype, conditional=True, jobs=1, backend=backend, device=device, progress=False)
+    if device != "cpu":
+        program.execute(trials=1, seed=99, **run)
     start = time.perf_counter()
-    result = program.execute(n=n, trials=trials, seed=0, dtype=dtype, conditional=True, jobs=1)
+    result = program.execute(trials=trials, seed=0, **run)
     seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    print(json.dumps({"n": n, "dtype": dtype, "trials": trials, "seconds_per_trial": seconds / trials,
+    if backend == "torch" and device == "cuda":
+        import torch
+        peak = torch.cuda.max_memory_allocated()
+    print(json.dumps({"n": n, "dtype": dtype, "backend": backend, "device": device, "trials": trials,
+                      "seconds_per_trial": seconds / trials,
                       "peak_gib": peak / 2**30, "load": os.getloadavg()[0],
                       "values": {k: o.mean for k, o in result.outputs.items()},
                       "sem": {k: o.sem for k, o in result.outputs.items()}}))
 
 
-def run(n: int, dtype: str, trials: int) -> dict:
+def run(n: int, dtype: str, trials: int, backend: str = "numpy", device: str = "cpu") -> dict:
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    out = subprocess.run([sys.executable, __file__, "--child", str(n), dtype, str(trials)],
+    out = subprocess.run([sys.executable, __file__, "--child", str(n), dtype, str(trials), backend, device],
                          capture_output=True, text=True, env=env, cwd=root)
     if out.returncode:
         return {"n": n, "dtype": dtype, "error": out.stderr.strip().splitlines()[-1]}
@@ -92,10 +101,12 @@ def main() -> None:
     ap.add_argument("--f32-widths", default="1e7,1e8", help="float32 widths")
     ap.add_argument("--trials", type=int, default=2)
     ap.add_argument("--json", default=None)
-    ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    ap.add_argument("--backend", default="numpy", help="numpy, torch, jax or cupy")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        child(int(args.child[0]), args.child[1], int(args.child[2]))
+        child(int(args.child[0]), args.child[1], int(args.child[2]), args.child[3], args.child[4])
         return
     configs = [(int(float(w)), "float64") for w in args.widths.split(",") if w]
     configs += [(int(float(w)), "float32") for w in args.f32_widths.split(",") if w]
@@ -103,7 +114,7 @@ def main() -> None:
     print("| n | dtype | trials | s / trial | peak RSS | value − limit | load |")
     print("|---|---|---|---|---|---|---|")
     for n, dtype in configs:
-        results.append(run(n, dtype, args.trials))
+        results.append(run(n, dtype, args.trials, args.backend, args.device))
         print(row(results[-1], limits), flush=True)
     if args.json:
         with open(args.json, "w") as f:
