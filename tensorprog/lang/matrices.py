@@ -119,16 +119,10 @@ class MatrixAlgebra:
             parts.append(self.term(node, t.coeff, self.equations.var_expr(t.left), self.projection(node, t, x)))
         if not parts:                      # 0 · W: the zero vector of the output width
             return RExpr(ir.Const(0.0), "vector", a.rows)
-        return self.balanced_sum(node, parts)
-
-    def balanced_sum(self, node, parts: list[RExpr]) -> RExpr:
-        """p₁ + … + p_k summed pairwise, ((p₁ + p₂) + (p₃ + p₄)) + …: depth ⌈log₂ k⌉, so a matrix after
-        thousands of rank-one updates (long training) stays within the nesting limit (a left-to-right
-        chain nests k deep; for k ≤ 3 the two are the same sum)."""
-        while len(parts) > 1:
-            pairs = [self.combine(node, ir.Bin("+", a.fn, b.fn), [a, b]) for a, b in zip(parts[::2], parts[1::2])]
-            parts = pairs + parts[len(pairs) * 2:]
-        return parts[0]
+        total = parts[0]
+        for p in parts[1:]:
+            total = self.combine(node, ir.Bin("+", total.fn, p.fn), [total, p])
+        return total
 
     def projection(self, node, t: RankOne, x: RExpr) -> RExpr:
         """v x / |d| = mean(v x) · |w(v)|/|d|: a Moment (times the dims' ratio when it is not 1)."""
