@@ -200,7 +200,15 @@ def shape_derivative(shape: ir.Fn, k: int) -> sp.Expr:
     """∂shape/∂(its k-th variable), a function tree whose Ref(j) is its j-th variable: the same
     activation at every layer is differentiated once (sympy's derivative of a head like gelu
     builds new expressions and queries assumptions: the cost of a template's first lowering)."""
-    return sp.diff(fnsym.to_sympy(shape, placeholder), placeholder(k))
+    return sp.diff(shape_expression(shape), placeholder(k))
+
+
+@lru_cache(maxsize=256)
+def shape_expression(shape: ir.Fn) -> sp.Expr:
+    """The sympy expression of a function shape, built once for all of its variables (a sum of s
+    rank-one terms, as a product by an updated matrix, is differentiated by each of its s
+    variables: converting it once per variable made a long training program cubic in its steps)."""
+    return fnsym.to_sympy(shape, placeholder)
 
 
 def check_operands(node, f, x) -> None:
