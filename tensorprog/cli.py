@@ -114,6 +114,9 @@ def _scale_flags(p: argparse.ArgumentParser, jobs: bool = True) -> None:
     p.add_argument("--blocked", action=argparse.BooleanOptionalAction, default=None,
                    help="regenerate matrices block by block instead of storing them (other random "
                         "numbers, same laws); default: only when the dense matrices do not fit")
+    p.add_argument("--conditional", action="store_true", default=False,
+                   help="never store a matrix: draw each product from its law given the earlier ones "
+                        "(exact in law for normal and mvt matrices; memory O(n·k) for k products)")
     p.add_argument("--progress", action="store_true", default=None,
                    help="a progress bar on stderr (default: only when stderr is a terminal)")
     p.add_argument("--backend", choices=BACKENDS, default=ExecOptions().backend,
@@ -129,7 +132,7 @@ def _options(args, **extra):
     """The execution options of the command line (``extra``: more of them) for a ``with`` block."""
     from .finite import options
     opts = {"blocked": args.blocked, "backend": args.backend, "device": args.device,
-            "scheduler": args.scheduler, **extra}
+            "scheduler": args.scheduler, "conditional": args.conditional, **extra}
     if getattr(args, "jobs", None) is not None:
         opts["jobs"] = args.jobs
     return options(**opts)
@@ -179,7 +182,8 @@ def cmd_execute(args) -> str:
     result = _load(args).execute(n=args.width, trials=args.trials, seed=args.seed,
                                  matrix_dist=args.matrix_dist, dtype=args.dtype, jobs=args.jobs,
                                  blocked=args.blocked, progress=args.progress, backend=args.backend,
-                                 device=args.device, scheduler=args.scheduler)
+                                 device=args.device, scheduler=args.scheduler,
+                                 conditional=args.conditional)
     if args.json:
         return json.dumps(result.to_dict(), indent=2)
     head = f"width {result.width}, {result.trials} trial(s), seed {result.seed}, {result.dtype}"
@@ -187,6 +191,8 @@ def cmd_execute(args) -> str:
         head += f", {result.backend} on {result.device}"
     if result.blocked:
         head += ", blocked matrices"
+    if result.conditional:
+        head += ", conditional matrices"
     if result.matrix_dist:
         head += f", matrices: {result.matrix_dist}"
     rows = [head, f"{'output':<16} {'mean':>14} {'std':>12}  values"]

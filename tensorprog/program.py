@@ -29,15 +29,17 @@ class Program:
 
     def execute(self, n: int, trials: int = 1, seed: int = 0, matrix_dist: str | None = None,
                 dtype=np.float64, memory_limit: int | None = None, *, jobs=UNSET, blocked=UNSET,
-                progress=UNSET, block_rows=UNSET, backend=UNSET, device=UNSET, scheduler=UNSET) -> ExecResult:
+                progress=UNSET, block_rows=UNSET, backend=UNSET, device=UNSET, scheduler=UNSET,
+                conditional=UNSET) -> ExecResult:
         """Finite width: run at width ``n`` over ``trials`` independent seeds.  ``jobs``,
         ``blocked``, ``progress``, ``backend`` ('numpy', 'torch', 'jax', 'cupy'), ``device``
-        ('cpu', 'cuda'), ``scheduler`` (a Dask address, 'local' or a Client) (and ``block_rows``):
+        ('cpu', 'cuda'), ``scheduler`` (a Dask address, 'local' or a Client), ``conditional``
+        (products drawn given the earlier ones, exact in law) (and ``block_rows``):
         see :func:`tensorprog.finite.run.execute`;
         those not given come from :func:`tensorprog.finite.options`."""
         return execute(self.ir, n, trials, seed, matrix_dist, dtype, memory_limit, jobs=jobs,
                        blocked=blocked, progress=progress, block_rows=block_rows, backend=backend,
-                       device=device, scheduler=scheduler)
+                       device=device, scheduler=scheduler, conditional=conditional)
 
     def compile(self, symbolic: bool = False, tol: float | None = None, max_qmc_points: int | None = None,
                 seed: int | None = None, max_quad_points: int | None = None,

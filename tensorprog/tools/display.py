@@ -429,6 +429,7 @@ def exec_html(result: Any) -> str:
     caption = (f"<b>Finite width</b> n = {int(result.width)}, {int(result.trials)} trial(s), seed "
                f"{esc(result.seed)}, {esc(result.dtype)}, {esc(laws_text(result.matrix_dist))}"
                + (", blocked" if getattr(result, "blocked", False) else "")
+               + (", conditional" if getattr(result, "conditional", False) else "")
                + (f", {esc(result.backend)} on {esc(getattr(result, 'device', 'cpu'))}"
                   if getattr(result, "backend", "numpy") != "numpy" else ""))
     return box("execute", caption, table(["output", "mean", "std", "SE"], rows,
