@@ -16,6 +16,15 @@ float64 run to float32 precision.  A non-finite value is reported at its stateme
 its cause (:mod:`.evaluate`): overflow, division by zero or invalid operation, found by
 re-evaluating only on that error path.
 
+In conditional mode (``plan.conditional``) a matrix is a
+:class:`~tensorprog.distributions.conditional.ConditionalMatrix`: never drawn, each product is
+drawn from its law given the earlier products of the trial (exact in law, memory O(n·k)), from
+the stream of (seed, trial, var) — the row scales of an ``mvt`` matrix first, then the Gaussian
+innovations in the order of the products.  The random numbers are those of the dense stream,
+used differently: the same laws, not the same numbers.  A trial run in pieces (the (n, P)
+columns of a kernel, :meth:`Executor.run_trial` with ``columns``) keeps its conditional
+matrices from piece to piece, so every piece sees one matrix.
+
 On an array backend other than numpy (:mod:`.backend`: torch, jax, cupy, array_api_strict)
 the same rules run with the backend's array-API namespace ``xp``: matrices and initial
 vectors are drawn on the device from the backend's streams (:func:`~.backend.stream_seed`:
@@ -33,7 +42,9 @@ import numpy as np
 from .. import distributions as D
 from .. import ir
 from ..distributions.blocked import BlockedMatrix, StreamBlockedMatrix, matrix_key
-from ..errors import TPNumericalError
+from ..distributions.conditional import ConditionalMatrix, ConditioningError, span_tol
+from ..distributions.sample import Draws
+from ..errors import TPNumericalError, TPUsageError
 from .backend import Stream, all_finite, get_backend, is_array, stream_seed
 from .evaluate import OVERFLOW, Cause, eval_array, eval_fn, first_nonfinite
 from .plan import RunPlan
@@ -60,6 +71,8 @@ class Executor:
         builtins = self.backend.builtins
         self.evaluate: Callable[[ir.Fn, Read], object] = (
             eval_fn if self.numpy else lambda fn, read: eval_array(fn, read, builtins))
+        #: the conditional matrices of the trial run in pieces (``run_trial`` with columns)
+        self.kept: tuple[int, dict[int, ConditionalMatrix]] = (-1, {})
 
     def stream(self, trial: int, var: int, *more: int) -> Stream:
         """The backend stream of ``var`` in ``trial`` (``more``: a block's tag and index), keyed by
@@ -70,10 +83,21 @@ class Executor:
         """The stream of ``var`` in ``trial``: ``SeedSequence(seed, spawn_key=(trial, var))``."""
         return np.random.default_rng(np.random.SeedSequence(self.seed, spawn_key=(trial, var)))
 
-    def matrix(self, trial: int, var: int):
-        """The matrix ``var`` of ``trial``: an array, or a BlockedMatrix in blocked mode."""
+    def matrix(self, trial: int, var: int, keep: bool = False):
+        """The matrix ``var`` of ``trial``: an array, a BlockedMatrix in blocked mode, a
+        ConditionalMatrix in conditional mode (``keep``: the same object for every piece of the
+        trial, see :meth:`run_trial`)."""
         e, plan = self.program.eqns[var], self.plan
         rows, cols = self.sizes[e.rows], self.sizes[e.cols]
+        if plan.conditional:
+            if not keep:
+                return self.conditional_matrix(trial, var, rows, cols)
+            if self.kept[0] != trial:
+                self.kept = (trial, {})
+            kept = self.kept[1]
+            if var not in kept:
+                kept[var] = self.conditional_matrix(trial, var, rows, cols)
+            return kept[var]
         if not self.numpy:
             if plan.blocked:
                 return StreamBlockedMatrix(lambda b: self.stream(trial, var, BLOCK_TAG, b), plan.specs[var],
@@ -84,6 +108,26 @@ class Executor:
                                  self.dtype, plan.rows_per_block(rows, cols), plan.threads)
         return D.sample_matrix(self.rng(trial, var), plan.specs[var], rows, cols, self.dtype,
                                draw_dtype=np.float64)
+
+    def conditional_matrix(self, trial: int, var: int, rows: int, cols: int) -> ConditionalMatrix:
+        """W = diag(S)·G of ``var`` in ``trial``, G conditioned product by product: S (mvt: gamma
+        draws) and then the innovations of G come from the stream of (trial, var)."""
+        spec = self.plan.specs[var]
+        if self.numpy:
+            rng = self.rng(trial, var)
+            draws = Draws(rng, self.dtype, np.dtype(np.float64))   # float32: the float64 draws, rounded
+
+            def gamma(alpha: float, shape: tuple[int, ...]) -> np.ndarray:
+                return rng.standard_gamma(alpha, size=shape)
+            scale = spec.law.conditional_scale(gamma, np, spec.var, spec.df, rows, cols)
+            if not isinstance(scale, float):
+                scale = np.asarray(scale, self.dtype)
+            return ConditionalMatrix(lambda shape: draws.fill("standard_normal", shape), scale, rows, cols,
+                                     np, self.dtype, tol=span_tol(self.dtype))
+        stream, backend = self.stream(trial, var), self.backend
+        scale = spec.law.conditional_scale(stream.gamma, self.xp, spec.var, spec.df, rows, cols)
+        return ConditionalMatrix(stream.normal, scale, rows, cols, self.xp, backend.dtype(self.dtype),
+                                 backend.dev, tol=span_tol(self.dtype))
 
     def initial_vectors(self, trial: int, columns: bool) -> dict[int, np.ndarray]:
         """The initial vectors an output needs, group by group (one (n, 1) column each if ``columns``)."""
@@ -113,7 +157,7 @@ class Executor:
 
         def read(var: int):
             if var not in env:           # a matrix, sampled when first needed
-                env[var] = self.matrix(trial, var)
+                env[var] = self.matrix(trial, var, keep=wide)
             return env[var]
 
         steps, last_use, rules = self.plan.schedule.steps, self.plan.schedule.last_use, FUNCTION_RULES
@@ -157,7 +201,15 @@ class Executor:
         """The MatMuls of ``step`` (one matrix, one transposition) as one product W [x¹ … x^B]."""
         first = step.eqns[0]
         w = read(first.matrix)
-        if isinstance(w, (BlockedMatrix, StreamBlockedMatrix)):
+        if isinstance(w, ConditionalMatrix):
+            def product(x):
+                try:
+                    return w.matmul(x, first.transposed)
+                except ConditioningError as err:
+                    raise TPUsageError(f"conditional mode: {err}; use a larger width or run without "
+                                       "--conditional", first.pos.line, first.pos.col, self.program.file,
+                                       self.program.source) from None
+        elif isinstance(w, (BlockedMatrix, StreamBlockedMatrix)):
             def product(x):
                 return w.matmul(x, first.transposed)
         else:

@@ -234,7 +234,8 @@ def finite_kernel(program: ir.Program, X: np.ndarray, n: int, trials: int = 1, s
     ``jobs`` worker processes run the trials (default: the ``tensorprog.finite.options`` setting,
     else 1); the values are bit-identical to one process.  ``scheduler`` (a Dask address,
     ``"local"`` or a Client) runs them on that cluster instead, one task per trial, bit-identical
-    too.  ``blocked`` and ``progress`` (a bar over the trials) come from ``tensorprog.finite.options``.
+    too.  ``blocked``, ``conditional`` (a trial's pieces of pairs share its conditional matrices)
+    and ``progress`` (a bar over the trials) come from ``tensorprog.finite.options``.
 
     The template's first-layer covariance s·q + b (:func:`affine_template`; b a first-layer bias's
     variance) becomes that of all N inputs at once: x = A·z with A Aᵀ = s·q + b·11ᵀ (q = X Xᵀ/d),
@@ -246,7 +247,7 @@ def finite_kernel(program: ir.Program, X: np.ndarray, n: int, trials: int = 1, s
     factor = inputs_factor(s, b, q, program.file)
     opts = resolve(jobs=jobs, backend=backend, device=device, scheduler=scheduler)   # as for execute
     plan = plan_run(tmpl, n, seed, dtype, matrix_dist, blocked=opts.blocked, block_rows=opts.block_rows,
-                    backend=opts.backend, device=opts.device)
+                    backend=opts.backend, device=opts.device, conditional=opts.conditional)
     trial = functools.partial(_kernel_trial, g=g, factor=factor, i=i, j=j, N=N,
                               chunk=max(1, max_elements // n))
     runs = map_trials(plan, trial, trials, opts.jobs, opts.progress, desc="kernel trials",
