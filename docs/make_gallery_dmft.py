@@ -133,7 +133,6 @@ def plot(runs, lim, err, nb, replay, prog) -> None:
     ax.set_title("depth-3 tanh MLP, P = 10, γ₀ = 1, η = 0.1 (the DMFT notebook's setting)")
     ax.legend(fontsize=7.5)
 
-    dx.axhspan(-0.0, 0.0, color="k")
     dx.fill_between(t, -err, err, color="k", alpha=0.25, lw=0, label="limit's error")
     for n, marker in zip(SHOWN, "os^v"):
         m, s = stats(runs[n])
@@ -144,6 +143,13 @@ def plot(runs, lim, err, nb, replay, prog) -> None:
     if replay is not None:
         dx.plot(tn, replay[:100] - lim[:100], ":", color="C1", lw=1.8,
                 label="notebook's network N = 2000 (its own draw, replayed)")
+    if prog is not None:
+        ts = np.array(sorted(prog["limit"]))
+        dx.errorbar(ts, [prog["limit"][k][0] - lim[k] for k in ts], yerr=[prog["limit"][k][1] for k in ts], fmt="D",
+                    color="C4", ms=4, capsize=2, label=f".tp program, particles (T = {T_PROG})")
+        dx.errorbar(ts + 0.4, [prog["finite"][k][0] - lim[k] for k in ts], yerr=[prog["finite"][k][1] for k in ts],
+                    fmt="o", mfc="none", color="C0", ms=5, capsize=2,
+                    label=f".tp program, n = {PROG_WIDTH} ({PROG_TRIALS} seeds)")
     dx.axhline(0, color="k", lw=0.6)
     dx.set_xlabel("step t")
     dx.set_ylabel("loss − limit")
