@@ -73,12 +73,27 @@ def test_synthetic_coverage_and_tightness(replicas, b1, b2):
 
 
 # ---- programs with known limits ---------------------------------------------------------------
+#: Haar-orthogonal matrices, forward and transposed (their limit: tensorprog/limit/haar.py); the
+#: conditional engine conditions Gaussian laws only, so this one runs on the dense engine
+HAAR = """vector v ~ normal()
+matrix O ~ orthogonal(var=2)
+x = O @ v
+y = O.T @ tanh(x)
+out a = mean(y * v)
+out b = mean(tanh(x) ** 2)
+out c = mean(y * y)
+"""
 CASES = {       # program, params, width N, replicas
     "relu_nngp": ({}, 256, 8),
     "wigner_moments": ({}, 256, 8),
     "golikov_sgd_mup": ({"lr": 0.5}, 256, 8),
+    "haar": ({}, 256, 8),
 }
 SEEDS = range(8)
+
+
+def case_program(name: str, params: dict) -> tp.Program:
+    return tp.parse(HAAR, file="haar.tp") if name == "haar" else tp.load(PROGRAMS / f"{name}.tp", **params)
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +101,7 @@ def studies() -> dict:
     """{program: (exact limits, [limit by particles for each seed])}."""
     out = {}
     for name, (params, n, replicas) in CASES.items():
-        program = tp.load(PROGRAMS / f"{name}.tp", **params)
+        program = case_program(name, params)
         exact = program.compile().limit().outputs
         assert all(v.error < 1e-8 for v in exact.values())
         runs = [program.compile(method="particles", particles=n, replicas=replicas, seed=s).limit()
@@ -112,6 +127,15 @@ def test_stated_error_is_not_absurdly_loose(studies, name):
         stated = [runs[k].outputs[out].error for k in range(len(runs))]
         rms = math.sqrt(np.mean(np.square(actual)))
         assert np.mean(stated) <= 10 * rms, (name, out, np.mean(stated), rms)
+
+
+def test_engines():
+    assert tp.load(PROGRAMS / "relu_nngp.tp").compile(method="particles", particles=256, replicas=4).engine \
+        == "conditional"
+    haar = case_program("haar", {}).compile(method="particles", particles=256, replicas=4)
+    assert haar.engine == "dense"                          # orthogonal: not conditionable
+    with pytest.raises(TPUsageError, match="not Gaussian"):
+        particles(case_program("haar", {}).ir, ParticleOptions(particles=256, replicas=4, conditional=True))
 
 
 def test_the_engine_and_the_runs_are_reported():
