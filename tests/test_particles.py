@@ -243,3 +243,16 @@ def test_qmc_budget_warning_names_particles(tmp_path):
     lim = tp.load(path).compile(max_qmc_points=2 ** 10, max_quad_points=10).limit()
     text = "\n".join(lim.warnings)
     assert "[budget]" in text and "--max-qmc-points" in text and "--method particles" in text
+
+
+def test_a_pure_1_over_n_bias_is_removed_and_named():
+    """mean(x)² has the mean 1/n exactly and the limit 0: the extrapolation removes the bias that
+    the run at N has, and the [particles] warning says the correction dominates the error."""
+    program = tp.parse("vector x ~ normal()\nout o = mean(x) ** 2\n", file="bias.tp")
+    res = program.compile(method="particles", particles=256, replicas=256, seed=0)
+    v = res.outputs["o"]
+    assert abs(res.large.means["o"] - 1 / 256) < 4 * res.large.sems["o"]      # the run at N is biased ...
+    assert res.large.means["o"] > 6 * res.large.sems["o"]
+    assert abs(v.value) <= v.error and abs(v.value) < 3 * v.se                # ... the extrapolation is not
+    assert v.bias > v.statistical
+    assert any("[particles] o:" in w and "--particles" in w for w in res.limit().warnings)
