@@ -73,12 +73,27 @@ def test_synthetic_coverage_and_tightness(replicas, b1, b2):
 
 
 # ---- programs with known limits ---------------------------------------------------------------
+#: Haar-orthogonal matrices, forward and transposed (their limit: tensorprog/limit/haar.py); the
+#: conditional engine conditions Gaussian laws only, so this one runs on the dense engine
+HAAR = """vector v ~ normal()
+matrix O ~ orthogonal(var=2)
+x = O @ v
+y = O.T @ tanh(x)
+out a = mean(y * v)
+out b = mean(tanh(x) ** 2)
+out c = mean(y * y)
+"""
 CASES = {       # program, params, width N, replicas
     "relu_nngp": ({}, 256, 8),
     "wigner_moments": ({}, 256, 8),
     "golikov_sgd_mup": ({"lr": 0.5}, 256, 8),
+    "haar": ({}, 256, 8),
 }
 SEEDS = range(8)
+
+
+def case_program(name: str, params: dict) -> tp.Program:
+    return tp.parse(HAAR, file="haar.tp") if name == "haar" else tp.load(PROGRAMS / f"{name}.tp", **params)
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +101,7 @@ def studies() -> dict:
     """{program: (exact limits, [limit by particles for each seed])}."""
     out = {}
     for name, (params, n, replicas) in CASES.items():
-        program = tp.load(PROGRAMS / f"{name}.tp", **params)
+        program = case_program(name, params)
         exact = program.compile().limit().outputs
         assert all(v.error < 1e-8 for v in exact.values())
         runs = [program.compile(method="particles", particles=n, replicas=replicas, seed=s).limit()
@@ -112,6 +127,15 @@ def test_stated_error_is_not_absurdly_loose(studies, name):
         stated = [runs[k].outputs[out].error for k in range(len(runs))]
         rms = math.sqrt(np.mean(np.square(actual)))
         assert np.mean(stated) <= 10 * rms, (name, out, np.mean(stated), rms)
+
+
+def test_engines():
+    assert tp.load(PROGRAMS / "relu_nngp.tp").compile(method="particles", particles=256, replicas=4).engine \
+        == "conditional"
+    haar = case_program("haar", {}).compile(method="particles", particles=256, replicas=4)
+    assert haar.engine == "dense"                          # orthogonal: not conditionable
+    with pytest.raises(TPUsageError, match="not Gaussian"):
+        particles(case_program("haar", {}).ir, ParticleOptions(particles=256, replicas=4, conditional=True))
 
 
 def test_the_engine_and_the_runs_are_reported():
@@ -219,3 +243,16 @@ def test_qmc_budget_warning_names_particles(tmp_path):
     lim = tp.load(path).compile(max_qmc_points=2 ** 10, max_quad_points=10).limit()
     text = "\n".join(lim.warnings)
     assert "[budget]" in text and "--max-qmc-points" in text and "--method particles" in text
+
+
+def test_a_pure_1_over_n_bias_is_removed_and_named():
+    """mean(x)² has the mean 1/n exactly and the limit 0: the extrapolation removes the bias that
+    the run at N has, and the [particles] warning says the correction dominates the error."""
+    program = tp.parse("vector x ~ normal()\nout o = mean(x) ** 2\n", file="bias.tp")
+    res = program.compile(method="particles", particles=256, replicas=256, seed=0)
+    v = res.outputs["o"]
+    assert abs(res.large.means["o"] - 1 / 256) < 4 * res.large.sems["o"]      # the run at N is biased ...
+    assert res.large.means["o"] > 6 * res.large.sems["o"]
+    assert abs(v.value) <= v.error and abs(v.value) < 3 * v.se                # ... the extrapolation is not
+    assert v.bias > v.statistical
+    assert any("[particles] o:" in w and "--particles" in w for w in res.limit().warnings)

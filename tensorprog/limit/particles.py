@@ -30,7 +30,8 @@ SE for the cost (the small width then adds 1/r of the time).
 
 The finite-width engine is the conditional one of :mod:`tensorprog.finite`
 (``execute(..., conditional=True)``: Gaussian conditioning, exact in law at any width, O(n·k)
-per product) where it is available, else the dense one (same law, O(n²) per product).
+per product) when every matrix's law can be conditioned (normal, mvt), else the dense one
+(the same law, O(n²) per product: e.g. ``orthogonal`` matrices).
 """
 from __future__ import annotations
 
@@ -227,6 +228,21 @@ def conditional_available() -> bool:
     return "conditional" in inspect.signature(execute).parameters
 
 
+def choose_engine(program: ir.Program, wanted: bool | None, matrix_dist: str | None) -> bool:
+    """Whether to run conditionally: ``wanted``, or (None) when the mode exists and every matrix's
+    law can be conditioned exactly (normal, mvt; an ``orthogonal`` program runs dense)."""
+    if wanted is False:
+        return False
+    if wanted and not conditional_available():
+        raise TPUsageError("the conditional engine is not available in this version", file=program.file)
+    if wanted:
+        return True
+    if not conditional_available():
+        return False
+    from ..finite.plan import matrix_specs
+    return all(spec.law.conditionable for spec in matrix_specs(program, matrix_dist).values())
+
+
 def run_seeds(seed: int) -> tuple[int, int]:
     """Independent seeds of the large and the small run, derived from ``seed``."""
     state = np.random.SeedSequence(seed, spawn_key=(0x9A271C,)).generate_state(2, dtype=np.uint32)
@@ -237,9 +253,7 @@ def particles(program: ir.Program, opts: ParticleOptions = ParticleOptions(),
               matrix_dist: str | None = None) -> ParticlesResult:
     """The limit of every output of ``program`` by particles (module docstring)."""
     check_options(program, opts)
-    conditional = conditional_available() if opts.conditional is None else opts.conditional
-    if conditional and not conditional_available():
-        raise TPUsageError("the conditional engine is not available in this version", file=program.file)
+    conditional = choose_engine(program, opts.conditional, matrix_dist)
     start = time.perf_counter()
     seed_large, seed_small = run_seeds(opts.seed)
     large = run_width(program, opts.particles, opts.replicas, seed_large, conditional, matrix_dist)
