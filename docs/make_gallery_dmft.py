@@ -78,6 +78,20 @@ def dense_limit(runs: dict[int, np.ndarray], large: int = 32768, ratio: int = 4)
     return np.array([g.value for g in got]), np.array([g.error for g in got])
 
 
+def fit_limit(runs: dict[int, np.ndarray], t: int, smallest: int = 1024) -> tuple[float, float, float, int]:
+    """Cross-check of the limit at step t: the weighted least-squares fit mean_n = L + a/n over every width
+    >= smallest (weights 1/SE²): L, its standard error, chi² and the degrees of freedom."""
+    widths = sorted(n for n in runs if n >= smallest)
+    m = np.array([runs[n][:, t].mean() for n in widths])
+    s = np.array([runs[n][:, t].std(ddof=1) / math.sqrt(len(runs[n])) for n in widths])
+    design = np.stack([np.ones(len(widths)), 1.0 / np.array(widths)], axis=1)
+    weights = 1.0 / s ** 2
+    cov = np.linalg.inv(design.T @ (design * weights[:, None]))
+    coef = cov @ (design.T @ (weights * m))
+    chi2 = float((((design @ coef) - m) / s) @ (((design @ coef) - m) / s))
+    return float(coef[0]), float(math.sqrt(cov[0, 0])), chi2, len(widths) - 2
+
+
 def program_steps(program: tp.Program) -> dict[str, int]:
     """Output name -> step (loss<t> is the loss after min(t, T) steps)."""
     return {name: min(int(name[4:]), T_PROG) for name in program.outputs}
@@ -199,6 +213,8 @@ def main(argv: list[str] | None = None) -> None:
               f"{PROG_TRIALS} trials: {prog['execute_s']:.0f} s")
     plot(runs, lim, err, nb, replay, prog)
     table(runs, lim, err, nb, replay, prog)
+    print("cross-check, fit L + a/n over widths 1024-32768: " + "; ".join(
+        "t = {}: {:.5f} ± {:.5f} (chi² {:.1f}/{})".format(t, *fit_limit(runs, t)) for t in (10, 30, 50, 99)))
     worst = max(range(1, 100), key=lambda t: abs(nb["dmft"][t] - lim[t]))
     print(f"largest |notebook DMFT − limit|: {abs(nb['dmft'][worst] - lim[worst]):.4f} at t = {worst}; "
           f"limit's largest error {err.max():.5f}")
