@@ -13,7 +13,8 @@ centred output).  This script puts side by side:
   99% Student term + the size of the 1/n correction) applied to those runs;
 * programs/dmft_tanh_depth3.tp itself, the .tp program of the same training: ``compile --method
   particles`` and the dense executor at n = 256, at T = T_PROG steps (the program's executor pays per
-  equation, about 2·10^6 Moments at T = 100: its first steps are what a CPU does in minutes);
+  equation, about 2·10^6 Moments at T = 100: its first steps are what a CPU does in minutes), and at
+  T = 5 at widths 256 ... 2048 (dense) and 16384 (conditional engine) beside the network at those widths;
 * the notebook's own curves (docs/data/dmft_notebook_curves.json, digitised from its stored figures by
   tools/digitise_dmft_notebook.py): its DMFT solution and its width-2000 network (seed 0), and the replay
   of that very network (the notebook's own random draw, float32: bench/dmft_network.py --notebook-draw).
@@ -49,6 +50,7 @@ T_PROG, PROG_WIDTH, PROG_TRIALS = 10, 256, 8
 PARTICLES, REPLICAS = 4096, 8
 TABLE_STEPS = (1, 5, 10, 20, 30, 40, 50, 60, 80, 99, 100)
 SHOWN = (256, 1024, 4096, 32768)
+WIDTH_RUNS = ((256, 16, False), (512, 16, False), (1024, 16, False), (2048, 16, False), (16384, 8, True))
 
 
 def bench_module():
@@ -115,6 +117,26 @@ def run_program() -> dict:
         o = run.outputs[name]
         out["finite"][t] = (float(o.mean), float(o.std) / math.sqrt(PROG_TRIALS))
     return out
+
+
+def program_widths(runs: dict[int, np.ndarray]) -> None:
+    """The .tp program at T = 5 at several widths (dense executor; the conditional one at the widest) beside
+    the dense network at the same width: the loss after 1, 3 and 5 steps, mean ± SE, and the seconds."""
+    program = tp.load(PROGRAM, T=5)
+    print("| n | engine | seeds | time | .tp loss1 | network loss1 | .tp loss3 | network loss3 | .tp loss5 | network loss5 |")
+    print("|---" * 10 + "|")
+    for n, trials, conditional in WIDTH_RUNS:
+        t0 = time.time()
+        extra = {"conditional": True} if conditional else {}
+        out = program.execute(n=n, trials=trials, seed=1, progress=False, **extra).outputs
+        secs = time.time() - t0
+        cells = []
+        for k in (1, 3, 5):
+            o = out[f"loss{k}"]
+            m, s = stats(runs[n])
+            cells += [f"{o.mean:.5f} ± {o.std / math.sqrt(trials):.5f}", f"{m[k]:.5f} ± {s[k]:.5f}"]
+        engine = "conditional" if conditional else "dense"
+        print(f"| {n} | {engine} | {trials} | {secs:.0f} s | " + " | ".join(cells) + " |", flush=True)
 
 
 def notebook_replay() -> tuple[np.ndarray, float]:
@@ -213,6 +235,8 @@ def main(argv: list[str] | None = None) -> None:
               f"{PROG_TRIALS} trials: {prog['execute_s']:.0f} s")
     plot(runs, lim, err, nb, replay, prog)
     table(runs, lim, err, nb, replay, prog)
+    if not args.quick:
+        program_widths(runs)
     print("cross-check, fit L + a/n over widths 1024-32768: " + "; ".join(
         "t = {}: {:.5f} ± {:.5f} (chi² {:.1f}/{})".format(t, *fit_limit(runs, t)) for t in (10, 30, 50, 99)))
     worst = max(range(1, 100), key=lambda t: abs(nb["dmft"][t] - lim[t]))
