@@ -7,7 +7,8 @@ P = 10 points for T = 100 full-batch steps in the mean-field parameterisation (g
 centred output).  This script puts side by side:
 
 * finite widths n = 256 ... 32768 of the notebook's network (docs/data/dmft_widths_h200.npz, written by
-  bench/dmft_network.py --jax on an NVIDIA H200: 64 seeds up to n = 2048, 32 up to 16384, 16 at 32768);
+  bench/dmft_network.py --jax on an NVIDIA H200: 64 seeds up to n = 2048 and at 8192, 32 at 4096 and
+  16384, 40 at 32768);
 * the width -> infinity limit of the whole curve: the particle method's estimator
   (:func:`tensorprog.limit.particles.extrapolate`: Richardson from N = 32768 and N/4 = 8192, error =
   99% Student term + the size of the 1/n correction) applied to those runs;
