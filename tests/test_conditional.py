@@ -111,6 +111,13 @@ def test_backward_law_equals_dense():
     _agree(*_both(tp.load("programs/wigner_moments.tp", K=4), 32, 300))
 
 
+@pytest.mark.parametrize("ratio", [0.5, 2.0])
+def test_rectangular_law_equals_dense(ratio):
+    """Marchenko–Pastur moments of a rectangular m × n matrix (Aᵀ(A p)): each side's variance
+    convention (entries var/cols) in both directions."""
+    _agree(*_both(tp.load("programs/marchenko_pastur.tp", ratio=ratio), 40, 300))
+
+
 def test_training_law_equals_dense():
     """Two μP SGD steps with outer-product updates (mup_train.tp, T = 2) at n = 32."""
     _agree(*_both(tp.load("programs/mup_train.tp", T=2), 32, 300))
@@ -265,3 +272,18 @@ def test_cli_flag():
     bad = subprocess.run([sys.executable, "-m", "tensorprog", "execute", "programs/relu_nngp.tp", "-n", "64",
                           "--conditional", "--matrix-dist", "uniform"], capture_output=True, text=True)
     assert bad.returncode == 2 and "not exact in law" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_slow_automatic_blocked_run_proposes_conditional():
+    """When dense matrices do not fit and blocked ones would draw more than 2^32 numbers per trial,
+    planning warns and names --conditional (nothing is executed here)."""
+    from tensorprog.finite.plan import SlowModeWarning, plan_run
+    program = tp.load("programs/relu_nngp.tp").ir
+    with pytest.warns(SlowModeWarning, match="--conditional"):
+        plan = plan_run(program, 1 << 17, 0, np.float64, None, memory_limit=1 << 28)
+    assert plan.blocked
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plan_run(program, 1 << 12, 0, np.float64, None, memory_limit=1 << 28, blocked=True)
+        plan_run(program, 1 << 17, 0, np.float64, None, memory_limit=1 << 28, conditional=True)

@@ -30,6 +30,9 @@ from ..distributions.conditional import max_products, state_entries
 from ..errors import TPError, TPLimitError, TPUsageError
 from .schedule import Plan, generated_entries, matrix_uses, peak_bytes
 
+#: an automatic blocked run drawing more random numbers than this per trial (about a minute)
+#: warns that conditional mode would be far faster
+SLOW_BLOCKED_ENTRIES = 1 << 32
 #: what the refusals of dense and blocked runs add when every matrix may be conditioned
 PROPOSE_CONDITIONAL = ("; or run in conditional mode (--conditional: every product drawn from its law "
                        "given the earlier ones, exact in law, memory O(n·k) for k products)")
@@ -201,3 +204,15 @@ def conditional_peak(program: ir.Program, schedule: Plan, sizes: dict[str, int],
                        f"product for each matrix), more than the {limit / 2**30:.2f} GiB available; use a "
                        "smaller width or --dtype float32", where)
     return peak
+
+
+def blocked_advice(program: ir.Program, schedule: Plan, sizes: dict[str, int],
+                   specs: dict[int, D.DistSpec]) -> str | None:
+    """The warning of an automatic blocked run that conditional mode would make far faster (more
+    than :data:`SLOW_BLOCKED_ENTRIES` random numbers per trial, every matrix conditionable), else None."""
+    entries = generated_entries(program, schedule, sizes)
+    if entries <= SLOW_BLOCKED_ENTRIES or not conditionable(program, schedule, specs):
+        return None
+    return (f"{program.file}: the matrices do not fit, so they are regenerated block by block: a trial "
+            f"draws {entries:.2g} random numbers; conditional mode (--conditional, conditional=True) draws "
+            "O(n·k) for k products instead, with the same law")

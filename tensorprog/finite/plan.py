@@ -12,6 +12,7 @@ interprets it, in this process or in a worker.
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,9 +22,13 @@ from .. import ir
 from ..distributions.blocked import DEVICE_BLOCK_BYTES, default_block_rows
 from ..errors import TPUsageError
 from .backend import NUMPY, Backend, BackendError, get_backend
-from .memory import choose_mode, conditional_peak, default_limit
+from .memory import blocked_advice, choose_mode, conditional_peak, default_limit
 from .parallel import cpu_count
 from .schedule import Plan, make_plan
+
+
+class SlowModeWarning(UserWarning):
+    """An automatic choice (blocked matrices) far slower than an option the user could give."""
 
 
 @dataclass(frozen=True)
@@ -84,8 +89,12 @@ def plan_run(program: ir.Program, n: int, seed: int, dtype, matrix_dist: str | N
                                 copies=not lib.is_numpy)
         return RunPlan(program, seed, dtype, sizes, specs, schedule, False, peak, limit, threads, block_rows,
                        lib.name, lib.device, conditional=True)
+    asked = blocked
     blocked, peak = choose_mode(program, schedule, sizes, specs, dtype, limit, blocked, threads, block_rows,
                                 copies=not lib.is_numpy)
+    advice = blocked_advice(program, schedule, sizes, specs) if blocked and asked is None else None
+    if advice:
+        warnings.warn(advice, SlowModeWarning, stacklevel=2)
     return RunPlan(program, seed, dtype, sizes, specs, schedule, blocked, peak, limit, threads, block_rows,
                    lib.name, lib.device)
 
