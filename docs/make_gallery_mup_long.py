@@ -8,8 +8,9 @@ as outputs), T = 100:
 
 * the limit by ``compile(method="particles")`` (widths N and N/4, R replicas each, conditional engine,
   Richardson-extrapolated), drawn as a band of ± its stated error;
-* finite widths 256 to 16384 (``execute(..., conditional=True)``: exact in law at each width,
-  ``--trials`` seeds), as points with ± 1 standard error;
+* finite widths 256 to 16384 (``execute(..., conditional=True)``: exact in law at each width; the
+  dense engine at 256, below twice the 201 products by W), ``--trials`` seeds, as points with ± 1
+  standard error;
 * a mark at T = 5, where the Master Theorem compile (QMC) stops (44 s at T = 5 with error 3e-3 on a quiet
   machine, each further step about 3× the time: README, Benchmarks).
 
@@ -29,6 +30,7 @@ import matplotlib.pyplot as plt                         # noqa: E402
 import numpy as np                                      # noqa: E402
 
 import tensorprog as tp                                 # noqa: E402
+from tensorprog.limit.particles import most_products    # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAM = ROOT / "programs" / "mup_train_curve.tp"
@@ -55,6 +57,7 @@ def main() -> None:
     names = [f"loss{s}" for s in STEPS]
     value = np.array([lim[k].value for k in names])
     error = np.array([lim[k].error for k in names])
+    print(f"limit by particles: {limit_s:.1f} s", flush=True)
     fig, ax = plt.subplots(figsize=(7, 4.2))
     ax.fill_between(STEPS, value - error, value + error, color="0.75", label=f"limit ± error (particles, N = "
                     f"{args.particles}, {args.replicas} replicas)")
@@ -63,7 +66,8 @@ def main() -> None:
     rows = {}
     for n, marker in zip(widths, "osD^v<>"):
         t0 = time.time()
-        run = program.execute(n, trials=args.trials, seed=1000 + n, conditional=True, progress=False)
+        conditional = n >= 2 * most_products(program.ir)  # below, the dense engine (the same law)
+        run = program.execute(n, trials=args.trials, seed=1000 + n, conditional=conditional, progress=False)
         means = np.array([run.outputs[k].mean for k in names])
         ses = np.array([run.outputs[k].sem for k in names])
         rows[n] = (means, ses, time.time() - t0)

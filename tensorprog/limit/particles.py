@@ -47,7 +47,7 @@ from ..errors import TPUsageError
 #: the two-sided coverage of the statistical term (±2.58σ for a Gaussian, about ±3 standard
 #: errors at the Student quantile of 16 replicas)
 COVERAGE = 0.99
-#: the smallest width of either run
+#: the smallest width of the small run
 MIN_WIDTH = 64
 #: the small width must be at least this many times the most products by one matrix
 PRODUCTS_FACTOR = 4
@@ -60,7 +60,7 @@ class ParticleOptions:
     """``particles``: the large width N; ``replicas``: R independent runs at each width;
     ``ratio``: N / N_s, the small width's divisor (≥ 2); ``seed``: the seed from which both runs'
     seeds are derived (a limit is reproducible for a seed); ``conditional``: use the conditional
-    engine (None: when it is available)."""
+    engine (None: when every matrix's law can be conditioned, else the dense one)."""
     particles: int = 1 << 16
     replicas: int = 16
     ratio: int = 4
