@@ -11,6 +11,7 @@ from .errors import TPError, TPUsageError
 from .expect.budget import Budget
 from .finite.backend import BACKENDS, DEVICES
 from .finite.exec_options import ExecOptions
+from .limit.particles import ParticleOptions
 
 
 def _define(text: str) -> tuple[str, float]:
@@ -57,6 +58,18 @@ def _parser() -> argparse.ArgumentParser:
                     help="largest tensor quadrature grid; beyond it, QMC (default %(default)d)")
     co.add_argument("--max-expand-size", type=_positive, default=budget.max_expand_size,
                     help="largest symbolic expansion tried for a closed form (default %(default)d terms)")
+    particles = ParticleOptions()
+    co.add_argument("--method", choices=["recurrence", "particles"], default="recurrence",
+                    help="recurrence: the Master Theorem (default); particles: finite widths N and N/4 with "
+                         "replicas, extrapolated to 1/n -> 0 (long programs; cost linear in their length)")
+    co.add_argument("--particles", type=_positive, default=None, metavar="N",
+                    help=f"--method particles: the large width N (default {particles.particles})")
+    co.add_argument("--replicas", type=_positive, default=None, metavar="R",
+                    help=f"--method particles: independent runs at each width (default {particles.replicas})")
+    co.add_argument("--seed", type=int, default=None,
+                    help="seed of the randomized QMC rules, or of --method particles (default 0)")
+    co.add_argument("--jobs", "-j", type=int, default=None, metavar="J",
+                    help="--method particles: run replicas in J worker processes (0: one per core)")
     cv = command("converge", "finite width against the limit at several widths, with the fitted rate")
     cv.add_argument("--widths", type=_widths, required=True, metavar="N1,N2,...",
                     help="comma-separated widths, e.g. 256,512,1024")
@@ -191,9 +204,23 @@ def cmd_execute(args) -> str:
 
 def cmd_compile(args) -> str:
     from .limit.report import render_compiled
+    if args.method == "particles":
+        from .finite import options
+        budget = Budget()
+        changed = [f"--{k.replace('_', '-')}" for k in ("tol", "max_qmc_points", "max_quad_points", "max_expand_size")
+                   if getattr(args, k) != getattr(budget, k)] + (["--symbolic"] if args.symbolic else [])
+        if changed:
+            raise TPUsageError(f"{', '.join(changed)}: options of the recurrence, not of --method particles "
+                               "(which takes --particles, --replicas, --seed and --jobs)", file=args.file)
+        with options(**({} if args.jobs is None else {"jobs": args.jobs})):
+            compiled = _load(args).compile(method="particles", particles=args.particles, replicas=args.replicas,
+                                           seed=args.seed, matrix_dist=args.matrix_dist)
+        return render_compiled(compiled, compiled.limit(), args.emit)
+    if args.particles is not None or args.replicas is not None or args.jobs is not None:
+        raise TPUsageError("--particles, --replicas and --jobs apply to --method particles only", file=args.file)
     compiled = _load(args).compile(symbolic=args.symbolic, tol=args.tol, max_qmc_points=args.max_qmc_points,
                                    max_quad_points=args.max_quad_points, max_expand_size=args.max_expand_size,
-                                   matrix_dist=args.matrix_dist)
+                                   matrix_dist=args.matrix_dist, seed=args.seed)
     return render_compiled(compiled, compiled.limit(), args.emit)
 
 

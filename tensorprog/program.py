@@ -43,8 +43,15 @@ class Program:
 
     def compile(self, symbolic: bool = False, tol: float | None = None, max_qmc_points: int | None = None,
                 seed: int | None = None, max_quad_points: int | None = None,
-                max_expand_size: int | None = None, matrix_dist: str | None = None):
+                max_expand_size: int | None = None, matrix_dist: str | None = None, *,
+                method: str = "recurrence", particles: int | None = None, replicas: int | None = None):
         """Infinite width: the Master Theorem recurrence (``.limit()`` gives the values).
+
+        ``method="particles"`` estimates the limit from finite widths instead (for long programs,
+        whose expectations are integrals in too many dimensions): ``particles`` (the width N) and
+        ``replicas`` (R) of :class:`tensorprog.limit.particles.ParticleOptions`, ``seed`` its seed;
+        it returns a :class:`~tensorprog.limit.particles.ParticlesResult` (``.limit()`` likewise),
+        whose values have method ``particles`` (:mod:`tensorprog.limit.particles`).
 
         ``symbolic``: closed forms where they exist (params that enter only initial covariances
         stay symbols).  The others are the fields of :class:`tensorprog.expect.budget.Budget`,
@@ -55,17 +62,37 @@ class Program:
         symbolic expansion tried for a closed form (beyond it, numerics).  A [budget] warning
         names the option whenever a limit was reached; a value out of range is a TPUsageError.
         ``matrix_dist`` swaps the law of every matrix (variance kept), as execute's does."""
+        given = dict(tol=tol, max_qmc_points=max_qmc_points, seed=seed, max_quad_points=max_quad_points,
+                     max_expand_size=max_expand_size)
+        if method == "particles":
+            return self._particles(given, symbolic, matrix_dist, particles, replicas)
+        if method != "recurrence":
+            raise TPUsageError(f"unknown compile method {method!r}: use 'recurrence' (the default) or "
+                               "'particles'", file=self.ir.file)
+        if particles is not None or replicas is not None:
+            raise TPUsageError("--particles and --replicas apply to --method particles only", file=self.ir.file)
         from .limit.compiler import compile_program
         from .limit.matrix_laws import with_matrix_family
         program = with_matrix_family(self.ir, matrix_dist) if matrix_dist else self.ir
-        given = dict(tol=tol, max_qmc_points=max_qmc_points, seed=seed, max_quad_points=max_quad_points,
-                     max_expand_size=max_expand_size)
         limits = _budget({k: v for k, v in given.items() if v is not None}, self.ir.file)
         if not symbolic:
             return compile_program(program, budget=limits)
         from .limit.symbolic_params import symbolic_covariances
         covs, values = symbolic_covariances(program)
         return compile_program(program, symbolic=True, budget=limits, symbolic_covs=covs, param_values=values)
+
+    def _particles(self, given: dict, symbolic: bool, matrix_dist: str | None, particles: int | None,
+                   replicas: int | None):
+        """``compile(method="particles")``: the options checked, then the two runs."""
+        from .limit.particles import ParticleOptions
+        from .limit.particles import particles as run_particles
+        ignored = [k for k, v in given.items() if v is not None and k != "seed"] + (["symbolic"] if symbolic else [])
+        if ignored:
+            raise TPUsageError(f"{', '.join(ignored)}: options of the recurrence, not of --method particles "
+                               "(which takes --particles, --replicas and --seed)", file=self.ir.file)
+        chosen = {k: v for k, v in dict(particles=particles, replicas=replicas, seed=given["seed"]).items()
+                  if v is not None}
+        return run_particles(self.ir, ParticleOptions(**chosen), matrix_dist=matrix_dist)
 
     def limit(self, *args, **options):
         """``compile(*args, **options).limit()``."""

@@ -224,7 +224,7 @@ def test_array_api_backend_draws_the_numpy_numbers():
 def test_jax_backend_runs_conditional():
     """On jax (immutable arrays, its own streams) the identities hold too."""
     pytest.importorskip("jax")
-    r = tp.parse(IDENTITY).execute(n=48, trials=2, seed=3, conditional=True, backend="jax")
+    r = tp.parse(IDENTITY).execute(n=24, trials=1, seed=3, conditional=True, backend="jax")
     assert max(abs(v) for v in r.outputs["gram"].values) < 1e-12
     assert all(v > 0 for v in r.outputs["zz"].values)
 
@@ -288,6 +288,11 @@ def test_too_many_products_and_memory_are_refused():
         tp.load("programs/wigner_moments.tp", K=6).execute(n=8, conditional=True)
     with pytest.raises(TPLimitError, match="conditional mode .* more than the"):
         tp.load("programs/relu_nngp.tp").execute(n=1 << 20, conditional=True, memory_limit=1 << 20)
+    from tensorprog.tools.kernel import finite_kernel         # a kernel's columns, found at run time
+    X = np.random.default_rng(0).standard_normal((6, 5))
+    with options(conditional=True), pytest.raises(TPUsageError, match="independent products with one 8 × 8") as err:
+        finite_kernel(tp.load("programs/kernels/relu_mlp.tp").ir, X, n=8, trials=1)
+    assert err.value.line > 0
     with pytest.raises(TPUsageError, match="exclude each other"):
         tp.load("programs/relu_nngp.tp").execute(n=16, conditional=True, blocked=True)
 

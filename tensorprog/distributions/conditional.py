@@ -48,7 +48,9 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["Columns", "ConditionalHaar", "ConditionalMatrix", "ConditioningError", "span_tol", "state_entries", "max_products"]
+from .spec import DistSpec
+
+__all__ = ["Columns", "ConditionalHaar", "ConditionalMatrix", "conditional_matrix", "ConditioningError", "span_tol", "state_entries", "max_products"]
 
 
 class ConditioningError(ValueError):
@@ -178,7 +180,8 @@ class ConditionalMatrix:
         self.normal, self.xp, self.tol = normal, xp, float(tol)
         self.rows, self.cols = int(rows), int(cols)
         self.capacity = max_products(rows, cols) if capacity is None else int(capacity)
-        self.scale = scale if isinstance(scale, (int, float)) else xp.reshape(scale, (self.rows, 1))
+        self.scale = (scale if isinstance(scale, (int, float))
+                      else xp.reshape(xp.astype(scale, dtype), (self.rows, 1)))   # computed in float64
         self.kw = kw = {"dtype": dtype} if device is None else {"dtype": dtype, "device": device}
         fwd, bwd = (min(int(r), self.capacity) for r in reserve)
         self.x_side = (Columns(xp, self.cols, kw, fwd), Columns(xp, self.rows, kw, fwd))  # Q_X, A = G Q_X
@@ -323,3 +326,20 @@ class ConditionalHaar:
         dst.append(frame)
         new = _combine(frame, t)
         return new if y is None else y + new
+
+
+def conditional_matrix(spec: DistSpec, rows: int, cols: int, normal: Callable[[tuple[int, ...]], object],
+                       gamma: Callable[[float, tuple[int, ...]], object], xp, dtype, device=None,
+                       tol: float = 1e-10, reserve: tuple[int, int] = (0, 0)):
+    """The conditional rows × cols matrix of law ``spec``: a :class:`ConditionalHaar` for a Haar
+    family (orthogonal), else a :class:`ConditionalMatrix` W = diag(S)·G with S drawn now by the
+    family (:meth:`~.family.Family.conditional_scale`, with ``gamma``).  ``normal(shape)`` and
+    ``gamma(alpha, shape)`` are the matrix's stream; a family that cannot be conditioned raises
+    ValueError."""
+    law = spec.law
+    if not law.conditionable:
+        raise ValueError(f"{spec.family} matrices cannot be conditioned exactly on their earlier products")
+    if law.haar:
+        return ConditionalHaar(normal, spec.var, rows, cols, xp, dtype, device, tol, reserve=reserve)
+    scale = law.conditional_scale(gamma, xp, spec.var, spec.df, rows, cols)
+    return ConditionalMatrix(normal, scale, rows, cols, xp, dtype, device, tol, reserve=reserve)
