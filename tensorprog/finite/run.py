@@ -47,7 +47,7 @@ from typing import Callable, TypeVar
 import numpy as np
 
 from .. import ir
-from ..errors import TPUsageError
+from ..arguments import usage, whole
 from .backend import NUMPY
 from .cluster import check_scheduler, map_items
 from .exec_options import UNSET, resolve
@@ -119,8 +119,7 @@ def execute(program: ir.Program, n: int, trials: int = 1, seed: int = 0,
     library or device missing is a TPUsageError).  ``scheduler``: a Dask scheduler address,
     ``"local"`` or a ``distributed.Client`` runs the trials there, one task each, bit-identical
     to the local run (:mod:`.cluster`).  Defaults come from :func:`options`."""
-    if isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or trials < 1:
-        raise TPUsageError("trials must be at least 1", file=program.file)
+    usage(lambda: whole(trials, "trials", 1), program.file)
     opts = resolve(jobs=jobs, blocked=blocked, progress=progress, block_rows=block_rows, backend=backend,
                    device=device, scheduler=scheduler)
     plan = plan_run(program, n, seed, dtype, matrix_dist, memory_limit, blocked=opts.blocked,
