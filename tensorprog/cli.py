@@ -224,10 +224,10 @@ def cmd_converge(args) -> str:
 
 
 def cmd_kernel(args) -> str:
-    from .tools.kernel import kernel, load_inputs
-    from .tools.tiles import TILE_PAIRS
     if args.output is not None:                  # refused before the computation, not after
         _load(args).require_output(args.output, "--output")
+    from .tools.kernel import kernel, load_inputs
+    from .tools.tiles import TILE_PAIRS
     X = load_inputs(args.inputs)
     directory = args.out if args.out and args.out.endswith(("/", os.sep)) else None
     with _options(args, progress=args.progress):

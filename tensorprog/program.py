@@ -55,12 +55,12 @@ class Program:
         symbolic expansion tried for a closed form (beyond it, numerics).  A [budget] warning
         names the option whenever a limit was reached; a value out of range is a TPUsageError.
         ``matrix_dist`` swaps the law of every matrix (variance kept), as execute's does."""
+        given = dict(tol=tol, max_qmc_points=max_qmc_points, seed=seed, max_quad_points=max_quad_points,
+                     max_expand_size=max_expand_size)
+        limits = _budget({k: v for k, v in given.items() if v is not None}, self.ir.file)   # before sympy loads
         from .limit.compiler import compile_program
         from .limit.matrix_laws import with_matrix_family
         program = with_matrix_family(self.ir, matrix_dist) if matrix_dist else self.ir
-        given = dict(tol=tol, max_qmc_points=max_qmc_points, seed=seed, max_quad_points=max_quad_points,
-                     max_expand_size=max_expand_size)
-        limits = _budget({k: v for k, v in given.items() if v is not None}, self.ir.file)
         if not symbolic:
             return compile_program(program, budget=limits)
         from .limit.symbolic_params import symbolic_covariances
