@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import pickle
 import random
 import subprocess
 import sys
@@ -51,6 +52,7 @@ def test_index_set_behaves_as_a_set_of_ints():
         assert all((i in a) == (i in set(items)) for i in range(-2, 305))
     with pytest.raises(ValueError):
         IndexSet().add(-1)
+    assert pickle.loads(pickle.dumps(IndexSet([3, 900]))) == {3, 900}        # compiled results travel to workers
 
 
 def test_deep_compile_keeps_dependencies_in_bits_not_sets():

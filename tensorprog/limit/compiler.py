@@ -75,7 +75,8 @@ class Compiled:
 
     ``lines``: the recurrence as text (``str``); ``Z``: vector var -> Z-expression; ``c``:
     scalar var -> c̊; ``estimates``: every expectation; ``deps``: var -> indices of the
-    estimates it rests on; ``scalar_error``: var -> propagated error of a function of scalars."""
+    estimates it rests on (an :class:`~.indices.IndexSet`, a bitset: O(L²) bits for L layers, not
+    O(L²) set entries); ``scalar_error``: var -> propagated error of a function of scalars."""
     program: ir.Program
     lines: tuple[str, ...]
     Z: Mapping[int, sp.Expr]
