@@ -21,6 +21,7 @@ import pytest
 
 import tensorprog as tp
 from tensorprog.arguments import ArgumentError, positive_finite, whole
+from tensorprog.cli import main
 from tensorprog.errors import TPLimitError, TPLoadError, TPUsageError, TPValueError
 from tensorprog.expect.budget import Budget
 from tensorprog.lang.consts import MAX_CONST_BYTES
@@ -58,7 +59,7 @@ def test_index_set_behaves_as_a_set_of_ints():
 def test_deep_compile_keeps_dependencies_in_bits_not_sets():
     """Each variable rests on O(depth) estimates: as sets that was O(L²) ~60-byte entries (6.1 GB at
     L=4000); as bitsets it is at most one bit per (variable, estimate) plus a small header."""
-    compiled = tp.load("programs/relu_nngp.tp", L=20).compile()
+    compiled = tp.load(ROOT / "programs/relu_nngp.tp", L=20).compile()
     stored = sum(sys.getsizeof(getattr(d, "bits", d)) for d in compiled.deps.values())
     bound = len(compiled.deps) * (len(compiled.estimates) // 8 + 40)
     assert stored <= bound, (stored, bound)
@@ -169,18 +170,31 @@ def test_compile_refuses_a_budget_out_of_range(options):
         Budget(**options)
 
 
-@pytest.mark.parametrize("flag, value", [("--tol", "-1"), ("--tol", "nan"), ("--max-qmc-points", "0")])
-def test_cli_refuses_a_budget_out_of_range(flag, value):
-    proc = tpc("compile", "programs/relu_nngp.tp", flag, value)
-    assert proc.returncode == 2, proc.stderr
-    assert flag in proc.stderr and "Traceback" not in proc.stderr
+@pytest.mark.parametrize("flag, value", [("--tol", "-1"), ("--tol", "nan"), ("--tol", "inf"), ("--tol", "0"),
+                                         ("--max-qmc-points", "0"), ("--max-quad-points", "2.5"),
+                                         ("--max-expand-size", "-1")])
+def test_cli_refuses_a_budget_out_of_range(flag, value, capsys):
+    assert main(["compile", str(ROOT / "programs/relu_nngp.tp"), flag, value]) == 2
+    err = capsys.readouterr().err
+    assert flag in err and "must be a positive" in err and "Traceback" not in err
+
+
+def test_cli_budget_in_range_still_compiles(capsys):
+    assert main(["compile", str(ROOT / "programs/relu_nngp.tp"), "-D", "L=2", "--tol", "1e-8",
+                 "--max-qmc-points", "1e5"]) == 0
+    assert "kxx = 0.5" in capsys.readouterr().out
+
+
+def test_cli_tol_nan_is_refused_in_a_subprocess_with_exit_2():
+    proc = tpc("compile", "programs/relu_nngp.tp", "--tol", "nan")
+    assert proc.returncode == 2 and "tol (--tol) must be a positive finite number, not nan" in proc.stderr
 
 
 # ---- validation: parse and load arguments ----------------------------------------------------
 @pytest.mark.parametrize("call", [lambda: tp.parse(b"out o = 1"), lambda: tp.parse(None), lambda: tp.parse(3),
                                   lambda: tp.parse(SMALL, file=7), lambda: tp.parse(SMALL, max_nodes=1.5),
                                   lambda: tp.load(3), lambda: tp.load(None), lambda: tp.load(b"x.tp"),
-                                  lambda: tp.load("programs/relu_nngp.tp", L="4")])
+                                  lambda: tp.load(ROOT / "programs/relu_nngp.tp", L="4")])
 def test_parse_and_load_refuse_arguments_of_the_wrong_type(call):
     with pytest.raises(TPUsageError):
         call()
