@@ -17,7 +17,8 @@ import os
 import stat
 from pathlib import Path
 
-from ..errors import TPLimitError, TPLoadError, TPUsageError
+from ..arguments import usage, whole
+from ..errors import TPLimitError, TPLoadError
 
 #: the longest program text parsed (characters; a file: bytes), 256 KiB: about 6,000 lines, 60
 #: times the largest example program; checking it takes seconds (``bench/parse_size.py``)
@@ -30,9 +31,7 @@ _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
 
 def check_limit(max_chars: object) -> int:
     """``max_chars`` as a positive int (TPUsageError otherwise)."""
-    if isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 1:
-        raise TPUsageError(f"max_chars must be a positive integer, not {max_chars!r}")
-    return max_chars
+    return usage(lambda: whole(max_chars, "max_chars", 1))
 
 
 def check_size(text: str, file: str, max_chars: int = MAX_SOURCE_CHARS) -> None:
