@@ -50,13 +50,13 @@ def _parser() -> argparse.ArgumentParser:
     co.add_argument("--emit", choices=["text", "json", "latex"], default="text")
     co.add_argument("--matrix-dist", default=None, help="swap the family of every matrix")
     budget = Budget()                      # the defaults live in tensorprog/expect/budget.py only
-    co.add_argument("--tol", type=float, default=budget.tol,
+    co.add_argument("--tol", type=_number, default=budget.tol,
                     help="target error of numerical expectations (default %(default)g)")
-    co.add_argument("--max-qmc-points", type=_positive, default=budget.max_qmc_points,
+    co.add_argument("--max-qmc-points", type=_integer, default=budget.max_qmc_points,
                     help="quasi-Monte Carlo points per expectation at most (default %(default)d)")
-    co.add_argument("--max-quad-points", type=_positive, default=budget.max_quad_points,
+    co.add_argument("--max-quad-points", type=_integer, default=budget.max_quad_points,
                     help="largest tensor quadrature grid; beyond it, QMC (default %(default)d)")
-    co.add_argument("--max-expand-size", type=_positive, default=budget.max_expand_size,
+    co.add_argument("--max-expand-size", type=_integer, default=budget.max_expand_size,
                     help="largest symbolic expansion tried for a closed form (default %(default)d terms)")
     particles = ParticleOptions()
     co.add_argument("--method", choices=["recurrence", "particles"], default="recurrence",
@@ -156,6 +156,21 @@ def _positive(text: str) -> int:
     return int(value)
 
 
+def _number(text: str) -> float:
+    """A number as text (its range is checked by the library: :class:`~tensorprog.expect.budget.Budget`)."""
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+
+
+def _integer(text: str) -> int | float:
+    """An integer as text, 1e6-style spellings accepted; anything else is handed on as a float for
+    the library to refuse (its range is checked there, once: :class:`~tensorprog.expect.budget.Budget`)."""
+    value = _number(text)
+    return int(value) if value.is_integer() else value
+
+
 def _widths(text: str) -> list[int]:
     from .tools.converge import parse_widths
     try:
@@ -242,6 +257,8 @@ def cmd_converge(args) -> str:
 
 
 def cmd_kernel(args) -> str:
+    if args.output is not None:                  # refused before the computation, not after
+        _load(args).require_output(args.output, "--output")
     from .tools.kernel import kernel, load_inputs, save_path
     from .tools.tiles import TILE_PAIRS
     X = load_inputs(args.inputs)

@@ -20,6 +20,7 @@ import numpy as np
 from .. import distributions as D
 from .. import ir
 from ..distributions.blocked import DEVICE_BLOCK_BYTES, default_block_rows
+from ..arguments import usage, whole
 from ..errors import TPUsageError
 from .backend import NUMPY, Backend, BackendError, get_backend
 from .memory import blocked_advice, choose_mode, conditional_peak, default_limit
@@ -119,10 +120,7 @@ def backend_of(program: ir.Program, name: str, device: str) -> Backend:
 def _check(program: ir.Program, n: int, seed: int, dtype, blocked: bool | None,
            conditional: bool = False) -> np.dtype:
     """The checked arguments of :func:`plan_run`; the dtype as a numpy dtype."""
-    if n < 1:
-        raise TPUsageError("the width n must be at least 1", file=program.file)
-    if seed < 0:
-        raise TPUsageError(f"the seed must be a non-negative integer, not {seed}", file=program.file)
+    usage(lambda: (whole(n, "the width n", 1), whole(seed, "the seed", 0)), program.file)
     dtype = np.dtype(dtype)
     if dtype not in (np.float64, np.float32):
         raise TPUsageError(f"dtype must be float64 or float32, not {dtype}", file=program.file)

@@ -47,7 +47,7 @@ from typing import Callable, TypeVar
 import numpy as np
 
 from .. import ir
-from ..errors import TPUsageError
+from ..arguments import usage, whole
 from .backend import NUMPY
 from .cluster import check_scheduler, map_items
 from .exec_options import UNSET, resolve
@@ -123,8 +123,7 @@ def execute(program: ir.Program, n: int, trials: int = 1, seed: int = 0,
     given the earlier ones instead of storing the matrices (exact in law for normal, mvt and
     orthogonal matrices, memory O(n·k): :mod:`tensorprog.distributions.conditional`).  Defaults come
     from :func:`options`."""
-    if isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or trials < 1:
-        raise TPUsageError("trials must be at least 1", file=program.file)
+    usage(lambda: whole(trials, "trials", 1), program.file)
     opts = resolve(jobs=jobs, blocked=blocked, progress=progress, block_rows=block_rows, backend=backend,
                    device=device, scheduler=scheduler, conditional=conditional)
     plan = plan_run(program, n, seed, dtype, matrix_dist, memory_limit, blocked=opts.blocked,

@@ -29,6 +29,7 @@ from typing import Callable, Iterable, Sequence, Union
 
 import numpy as np
 
+from ..arguments import usage, whole
 from ..errors import TPUsageError
 from ..finite.cluster import client_for
 from ..finite.exec_options import UNSET, Unset, resolve
@@ -189,10 +190,7 @@ def converge(program, widths: Sequence[int], trials: int = 8, seed: int = 0,
     ``tensorprog.finite.options`` setting) runs every width's trials on that cluster, one task
     per trial, bit-identical to the local run."""
     widths = check_widths(widths)
-    if isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or trials < 1:
-        raise TPUsageError(f"trials must be an integer at least 1, not {trials!r}")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise TPUsageError(f"the seed must be a non-negative integer, not {seed!r}")
+    usage(lambda: (whole(trials, "trials", 1), whole(seed, "the seed", 0)), program.ir.file)
     file = program.ir.file
     try:
         dtype_name = np.dtype(dtype).name
