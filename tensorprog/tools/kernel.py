@@ -32,6 +32,7 @@ from ..finite.exec_options import UNSET, resolve
 from ..finite.executor import Executor
 from ..finite.plan import plan_run
 from ..finite.run import map_trials
+from ..limit.replay_store import warn as store_warning
 from ..limit.symbolic_params import relower
 from . import pairs
 from .pairs import LimitSpec, first_layer_cov, gram
@@ -155,15 +156,37 @@ def limit_template(program: ir.Program, params: dict) -> tuple[ir.Program, int, 
     key = template_key(program, params)
     data = pairs.STORE.load_data(key) if key is not None else None
     if data is not None:
-        try:
-            return program, int(data["group"]), float(data["scale"]), float(data["shift"])
-        except (KeyError, TypeError, ValueError):
-            pass
+        found = stored_finding(program, data)
+        if found is not None:
+            return found
+        store_warning(f"the stored finding {key[:21]}… does not fit the template's own covariance: "
+                   "ignored, found again")
     tmpl, g, s, b = affine_template(program, params)
     if not same_but_covariance(program, tmpl, g):
         return tmpl, g, s, b
     if key is not None:
         pairs.STORE.save_data(key, {"group": g, "scale": s, "shift": b})
+    return program, g, s, b
+
+
+def stored_finding(program: ir.Program, data: dict) -> tuple[ir.Program, int, float, float] | None:
+    """(program, g, s, b) of a stored finding if it fits the template's own IR: group g is a pair
+    whose covariance is s·[[q11, q12], [q12, q22]] + b at the program's own q (which must pin s
+    and b down: two distinct q values); else None."""
+    try:
+        g, s, b = int(data["group"]), float(data["scale"]), float(data["shift"])
+        q = [float(program.params[name]) for name in Q_NAMES]
+    except (KeyError, TypeError, ValueError):
+        return None
+    if not 0 <= g < len(program.groups) or len(set(q)) < 2:
+        return None
+    group = program.groups[g]
+    if group.dist.cov is None or len(group.members) != 2:
+        return None
+    cov = np.array(group.dist.cov, dtype=float)
+    want = first_layer_cov(s, b, *q)
+    if cov.shape != (2, 2) or not np.allclose(cov, want, rtol=1e-12, atol=1e-14 * abs(b)):
+        return None
     return program, g, s, b
 
 
