@@ -299,7 +299,18 @@ def inputs_factor(s: float, b: float, q: np.ndarray, file: str = "<string>") -> 
 
 def _kernel_trial(ex: Executor, t: int, *, g: int, factor: np.ndarray, i: np.ndarray, j: np.ndarray,
                   N: int, chunk: int) -> dict[str, np.ndarray]:
-    """One trial: N inputs x = factor·z (one z per trial), every pair (i, j) as columns of (n, P)."""
+    """One trial: N inputs x = factor·z (one z per trial), every pair (i, j) as columns of (n, P).
+    Its products run on one BLAS thread wherever it runs: OpenBLAS's GEMM of an (n, n) matrix and
+    (n, P) columns gives other bits on other thread counts, and a trial must give the same bits
+    here, in ``jobs`` worker processes and on a Dask worker (one thread each)."""
+    from threadpoolctl import threadpool_limits          # imported with the run, as in finite.parallel
+    with threadpool_limits(limits=1, user_api="blas"):
+        return _kernel_columns(ex, t, g, factor, i, j, N, chunk)
+
+
+def _kernel_columns(ex: Executor, t: int, g: int, factor: np.ndarray, i: np.ndarray, j: np.ndarray,
+                    N: int, chunk: int) -> dict[str, np.ndarray]:
+    """:func:`_kernel_trial` on the BLAS threads it is given."""
     members, width = ex.program.groups[g].members, ex.program.groups[g].width
     z = ex.rng(t, members[0]).standard_normal((factor.shape[1], ex.sizes[width]))
     inputs = (factor @ z).astype(ex.dtype)                      # N inputs, n coordinates each
