@@ -303,5 +303,5 @@ def raise_failure(value: Any) -> Any:
     return value
 
 
-__all__ = ["CONNECT_TIMEOUT", "RETRIES", "RESENDS", "WORKER_TIMEOUT", "client_for", "check_scheduler", "close_clients", "map_tasks",
-           "map_items", "stream_items", "raise_failure", "require_distributed"]
+__all__ = ["CONNECT_TIMEOUT", "RETRIES", "RESENDS", "WORKER_TIMEOUT", "client_for", "check_scheduler",
+           "close_clients", "map_tasks", "map_items", "stream_items", "raise_failure", "require_distributed"]
