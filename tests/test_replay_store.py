@@ -372,7 +372,7 @@ def mode(path: Path) -> int:
     return path.stat().st_mode & 0o777
 
 
-def test_store_directories_are_private(tmp_path, monkeypatch, fresh_values):
+def test_store_directories_are_private(tmp_path, monkeypatch):
     """The directories the store makes have mode 0700 whatever the umask; records go there."""
     monkeypatch.setenv("TENSORPROG_CACHE_DIR", str(tmp_path / "cache"))
     store = ReplayStore.from_environment()

@@ -160,7 +160,7 @@ def limit_template(program: ir.Program, params: dict) -> tuple[ir.Program, int, 
         if found is not None:
             return found
         store_warning(f"the stored finding {key[:21]}… does not fit the template's own covariance: "
-                   "ignored, found again")
+                      "ignored, found again")
     tmpl, g, s, b = affine_template(program, params)
     if not same_but_covariance(program, tmpl, g):
         return tmpl, g, s, b

@@ -151,14 +151,16 @@ def replay_for(spec: LimitSpec, kind: str, pairs: tuple[np.ndarray, np.ndarray] 
     key = replay_key(spec, kind)
     have_pairs = pairs is not None and len(pairs[0]) > 0
     found = REPLAYS.get(key, False)
-    if found is False:
+    stored = found is False
+    if stored:
         found = STORE.load(key)
-        if found and not (have_pairs and agrees_with_compile(spec, found[0], *pairs)):
-            if have_pairs:
-                warn(f"the stored record of the class '{kind}' ({key[:12]}…) disagrees with a fresh "
-                     "compile of its pairs: ignored, recorded again")
+        if found and not have_pairs:              # nothing to check it on: not used
             found = False
     if found and have_pairs and not holds_on(spec, found[0], *pairs):
+        found = False
+    elif found and stored and not agrees_with_compile(spec, found[0], *pairs):
+        warn(f"the stored record of the class '{kind}' ({key[:12]}…) disagrees with a fresh compile of "
+             "its pairs: ignored, recorded again")
         found = False
     if found is False:
         if not have_pairs:
