@@ -204,7 +204,7 @@ def extrapolate(large: tuple[float, float, int], small: tuple[float, float, int]
     dof = se ** 4 / parts if parts > 0 else math.inf
     statistical = student_quantile(dof) * se
     bias = abs(v_n - v_s) * b
-    rounding = 4e-16 * (abs(value) + 1)
+    rounding = 4e-16 * abs(value)          # (cancellations inside a replica are in its spread)
     return ParticleValue(value, statistical + bias + rounding, statistical, bias, se, dof)
 
 
