@@ -116,7 +116,7 @@ def _scale_flags(p: argparse.ArgumentParser, jobs: bool = True) -> None:
                         "numbers, same laws); default: only when the dense matrices do not fit")
     p.add_argument("--conditional", action="store_true", default=False,
                    help="never store a matrix: draw each product from its law given the earlier ones "
-                        "(exact in law for normal and mvt matrices; memory O(n·k) for k products)")
+                        "(exact in law for normal, mvt and orthogonal matrices; memory O(n·k) for k products)")
     p.add_argument("--progress", action="store_true", default=None,
                    help="a progress bar on stderr (default: only when stderr is a terminal)")
     p.add_argument("--backend", choices=BACKENDS, default=ExecOptions().backend,

@@ -399,6 +399,8 @@ class Orthogonal(Family):
     """
 
     name, vectors, iid_entries, blockable, haar = "orthogonal", False, False, False, True
+    #: conditioned by the Haar rule (known on the earlier span, uniform isometry on its complement)
+    conditionable = True
 
     def sample_matrix(self, draws: Draws, var: float, df: float | None, rows: int, cols: int) -> np.ndarray:
         """Fortran-ordered when rows > cols."""

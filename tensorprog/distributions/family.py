@@ -147,8 +147,8 @@ class Family(ScalarLaw):
     #: products on the earlier ones (limit/haar.py) instead of the iid Ẑ + Ż rule.  mvt is not iid
     #: either, but the compiler writes it exactly as diag(S)·G with G iid Gaussian
     haar: bool = False
-    #: W = diag(S)·G with G iid Gaussian (normal: S constant; mvt: iid row scales), so the law of
-    #: a product given the earlier ones is exact Gaussian conditioning (:mod:`.conditional`)
+    #: the law of a product given the earlier ones is known exactly (:mod:`.conditional`): W = diag(S)·G
+    #: with G iid Gaussian (normal: S constant; mvt: iid row scales), or Haar (orthogonal)
     conditionable: bool = False
 
     def __repr__(self) -> str:

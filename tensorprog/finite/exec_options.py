@@ -43,7 +43,7 @@ class ExecOptions:
     (a ``distributed.LocalCluster``) or a ``distributed.Client``: trials (and kernel tiles) run
     there, one task each, bit-identical to the local run (:mod:`.cluster`; ``jobs`` is then unused).
     ``conditional``: every matrix is a conditional one, each product drawn from its law given the
-    earlier ones (exact in law for normal and mvt matrices, memory O(n·k) for k products:
+    earlier ones (exact in law for normal, mvt and orthogonal matrices, memory O(n·k) for k products:
     :mod:`tensorprog.distributions.conditional`); False (default) stores or regenerates them."""
     jobs: int = 1
     blocked: bool | None = None

@@ -42,11 +42,13 @@ import numpy as np
 from .. import distributions as D
 from .. import ir
 from ..distributions.blocked import BlockedMatrix, StreamBlockedMatrix, matrix_key
-from ..distributions.conditional import ConditionalMatrix, ConditioningError, span_tol
+from ..distributions.conditional import (ConditionalHaar, ConditionalMatrix, ConditioningError,
+                                         conditional_matrix, span_tol)
 from ..distributions.sample import Draws
 from ..errors import TPNumericalError, TPUsageError
 from .backend import Stream, all_finite, get_backend, is_array, stream_seed
 from .evaluate import OVERFLOW, Cause, eval_array, eval_fn, first_nonfinite
+from .memory import side_products
 from .plan import RunPlan
 from .schedule import Step, inputs
 
@@ -73,6 +75,8 @@ class Executor:
             eval_fn if self.numpy else lambda fn, read: eval_array(fn, read, builtins))
         #: the conditional matrices of the trial run in pieces (``run_trial`` with columns)
         self.kept: tuple[int, dict[int, ConditionalMatrix]] = (-1, {})
+        #: (matrix, transposed) -> products on that side: the columns a conditional matrix reserves
+        self.side_uses = side_products(plan.program, plan.schedule) if plan.conditional else {}
 
     def stream(self, trial: int, var: int, *more: int) -> Stream:
         """The backend stream of ``var`` in ``trial`` (``more``: a block's tag and index), keyed by
@@ -109,25 +113,27 @@ class Executor:
         return D.sample_matrix(self.rng(trial, var), plan.specs[var], rows, cols, self.dtype,
                                draw_dtype=np.float64)
 
-    def conditional_matrix(self, trial: int, var: int, rows: int, cols: int) -> ConditionalMatrix:
-        """W = diag(S)·G of ``var`` in ``trial``, G conditioned product by product: S (mvt: gamma
-        draws) and then the innovations of G come from the stream of (trial, var)."""
+    def conditional_matrix(self, trial: int, var: int, rows: int, cols: int):
+        """The conditional matrix ``var`` of ``trial`` (:func:`~tensorprog.distributions.conditional.conditional_matrix`):
+        its random numbers (mvt: the row scales' gamma draws first, then the Gaussian innovations,
+        product after product) from the stream of (trial, var); on numpy a float32 run rounds the
+        float64 draws."""
         spec = self.plan.specs[var]
+        reserve = (self.side_uses.get((var, False), 0), self.side_uses.get((var, True), 0))
+        tol = span_tol(self.dtype)
         if self.numpy:
             rng = self.rng(trial, var)
-            draws = Draws(rng, self.dtype, np.dtype(np.float64))   # float32: the float64 draws, rounded
+            draws = Draws(rng, self.dtype, np.dtype(np.float64))
+
+            def normal(shape: tuple[int, ...]) -> np.ndarray:
+                return draws.fill("standard_normal", shape)
 
             def gamma(alpha: float, shape: tuple[int, ...]) -> np.ndarray:
                 return rng.standard_gamma(alpha, size=shape)
-            scale = spec.law.conditional_scale(gamma, np, spec.var, spec.df, rows, cols)
-            if not isinstance(scale, float):
-                scale = np.asarray(scale, self.dtype)
-            return ConditionalMatrix(lambda shape: draws.fill("standard_normal", shape), scale, rows, cols,
-                                     np, self.dtype, tol=span_tol(self.dtype))
+            return conditional_matrix(spec, rows, cols, normal, gamma, np, self.dtype, None, tol, reserve)
         stream, backend = self.stream(trial, var), self.backend
-        scale = spec.law.conditional_scale(stream.gamma, self.xp, spec.var, spec.df, rows, cols)
-        return ConditionalMatrix(stream.normal, scale, rows, cols, self.xp, backend.dtype(self.dtype),
-                                 backend.dev, tol=span_tol(self.dtype))
+        return conditional_matrix(spec, rows, cols, stream.normal, stream.gamma, self.xp,
+                                  backend.dtype(self.dtype), backend.dev, tol, reserve)
 
     def initial_vectors(self, trial: int, columns: bool) -> dict[int, np.ndarray]:
         """The initial vectors an output needs, group by group (one (n, 1) column each if ``columns``)."""
@@ -201,7 +207,7 @@ class Executor:
         """The MatMuls of ``step`` (one matrix, one transposition) as one product W [x¹ … x^B]."""
         first = step.eqns[0]
         w = read(first.matrix)
-        if isinstance(w, ConditionalMatrix):
+        if isinstance(w, (ConditionalMatrix, ConditionalHaar)):
             def product(x):
                 try:
                     return w.matmul(x, first.transposed)

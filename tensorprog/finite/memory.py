@@ -12,8 +12,8 @@ one more full-size temporary is counted per matrix, and per generated block.
 
 Conditional matrices (:mod:`~tensorprog.distributions.conditional`, asked for, never chosen
 automatically) hold (rows + cols) numbers per product, :func:`conditional_peak`; a program
-with so many products on a matrix that this outgrows the dense matrix, or a law that is not
-Gaussian given a row scale, is refused.  The refusals of dense and blocked runs propose
+with so many products on a matrix that this outgrows the dense matrix, or a law that cannot be
+conditioned exactly (iid non-Gaussian entries), is refused.  The refusals of dense and blocked runs propose
 conditional mode where every matrix allows it.
 """
 from __future__ import annotations
@@ -158,16 +158,25 @@ def _used_matrices(program: ir.Program, schedule: Plan) -> list[ir.Matrix]:
 
 
 def conditionable(program: ir.Program, schedule: Plan, specs: dict[int, D.DistSpec]) -> bool:
-    """Whether every matrix the outputs need may be conditioned (normal, mvt)."""
+    """Whether every matrix the outputs need may be conditioned (normal, mvt, orthogonal)."""
     return all(specs[e.var].law.conditionable for e in _used_matrices(program, schedule))
+
+
+def side_products(program: ir.Program, schedule: Plan) -> dict[tuple[int, bool], int]:
+    """(matrix var, transposed) -> the number of MatMuls on that side the outputs need."""
+    count: dict[tuple[int, bool], int] = {}
+    for e in program.eqns:
+        if isinstance(e, ir.MatMul) and e.var in schedule.needed:
+            key = (e.matrix, bool(e.transposed))
+            count[key] = count.get(key, 0) + 1
+    return count
 
 
 def products(program: ir.Program, schedule: Plan) -> dict[int, int]:
     """matrix var -> the number of MatMuls (either side) the outputs need on it."""
     count: dict[int, int] = {}
-    for e in program.eqns:
-        if isinstance(e, ir.MatMul) and e.var in schedule.needed:
-            count[e.matrix] = count.get(e.matrix, 0) + 1
+    for (var, _), k in side_products(program, schedule).items():
+        count[var] = count.get(var, 0) + k
     return count
 
 
@@ -185,17 +194,18 @@ def conditional_peak(program: ir.Program, schedule: Plan, sizes: dict[str, int],
             origin = " (from --matrix-dist)" if swapped else ""
             raise _located(program, TPUsageError, f"conditional mode: {spec.family} matrices{origin} are not "
                            "Gaussian, so drawing a product given the earlier ones is not exact in law "
-                           "(only normal and mvt matrices can be conditioned); run without --conditional",
+                           "(only normal, mvt and orthogonal matrices can be conditioned); run without "
+                           "--conditional",
                            e)
         rows, cols, k = sizes[e.rows], sizes[e.cols], uses.get(e.var, 0)
-        if k > max_products(rows, cols):
+        if k > max_products(rows, cols, spec.law.haar):
             raise _located(program, TPUsageError, f"conditional mode: {k} products with this "
                            f"{rows} × {cols} matrix need a state of (rows + cols)·{k} numbers, more than "
                            f"the dense matrix itself; use a width of at least {2 * k} (or run without "
                            "--conditional)", e)
 
     def state_bytes(e: ir.Matrix, rows: int, cols: int) -> int:
-        entries = state_entries(rows, cols, uses.get(e.var, 0))
+        entries = state_entries(rows, cols, uses.get(e.var, 0), specs[e.var].law.haar)
         return (2 + copies) * entries * dtype.itemsize + max(rows, cols) * 8
     peak, where = peak_bytes(program, schedule, sizes, dtype.itemsize, state_bytes)
     if peak > limit:

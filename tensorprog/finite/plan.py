@@ -72,7 +72,7 @@ def plan_run(program: ir.Program, n: int, seed: int, dtype, matrix_dist: str | N
     (default: 90% of the available memory) bounds one trial; ``threads`` (default: every
     core) generate a blocked matrix's stripes; ``backend`` and ``device``: see :mod:`.backend`
     (on a GPU the memory limit is the device's free memory); ``conditional``: conditional
-    matrices (normal and mvt laws only; not with ``blocked=True``).  Errors are TPUsageError /
+    matrices (normal, mvt and orthogonal laws only; not with ``blocked=True``).  Errors are TPUsageError /
     TPLimitError."""
     dtype = _check(program, n, seed, dtype, blocked, conditional)
     lib = backend_of(program, backend, device)

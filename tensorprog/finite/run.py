@@ -120,8 +120,8 @@ def execute(program: ir.Program, n: int, trials: int = 1, seed: int = 0,
     library or device missing is a TPUsageError).  ``scheduler``: a Dask scheduler address,
     ``"local"`` or a ``distributed.Client`` runs the trials there, one task each, bit-identical
     to the local run (:mod:`.cluster`).  ``conditional``: True draws every product from its law
-    given the earlier ones instead of storing the matrices (exact in law for normal and mvt
-    matrices, memory O(n·k): :mod:`tensorprog.distributions.conditional`).  Defaults come
+    given the earlier ones instead of storing the matrices (exact in law for normal, mvt and
+    orthogonal matrices, memory O(n·k): :mod:`tensorprog.distributions.conditional`).  Defaults come
     from :func:`options`."""
     if isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or trials < 1:
         raise TPUsageError("trials must be at least 1", file=program.file)
