@@ -10,7 +10,7 @@ per output:
 Programs: ``relu_nngp.tp`` (ReLU NNGP, closed form), ``wigner_moments.tp`` (Catalan numbers),
 ``golikov_sgd_mup.tp`` at lr = 0.5 (one μP SGD step; the recurrence by quadrature), ``sgd_two_layer.tp``
 (one SGD step) and a Haar program (orthogonal O forward and transposed, limit by ``limit/haar.py``;
-it runs on the dense engine, since the conditional engine conditions Gaussian laws only).
+the conditional engine's Haar analogue, or the dense engine in versions without it).
 
     python bench/particles_coverage.py [--seeds 100] [--particles 1024] [--replicas 8] [--json out.json]
 
