@@ -10,14 +10,43 @@ per output:
 Programs: ``relu_nngp.tp`` (ReLU NNGP, closed form), ``wigner_moments.tp`` (Catalan numbers),
 ``golikov_sgd_mup.tp`` at lr = 0.5 (one μP SGD step; the recurrence by quadrature), ``sgd_two_layer.tp``
 (one SGD step) and a Haar program (orthogonal O forward and transposed, limit by ``limit/haar.py``;
-it runs on the dense engine, since the conditional engine conditions Gaussian laws only).
+the conditional engine's Haar analogue, or the dense engine in versions without it).
 
     python bench/particles_coverage.py [--seeds 100] [--particles 1024] [--replicas 8] [--json out.json]
 
-Measured on the project machine (2 cores shared with other work, load average 12–17), seeds 0–99,
+Measured on the project machine (2 cores shared with other work, load average 19–24), seeds 0–99,
 N = 1024, N/4 = 256, R = 8 replicas at each width (``python bench/particles_coverage.py``):
 
-RESULTS
+| program | output | exact | coverage | mean stated error | rms actual error | ratio | engine | CPU s / seed |
+|---|---|---|---|---|---|---|---|---|
+| relu_nngp | kxy | 0.33791 | 1.00 | 0.0765 | 0.0202 | 3.8 | conditional | 0.02 |
+| relu_nngp | kxx | 0.5 | 0.99 | 0.111 | 0.0306 | 3.6 | conditional | 0.02 |
+| wigner_moments | m2 | 1 | 1.00 | 0.114 | 0.0344 | 3.3 | conditional | 0.03 |
+| wigner_moments | m3 | 0 | 1.00 | 0.185 | 0.0556 | 3.3 | conditional | 0.03 |
+| wigner_moments | m4 | 2 | 1.00 | 0.303 | 0.0957 | 3.2 | conditional | 0.03 |
+| wigner_moments | m6 | 5 | 1.00 | 0.937 | 0.304 | 3.1 | conditional | 0.03 |
+| golikov_sgd_mup | f0 | 0 | 1.00 | 0.0291 | 0.00751 | 3.9 | conditional | 0.03 |
+| golikov_sgd_mup | f1 | 0.345848 | 1.00 | 0.0284 | 0.00905 | 3.1 | conditional | 0.03 |
+| golikov_sgd_mup | K | 0.78305 | 1.00 | 0.0574 | 0.0178 | 3.2 | conditional | 0.03 |
+| golikov_sgd_mup | f_lin | 0.391525 | 1.00 | 0.0342 | 0.0107 | 3.2 | conditional | 0.03 |
+| golikov_sgd_mup | dfeat | 0.0940133 | 1.00 | 0.0133 | 0.00367 | 3.6 | conditional | 0.03 |
+| sgd_two_layer | f0 | 0 | 1.00 | 0.0291 | 0.00751 | 3.9 | conditional | 0.03 |
+| sgd_two_layer | f1 | 0.345848 | 1.00 | 0.0286 | 0.00908 | 3.1 | conditional | 0.03 |
+
+(golikov_sgd_mup at lr = 0.5 and sgd_two_layer are the same network and step, written two ways:
+their numbers coincide.)  Every output is covered in 99–100% of the seeds (target ≥ 95%) with a
+stated error 3.1–3.9× the rms actual error (target ≤ 10×): honest, and about as tight as a 99%
+interval over 8 replicas per width can be (the Student quantile at ~14 degrees of freedom is 3.0,
+and the extrapolation's SE is 1.5× the SE at N).
+
+The Haar program (``--programs haar``, same N, R and seeds; load average 20; the conditional engine's
+Haar analogue, merged from the cond branch):
+
+| program | output | exact | coverage | mean stated error | rms actual error | ratio | engine | CPU s / seed |
+|---|---|---|---|---|---|---|---|---|
+| haar | a | 0.960049 | 1.00 | 0.0508 | 0.0141 | 3.6 | conditional | 0.02 |
+| haar | b | 0.519976 | 1.00 | 0.0196 | 0.00535 | 3.7 | conditional | 0.02 |
+| haar | c | 1.03995 | 1.00 | 0.0393 | 0.0107 | 3.7 | conditional | 0.02 |
 """
 from __future__ import annotations
 

@@ -14,7 +14,8 @@ as outputs), T = 100:
 * a mark at T = 5, where the Master Theorem compile (QMC) stops (44 s at T = 5 with error 3e-3 on a quiet
   machine, each further step about 3× the time: README, Benchmarks).
 
-Writes docs/img/mup_train_long.png and prints the table the page quotes.
+Writes docs/img/mup_train_long.png (and the finite widths' points to docs/img/mup_train_long.json:
+``--reuse-widths`` redraws with them, running only the limit) and prints the table the page quotes.
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ from tensorprog.limit.particles import most_products    # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAM = ROOT / "programs" / "mup_train_curve.tp"
+STORE = ROOT / "docs" / "img" / "mup_train_long.json"        # the finite widths' points, for --reuse-widths
 STEPS = [0, 1, 2, 3, 4] + list(range(5, 101, 5))
 QMC_STOP = 5
 
@@ -45,6 +47,8 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=8)
     ap.add_argument("--widths", default="256,1024,4096,16384")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--reuse-widths", action="store_true",
+                    help="take the finite widths from docs/img/mup_train_long.json instead of running them")
     args = ap.parse_args()
     load0 = os.getloadavg()[0]
     t0 = time.time()
@@ -59,12 +63,19 @@ def main() -> None:
     error = np.array([lim[k].error for k in names])
     print(f"limit by particles: {limit_s:.1f} s", flush=True)
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    ax.fill_between(STEPS, value - error, value + error, color="0.75", label=f"limit ± error (particles, N = "
+    floor = 1e-36                                       # log axis: the band's lower edge kept positive
+    ax.fill_between(STEPS, np.maximum(value - error, floor), value + error, color="0.75", label=f"limit ± error (particles, N = "
                     f"{args.particles}, {args.replicas} replicas)")
     ax.plot(STEPS, value, "k-", lw=1.2)
     widths = [int(w) for w in args.widths.split(",")]
     rows = {}
+    saved = json.loads(STORE.read_text()) if args.reuse_widths else None
     for n, marker in zip(widths, "osD^v<>"):
+        if saved is not None:
+            means, ses = (np.array(a) for a in saved["widths"][str(n)])
+            rows[n] = (means, ses, saved["seconds"][str(n)])
+            ax.errorbar(STEPS, means, yerr=ses, fmt=marker, ms=3.5, capsize=2, label=f"n = {n} ({args.trials} seeds)")
+            continue
         t0 = time.time()
         conditional = n >= 2 * most_products(program.ir)  # below, the dense engine (the same law)
         run = program.execute(n, trials=args.trials, seed=1000 + n, conditional=conditional, progress=False)
@@ -87,12 +98,14 @@ def main() -> None:
     print("| step | limit (particles) | " + " | ".join(f"n = {n}" for n in widths) + " |")
     print("|---" * (len(widths) + 2) + "|")
     for i, s in enumerate(STEPS):
-        cells = [f"{rows[n][0][i]:.5f} ± {rows[n][1][i]:.1e}" for n in widths]
-        print(f"| {s} | {value[i]:.5f} ± {error[i]:.1e} | " + " | ".join(cells) + " |")
+        cells = [f"{rows[n][0][i]:.4g} ± {rows[n][1][i]:.1e}" for n in widths]
+        print(f"| {s} | {value[i]:.4g} ± {error[i]:.1e} | " + " | ".join(cells) + " |")
     print("| seconds | " + f"{limit_s:.0f} | " + " | ".join(f"{rows[n][2]:.0f}" for n in widths) + " |")
+    if not args.reuse_widths:
+        STORE.write_text(json.dumps({"steps": STEPS, "widths": {n: [r[0].tolist(), r[1].tolist()] for n, r in rows.items()},
+                                     "seconds": {n: r[2] for n, r in rows.items()}}))
     if args.json:
-        Path(args.json).write_text(json.dumps({"steps": STEPS, "limit": value.tolist(), "error": error.tolist(),
-                                               "widths": {n: [r[0].tolist(), r[1].tolist()] for n, r in rows.items()}}))
+        Path(args.json).write_text(json.dumps({"steps": STEPS, "limit": value.tolist(), "error": error.tolist()}))
 
 
 if __name__ == "__main__":

@@ -4,8 +4,8 @@ N/4 with replicas, extrapolated to 1/n → 0, with an honest error.
 * the statistics alone, on synthetic outputs c + b₁/n + b₂/n² + σ/√n·noise: the extrapolation
   removes b₁/n exactly, and over many experiments the stated error covers c at least 95% of
   the time while being at most 10× the root-mean-square actual error;
-* on programs with exactly known limits (ReLU NNGP, Wigner moments, one μP SGD step whose limit
-  the recurrence computes by quadrature), over a few seeds: every stated error covers the exact
+* on programs with exactly known limits (ReLU NNGP, Wigner moments, a Haar program, one μP SGD step
+  whose limit the recurrence computes by quadrature), over a few seeds: every stated error covers the exact
   value, and the errors are at most 10× the rms actual error (the full study over many seeds is
   bench/particles_coverage.py);
 * options are checked (TPUsageError, exit 2 from ``tpc``); text, JSON (method ``particles``,
@@ -73,8 +73,8 @@ def test_synthetic_coverage_and_tightness(replicas, b1, b2):
 
 
 # ---- programs with known limits ---------------------------------------------------------------
-#: Haar-orthogonal matrices, forward and transposed (their limit: tensorprog/limit/haar.py); the
-#: conditional engine conditions Gaussian laws only, so this one runs on the dense engine
+#: Haar-orthogonal matrices, forward and transposed (their limit: tensorprog/limit/haar.py; at finite
+#: width the conditional engine's Haar analogue)
 HAAR = """vector v ~ normal()
 matrix O ~ orthogonal(var=2)
 x = O @ v
@@ -133,9 +133,13 @@ def test_engines():
     assert tp.load(PROGRAMS / "relu_nngp.tp").compile(method="particles", particles=256, replicas=4).engine \
         == "conditional"
     haar = case_program("haar", {}).compile(method="particles", particles=256, replicas=4)
-    assert haar.engine == "dense"                          # orthogonal: not conditionable
+    assert haar.engine == "conditional"                    # orthogonal: the Haar analogue
+    uniform = tp.load(PROGRAMS / "relu_nngp.tp").compile(method="particles", particles=256, replicas=4,
+                                                          matrix_dist="uniform")
+    assert uniform.engine == "dense"                       # iid non-Gaussian: not conditionable
     with pytest.raises(TPUsageError, match="not Gaussian"):
-        particles(case_program("haar", {}).ir, ParticleOptions(particles=256, replicas=4, conditional=True))
+        particles(tp.load(PROGRAMS / "relu_nngp.tp").ir, ParticleOptions(particles=256, replicas=4, conditional=True),
+                  matrix_dist="uniform")
 
 
 def test_the_engine_and_the_runs_are_reported():

@@ -30,8 +30,8 @@ SE for the cost (the small width then adds 1/r of the time).
 
 The finite-width engine is the conditional one of :mod:`tensorprog.finite`
 (``execute(..., conditional=True)``: Gaussian conditioning, exact in law at any width, O(n·k)
-per product) when every matrix's law can be conditioned (normal, mvt), else the dense one
-(the same law, O(n²) per product: e.g. ``orthogonal`` matrices).
+per product) when every matrix's law can be conditioned (normal, mvt, orthogonal), else the dense
+one (the same law, O(n²) per product: iid non-Gaussian laws such as uniform or rademacher).
 """
 from __future__ import annotations
 
@@ -204,7 +204,7 @@ def extrapolate(large: tuple[float, float, int], small: tuple[float, float, int]
     dof = se ** 4 / parts if parts > 0 else math.inf
     statistical = student_quantile(dof) * se
     bias = abs(v_n - v_s) * b
-    rounding = 4e-16 * (abs(value) + 1)
+    rounding = 4e-16 * abs(value)          # (cancellations inside a replica are in its spread)
     return ParticleValue(value, statistical + bias + rounding, statistical, bias, se, dof)
 
 
@@ -230,7 +230,7 @@ def conditional_available() -> bool:
 
 def choose_engine(program: ir.Program, wanted: bool | None, matrix_dist: str | None) -> bool:
     """Whether to run conditionally: ``wanted``, or (None) when the mode exists and every matrix's
-    law can be conditioned exactly (normal, mvt; an ``orthogonal`` program runs dense)."""
+    law can be conditioned exactly (normal, mvt, orthogonal; iid non-Gaussian laws run dense)."""
     if wanted is False:
         return False
     if wanted and not conditional_available():
