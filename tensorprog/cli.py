@@ -11,6 +11,7 @@ from .errors import TPError, TPUsageError
 from .expect.budget import Budget
 from .finite.backend import BACKENDS, DEVICES
 from .finite.exec_options import ExecOptions
+from .limit.particles import ParticleOptions
 
 
 def _define(text: str) -> tuple[str, float]:
@@ -49,14 +50,26 @@ def _parser() -> argparse.ArgumentParser:
     co.add_argument("--emit", choices=["text", "json", "latex"], default="text")
     co.add_argument("--matrix-dist", default=None, help="swap the family of every matrix")
     budget = Budget()                      # the defaults live in tensorprog/expect/budget.py only
-    co.add_argument("--tol", type=float, default=budget.tol,
+    co.add_argument("--tol", type=_number, default=budget.tol,
                     help="target error of numerical expectations (default %(default)g)")
-    co.add_argument("--max-qmc-points", type=_positive, default=budget.max_qmc_points,
+    co.add_argument("--max-qmc-points", type=_integer, default=budget.max_qmc_points,
                     help="quasi-Monte Carlo points per expectation at most (default %(default)d)")
-    co.add_argument("--max-quad-points", type=_positive, default=budget.max_quad_points,
+    co.add_argument("--max-quad-points", type=_integer, default=budget.max_quad_points,
                     help="largest tensor quadrature grid; beyond it, QMC (default %(default)d)")
-    co.add_argument("--max-expand-size", type=_positive, default=budget.max_expand_size,
+    co.add_argument("--max-expand-size", type=_integer, default=budget.max_expand_size,
                     help="largest symbolic expansion tried for a closed form (default %(default)d terms)")
+    particles = ParticleOptions()
+    co.add_argument("--method", choices=["recurrence", "particles"], default="recurrence",
+                    help="recurrence: the Master Theorem (default); particles: finite widths N and N/4 with "
+                         "replicas, extrapolated to 1/n -> 0 (long programs; cost linear in their length)")
+    co.add_argument("--particles", type=_positive, default=None, metavar="N",
+                    help=f"--method particles: the large width N (default {particles.particles})")
+    co.add_argument("--replicas", type=_positive, default=None, metavar="R",
+                    help=f"--method particles: independent runs at each width (default {particles.replicas})")
+    co.add_argument("--seed", type=int, default=None,
+                    help="seed of the randomized QMC rules, or of --method particles (default 0)")
+    co.add_argument("--jobs", "-j", type=int, default=None, metavar="J",
+                    help="--method particles: run replicas in J worker processes (0: one per core)")
     cv = command("converge", "finite width against the limit at several widths, with the fitted rate")
     cv.add_argument("--widths", type=_widths, required=True, metavar="N1,N2,...",
                     help="comma-separated widths, e.g. 256,512,1024")
@@ -101,6 +114,9 @@ def _scale_flags(p: argparse.ArgumentParser, jobs: bool = True) -> None:
     p.add_argument("--blocked", action=argparse.BooleanOptionalAction, default=None,
                    help="regenerate matrices block by block instead of storing them (other random "
                         "numbers, same laws); default: only when the dense matrices do not fit")
+    p.add_argument("--conditional", action="store_true", default=False,
+                   help="never store a matrix: draw each product from its law given the earlier ones "
+                        "(exact in law for normal, mvt and orthogonal matrices; memory O(n·k) for k products)")
     p.add_argument("--progress", action="store_true", default=None,
                    help="a progress bar on stderr (default: only when stderr is a terminal)")
     p.add_argument("--backend", choices=BACKENDS, default=ExecOptions().backend,
@@ -116,7 +132,7 @@ def _options(args, **extra):
     """The execution options of the command line (``extra``: more of them) for a ``with`` block."""
     from .finite import options
     opts = {"blocked": args.blocked, "backend": args.backend, "device": args.device,
-            "scheduler": args.scheduler, **extra}
+            "scheduler": args.scheduler, "conditional": args.conditional, **extra}
     if getattr(args, "jobs", None) is not None:
         opts["jobs"] = args.jobs
     return options(**opts)
@@ -138,6 +154,21 @@ def _positive(text: str) -> int:
     if not (value.is_integer() and value >= 1):
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
     return int(value)
+
+
+def _number(text: str) -> float:
+    """A number as text (its range is checked by the library: :class:`~tensorprog.expect.budget.Budget`)."""
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+
+
+def _integer(text: str) -> int | float:
+    """An integer as text, 1e6-style spellings accepted; anything else is handed on as a float for
+    the library to refuse (its range is checked there, once: :class:`~tensorprog.expect.budget.Budget`)."""
+    value = _number(text)
+    return int(value) if value.is_integer() else value
 
 
 def _widths(text: str) -> list[int]:
@@ -166,7 +197,8 @@ def cmd_execute(args) -> str:
     result = _load(args).execute(n=args.width, trials=args.trials, seed=args.seed,
                                  matrix_dist=args.matrix_dist, dtype=args.dtype, jobs=args.jobs,
                                  blocked=args.blocked, progress=args.progress, backend=args.backend,
-                                 device=args.device, scheduler=args.scheduler)
+                                 device=args.device, scheduler=args.scheduler,
+                                 conditional=args.conditional)
     if args.json:
         return json.dumps(result.to_dict(), indent=2)
     head = f"width {result.width}, {result.trials} trial(s), seed {result.seed}, {result.dtype}"
@@ -174,6 +206,8 @@ def cmd_execute(args) -> str:
         head += f", {result.backend} on {result.device}"
     if result.blocked:
         head += ", blocked matrices"
+    if result.conditional:
+        head += ", conditional matrices"
     if result.matrix_dist:
         head += f", matrices: {result.matrix_dist}"
     rows = [head, f"{'output':<16} {'mean':>14} {'std':>12}  values"]
@@ -185,9 +219,23 @@ def cmd_execute(args) -> str:
 
 def cmd_compile(args) -> str:
     from .limit.report import render_compiled
+    if args.method == "particles":
+        from .finite import options
+        budget = Budget()
+        changed = [f"--{k.replace('_', '-')}" for k in ("tol", "max_qmc_points", "max_quad_points", "max_expand_size")
+                   if getattr(args, k) != getattr(budget, k)] + (["--symbolic"] if args.symbolic else [])
+        if changed:
+            raise TPUsageError(f"{', '.join(changed)}: options of the recurrence, not of --method particles "
+                               "(which takes --particles, --replicas, --seed and --jobs)", file=args.file)
+        with options(**({} if args.jobs is None else {"jobs": args.jobs})):
+            compiled = _load(args).compile(method="particles", particles=args.particles, replicas=args.replicas,
+                                           seed=args.seed, matrix_dist=args.matrix_dist)
+        return render_compiled(compiled, compiled.limit(), args.emit)
+    if args.particles is not None or args.replicas is not None or args.jobs is not None:
+        raise TPUsageError("--particles, --replicas and --jobs apply to --method particles only", file=args.file)
     compiled = _load(args).compile(symbolic=args.symbolic, tol=args.tol, max_qmc_points=args.max_qmc_points,
                                    max_quad_points=args.max_quad_points, max_expand_size=args.max_expand_size,
-                                   matrix_dist=args.matrix_dist)
+                                   matrix_dist=args.matrix_dist, seed=args.seed)
     return render_compiled(compiled, compiled.limit(), args.emit)
 
 
@@ -209,6 +257,8 @@ def cmd_converge(args) -> str:
 
 
 def cmd_kernel(args) -> str:
+    if args.output is not None:                  # refused before the computation, not after
+        _load(args).require_output(args.output, "--output")
     from .tools.kernel import kernel, load_inputs, save_path
     from .tools.tiles import TILE_PAIRS
     X = load_inputs(args.inputs)

@@ -1,20 +1,22 @@
 """The Python API: ``load``/``parse`` a program, then ``execute`` or ``compile`` it."""
 from __future__ import annotations
 
+import numbers
 import os
 from functools import lru_cache
-from pathlib import Path
 from typing import Mapping
 
 import numpy as np
 
 from . import ir
-from .errors import TPLoadError, TPUsageError
+from .arguments import usage, whole
+from .errors import TPUsageError
 from .expect.budget import Budget
 from .finite.exec_options import UNSET
 from .finite.run import ExecResult, execute
 from .lang.lower import lower
 from .lang.parser import parse_text
+from .lang.source import MAX_SOURCE_CHARS, base_dir_of, check_limit, check_size, read_source
 
 
 class Program:
@@ -29,20 +31,29 @@ class Program:
 
     def execute(self, n: int, trials: int = 1, seed: int = 0, matrix_dist: str | None = None,
                 dtype=np.float64, memory_limit: int | None = None, *, jobs=UNSET, blocked=UNSET,
-                progress=UNSET, block_rows=UNSET, backend=UNSET, device=UNSET, scheduler=UNSET) -> ExecResult:
+                progress=UNSET, block_rows=UNSET, backend=UNSET, device=UNSET, scheduler=UNSET,
+                conditional=UNSET) -> ExecResult:
         """Finite width: run at width ``n`` over ``trials`` independent seeds.  ``jobs``,
         ``blocked``, ``progress``, ``backend`` ('numpy', 'torch', 'jax', 'cupy'), ``device``
-        ('cpu', 'cuda'), ``scheduler`` (a Dask address, 'local' or a Client) (and ``block_rows``):
+        ('cpu', 'cuda'), ``scheduler`` (a Dask address, 'local' or a Client), ``conditional``
+        (products drawn given the earlier ones, exact in law) (and ``block_rows``):
         see :func:`tensorprog.finite.run.execute`;
         those not given come from :func:`tensorprog.finite.options`."""
         return execute(self.ir, n, trials, seed, matrix_dist, dtype, memory_limit, jobs=jobs,
                        blocked=blocked, progress=progress, block_rows=block_rows, backend=backend,
-                       device=device, scheduler=scheduler)
+                       device=device, scheduler=scheduler, conditional=conditional)
 
     def compile(self, symbolic: bool = False, tol: float | None = None, max_qmc_points: int | None = None,
                 seed: int | None = None, max_quad_points: int | None = None,
-                max_expand_size: int | None = None, matrix_dist: str | None = None):
+                max_expand_size: int | None = None, matrix_dist: str | None = None, *,
+                method: str = "recurrence", particles: int | None = None, replicas: int | None = None):
         """Infinite width: the Master Theorem recurrence (``.limit()`` gives the values).
+
+        ``method="particles"`` estimates the limit from finite widths instead (for long programs,
+        whose expectations are integrals in too many dimensions): ``particles`` (the width N) and
+        ``replicas`` (R) of :class:`tensorprog.limit.particles.ParticleOptions`, ``seed`` its seed;
+        it returns a :class:`~tensorprog.limit.particles.ParticlesResult` (``.limit()`` likewise),
+        whose values have method ``particles`` (:mod:`tensorprog.limit.particles`).
 
         ``symbolic``: closed forms where they exist (params that enter only initial covariances
         stay symbols).  The others are the fields of :class:`tensorprog.expect.budget.Budget`,
@@ -53,21 +64,49 @@ class Program:
         symbolic expansion tried for a closed form (beyond it, numerics).  A [budget] warning
         names the option whenever a limit was reached; a value out of range is a TPUsageError.
         ``matrix_dist`` swaps the law of every matrix (variance kept), as execute's does."""
+        given = dict(tol=tol, max_qmc_points=max_qmc_points, seed=seed, max_quad_points=max_quad_points,
+                     max_expand_size=max_expand_size)
+        limits = _budget({k: v for k, v in given.items() if v is not None}, self.ir.file)   # before sympy loads
+        if method == "particles":
+            return self._particles(given, symbolic, matrix_dist, particles, replicas)
+        if method != "recurrence":
+            raise TPUsageError(f"unknown compile method {method!r}: use 'recurrence' (the default) or "
+                               "'particles'", file=self.ir.file)
+        if particles is not None or replicas is not None:
+            raise TPUsageError("--particles and --replicas apply to --method particles only", file=self.ir.file)
         from .limit.compiler import compile_program
         from .limit.matrix_laws import with_matrix_family
         program = with_matrix_family(self.ir, matrix_dist) if matrix_dist else self.ir
-        given = dict(tol=tol, max_qmc_points=max_qmc_points, seed=seed, max_quad_points=max_quad_points,
-                     max_expand_size=max_expand_size)
-        limits = _budget({k: v for k, v in given.items() if v is not None}, self.ir.file)
         if not symbolic:
             return compile_program(program, budget=limits)
         from .limit.symbolic_params import symbolic_covariances
         covs, values = symbolic_covariances(program)
         return compile_program(program, symbolic=True, budget=limits, symbolic_covs=covs, param_values=values)
 
+    def _particles(self, given: dict, symbolic: bool, matrix_dist: str | None, particles: int | None,
+                   replicas: int | None):
+        """``compile(method="particles")``: the options checked, then the two runs."""
+        from .limit.particles import ParticleOptions
+        from .limit.particles import particles as run_particles
+        ignored = [k for k, v in given.items() if v is not None and k != "seed"] + (["symbolic"] if symbolic else [])
+        if ignored:
+            raise TPUsageError(f"{', '.join(ignored)}: options of the recurrence, not of --method particles "
+                               "(which takes --particles, --replicas and --seed)", file=self.ir.file)
+        chosen = {k: v for k, v in dict(particles=particles, replicas=replicas, seed=given["seed"]).items()
+                  if v is not None}
+        return run_particles(self.ir, ParticleOptions(**chosen), matrix_dist=matrix_dist)
+
     def limit(self, *args, **options):
         """``compile(*args, **options).limit()``."""
         return self.compile(*args, **options).limit()
+
+    def require_output(self, name: str, option: str = "output") -> str:
+        """``name`` if the program has an output of that name, else a TPUsageError listing them
+        (``option``: how the caller spelled the argument, e.g. ``--output``)."""
+        if name not in self.outputs:
+            raise TPUsageError(f"{option}: no output named {name!r} (outputs: {', '.join(self.outputs) or 'none'})",
+                               file=self.ir.file)
+        return name
 
     def summary(self) -> dict[str, int]:
         """Number of equations of each kind."""
@@ -89,19 +128,32 @@ def _budget(options: Mapping[str, float], file: str) -> Budget:
 
 
 def parse(text: str, file: str = "<string>", base_dir: str | None = None,
-          max_nodes: int = 1_000_000, **params: float) -> Program:
-    """Parse and check program text; ``params`` override the program's ``param`` statements."""
-    base = base_dir or os.getcwd()
+          max_nodes: int = 1_000_000, max_chars: int = MAX_SOURCE_CHARS, **params: float) -> Program:
+    """Parse and check program text; ``params`` override the program's ``param`` statements.
+    A text longer than ``max_chars`` (:data:`~tensorprog.lang.source.MAX_SOURCE_CHARS`) is refused
+    before it is parsed; an argument of the wrong type is a TPUsageError."""
+    _check_arguments(text, file, base_dir, max_nodes, max_chars, params)
+    check_size(text, file, max_chars)
+    base = os.fspath(base_dir) if base_dir else os.getcwd()
     if "load" not in text:                     # reads no file: the same text lowers to the same IR
-        try:
-            key = tuple(sorted(params.items()))
-            hash(key)
-        except TypeError:                      # a param value that cannot be hashed
-            key = None
-        if key is not None:
-            return Program(lowered(text, file, key, base, max_nodes))
+        return Program(lowered(text, file, tuple(sorted(params.items())), base, max_nodes))
     module = parse_text(text, file)
     return Program(lower(module, params, file=file, source=text, base_dir=base, max_nodes=max_nodes))
+
+
+def _check_arguments(text: object, file: object, base_dir: object, max_nodes: object, max_chars: object,
+                     params: Mapping[str, object]) -> None:
+    """The arguments of :func:`parse`: strings, positive limits and real param values."""
+    for value, what in ((text, "the program text"), (file, "file")):
+        if not isinstance(value, str):
+            raise TPUsageError(f"{what} must be a str, not {type(value).__name__} (tp.load reads a file)")
+    if base_dir is not None and not isinstance(base_dir, (str, os.PathLike)):
+        raise TPUsageError(f"base_dir must be a str or a path, not {type(base_dir).__name__}", file=file)
+    usage(lambda: whole(max_nodes, "max_nodes", 1), file)
+    check_limit(max_chars)
+    for name, value in params.items():
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise TPUsageError(f"the value of param {name} must be a real number, not {value!r}", file=file)
 
 
 @lru_cache(maxsize=64)
@@ -112,12 +164,14 @@ def lowered(text: str, file: str, params: tuple, base_dir: str, max_nodes: int) 
                  max_nodes=max_nodes)
 
 
-def load(path: str | os.PathLike, max_nodes: int = 1_000_000, **params: float) -> Program:
-    """Read a ``.tp`` file; ``load()`` inside it reads files next to it."""
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except (OSError, UnicodeDecodeError) as err:
-        raise TPLoadError(f"cannot read the program: {err.strerror if isinstance(err, OSError) else err}",
-                          file=str(path)) from None
-    return parse(text, file=str(path), base_dir=str(p.resolve().parent), max_nodes=max_nodes, **params)
+def load(path: str | os.PathLike, max_nodes: int = 1_000_000, max_chars: int = MAX_SOURCE_CHARS,
+         **params: float) -> Program:
+    """Read a ``.tp`` file; ``load()`` inside it reads files next to it.  Only a regular file of at
+    most ``max_chars`` bytes is read (:mod:`tensorprog.lang.source`: a FIFO, a device or a
+    directory is refused, never waited on)."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TPUsageError(f"load expects the path of a .tp file (a str or os.PathLike), not "
+                           f"{type(path).__name__} (tp.parse takes program text)")
+    text = read_source(path, check_limit(max_chars))
+    return parse(text, file=str(path), base_dir=base_dir_of(path), max_nodes=max_nodes, max_chars=max_chars,
+                 **params)

@@ -36,7 +36,7 @@ def test_the_tutorial_runs_and_shows_plots_and_rich_displays():
     pngs = [d for d in data if "image/png" in d]
     html = "".join(d.get("text/html", "") for d in data)
     assert len(pngs) >= 2                                        # universality and the kernel heatmaps
-    for kind in ("tp-execute", "tp-compiled", "tp-limit", "tp-converge", "tp-kernel"):
+    for kind in ("tp-execute", "tp-compiled", "tp-limit", "tp-converge", "tp-kernel", "tp-particles"):
         assert f"tp-display {kind}" in html, kind
     assert r"_{\dot Z}" in html                                  # the backward pass's Ż term
     assert "data:image/png;base64," in html                      # the convergence plot, inline

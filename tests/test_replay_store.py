@@ -145,9 +145,9 @@ def test_record_is_json_data_only(store):
         text = f.read_text()
         record = json.loads(text)
         if f.name.startswith("template-"):          # a template's finding: group, scale, shift
-            assert set(record) == {"format", "code", "group", "scale", "shift"}
+            assert set(record) == {"format", "code", "digest", "group", "scale", "shift"}
         else:
-            assert set(record) == {"format", "code", "replay", "warnings"}
+            assert set(record) == {"format", "code", "digest", "replay", "warnings"}
         assert record["format"] == replay_store.FORMAT and record["code"] == replay_store.code_digest()
         assert "lambda" not in text and "import" not in text and "__" not in text
 
@@ -284,3 +284,133 @@ def test_template_finding_is_stored_and_spares_the_probe_lowerings(store, fresh_
     monkeypatch.setattr(kmod, "affine_template", refuse)
     monkeypatch.setattr(pmod, "record_class", refuse)
     assert np.array_equal(stack(tp.kernel(TEMPLATE, data(), L=3)), fresh_values)
+
+
+# ---- integrity: a record changed on disk is never used; the directory is private ----------------
+
+def reseal(path: Path, record: dict) -> None:
+    """Write ``record`` with its digest recomputed: a deliberate change, not damage."""
+    body = {k: v for k, v in record.items() if k != "digest"}
+    path.write_text(json.dumps({**body, "digest": replay_store.record_digest(path.stem, body)}))
+
+
+def change_record(path: Path, what: str) -> bool:
+    """Change ``what`` in the record at ``path`` (valid JSON still); False if it has no such thing."""
+    record = json.loads(path.read_text())
+    if what == "scale" and "scale" in record:
+        record["scale"] *= 1.5
+    elif what == "group" and "group" in record:
+        record["group"] += 1
+    elif what == "constant" and record.get("replay"):
+        consts = record["replay"]["tape"]["consts"]
+        if not any(v == 2.0 for _, v in consts):          # the template's weight variance, var = 2
+            return False
+        record["replay"]["tape"]["consts"] = [[k, 3.0 if v == 2.0 else v] for k, v in consts]
+    elif what == "digest":
+        record["digest"] = "0" * 64
+        path.write_text(json.dumps(record))
+        return True
+    else:
+        return False
+    path.write_text(json.dumps(record))
+    return True
+
+
+@pytest.mark.parametrize("what, sealed", [(w, False) for w in ("scale", "group", "constant", "digest")]
+                         + [(w, True) for w in ("scale", "group", "constant")])
+def test_changed_record_is_not_used(store, fresh_values, what, sealed):
+    """A record changed after it was written (its scale, group, a constant of its tape, or its
+    digest) gives the kernel of an uncached compile, with a StoreWarning: by its digest, or, where
+    the digest was recomputed too, by the checks of its meaning (a fresh compile of a few pairs;
+    the template's own covariance).  Before these checks the kernel came out wrong (the NTK
+    diagonal 1.95 → 2.92 for a scale × 1.5).  ``sealed``: the digest recomputed after the change."""
+    from tensorprog.tools import kernel as kmod
+    tp.kernel(TEMPLATE, data(), L=3)
+    changed = [f for f in sorted(store.glob("*.json")) if change_record(f, what)]
+    assert changed, f"no record has a {what} to change"
+    if sealed:
+        for f in changed:
+            reseal(f, json.loads(f.read_text()))
+    pmod.REPLAYS.clear()
+    kmod.TEMPLATES.clear()
+    expected = "disagrees with a fresh compile|does not fit" if sealed else "does not match its digest"
+    with pytest.warns(replay_store.StoreWarning, match=expected):
+        K = tp.kernel(TEMPLATE, data(), L=3)
+    got = stack(K)
+    assert np.allclose(got, fresh_values, rtol=1e-13, atol=0)
+    if what != "digest":           # the kernel was recorded again: bit for bit what an uncached run gives
+        assert np.array_equal(got[:2], fresh_values[:2])
+
+
+def test_recorded_again_after_a_change_and_trusted_afterwards(store, fresh_values):
+    """The record written in place of a changed one is used by the next process-like run (no
+    warning, no new record)."""
+    tp.kernel(TEMPLATE, data(), L=3)
+    for f in store.glob("*.json"):
+        change_record(f, "constant")
+    pmod.REPLAYS.clear()
+    with pytest.warns(replay_store.StoreWarning):
+        tp.kernel(TEMPLATE, data(), L=3)
+    pmod.REPLAYS.clear()
+    calls = []
+    original = pmod.record_class
+    pmod.record_class = lambda *a, **k: calls.append(1) or original(*a, **k)
+    try:
+        import warnings
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", replay_store.StoreWarning)
+            K = tp.kernel(TEMPLATE, data(), L=3)
+    finally:
+        pmod.record_class = original
+    assert not calls
+    assert np.array_equal(stack(K), fresh_values)
+
+
+def mode(path: Path) -> int:
+    return path.stat().st_mode & 0o777
+
+
+def test_store_directories_are_private(tmp_path, monkeypatch):
+    """The directories the store makes have mode 0700 whatever the umask; records go there."""
+    monkeypatch.setenv("TENSORPROG_CACHE_DIR", str(tmp_path / "cache"))
+    store = ReplayStore.from_environment()
+    old = os.umask(0o022)
+    try:
+        store.save_data("k", {"x": 1})
+    finally:
+        os.umask(old)
+    assert mode(tmp_path / "cache") == 0o700 and mode(tmp_path / "cache" / "replays") == 0o700
+    assert store.load_data("k")["x"] == 1
+
+
+def test_open_store_directory_is_made_private(tmp_path):
+    directory = tmp_path / "replays"
+    directory.mkdir()
+    directory.chmod(0o777)
+    store = ReplayStore(directory)
+    store.save_data("k", {"x": 1})
+    assert mode(directory) == 0o700
+    assert store.load_data("k")["x"] == 1
+
+
+def test_store_directory_of_another_user_is_not_used(tmp_path, monkeypatch, fresh_values):
+    """A directory that belongs to someone else is neither read nor written (a StoreWarning), and
+    the kernel is computed as without a store."""
+    if not hasattr(os, "geteuid"):
+        pytest.skip("no user ids here")
+    directory = tmp_path / "replays"
+    ReplayStore(directory).save_data("k", {"x": 1})
+    before = sorted(p.name for p in directory.iterdir())
+    me = os.geteuid()
+    monkeypatch.setattr(os, "geteuid", lambda: me + 1)         # the directory is now another user's
+    foreign = ReplayStore(directory)
+    with pytest.warns(replay_store.StoreWarning, match="belongs to another user"):
+        assert foreign.load_data("k") is None
+    monkeypatch.setattr(pmod, "STORE", foreign)
+    pmod.REPLAYS.clear()
+    try:
+        with pytest.warns(replay_store.StoreWarning, match="belongs to another user"):
+            assert np.array_equal(stack(tp.kernel(TEMPLATE, data(), L=3)), fresh_values)
+    finally:
+        pmod.REPLAYS.clear()
+    assert sorted(p.name for p in directory.iterdir()) == before

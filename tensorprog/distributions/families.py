@@ -45,7 +45,7 @@ F64 = np.dtype(np.float64)
 class Normal(Family):
     """N(0, var): vectors become Gaussian base variables of the limit (jointly, with ``cov``)."""
 
-    name, gaussian, joint = "normal", True, True
+    name, gaussian, joint, conditionable = "normal", True, True, True
 
     def abs_moment(self, v: sp.Expr, nu: sp.Expr | None, n: int) -> sp.Expr:
         """E|u|^n = (2v)^{n/2} Γ((n+1)/2)/√π."""
@@ -115,6 +115,10 @@ class Normal(Family):
                    df: float | None) -> None:
         gen.standard_normal(dtype=F64, out=out)
         out *= F64.type(math.sqrt(entry_var))
+
+    def conditional_scale(self, gamma, xp, var: float, df: float | None, rows: int, cols: int) -> float:
+        """S = √(var/cols) for every row: W = S·G."""
+        return math.sqrt(var / cols)
 
     def draw_entries(self, s: Stream, entry_var: float, df: float | None, shape: tuple[int, ...]):
         """On an array backend: ``normal`` · √v."""
@@ -395,6 +399,8 @@ class Orthogonal(Family):
     """
 
     name, vectors, iid_entries, blockable, haar = "orthogonal", False, False, False, True
+    #: conditioned by the Haar rule (known on the earlier span, uniform isometry on its complement)
+    conditionable = True
 
     def sample_matrix(self, draws: Draws, var: float, df: float | None, rows: int, cols: int) -> np.ndarray:
         """Fortran-ordered when rows > cols."""
@@ -508,7 +514,7 @@ class Mvt(HeavyTailed):
     row scales (:data:`row_scale`, variance 1): so transposes are covered, but S has no
     exponential moment."""
 
-    name, vectors, iid_entries, row_scale = "mvt", False, False, MVT_SCALE
+    name, vectors, iid_entries, row_scale, conditionable = "mvt", False, False, MVT_SCALE, True
 
     def exp_moment_threshold(self, var: float) -> float | None:
         """0: the row scale S has no exponential moment."""
@@ -525,6 +531,12 @@ class Mvt(HeavyTailed):
 
     def extra_bytes(self, rows: int, cols: int, itemsize: int) -> int:
         return 16 * int(rows) * 8  # a few per-row vectors
+
+    def conditional_scale(self, gamma, xp, var: float, df: float | None, rows: int, cols: int):
+        """S_i = √((df − 2)/χ²_i · var/cols), χ²_i = 2·``gamma(df/2)``: one per row, as in
+        :meth:`sample_matrix` (the gamma draws come first in the matrix's stream)."""
+        chi2 = 2.0 * gamma(df / 2.0, (int(rows),))
+        return xp.sqrt(((df - 2.0) * var / cols) / chi2)
 
     def sample_row(self, gen: np.random.Generator, out: np.ndarray, entry_var: float,
                    df: float | None) -> None:

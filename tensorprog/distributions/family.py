@@ -147,6 +147,9 @@ class Family(ScalarLaw):
     #: products on the earlier ones (limit/haar.py) instead of the iid Ẑ + Ż rule.  mvt is not iid
     #: either, but the compiler writes it exactly as diag(S)·G with G iid Gaussian
     haar: bool = False
+    #: the law of a product given the earlier ones is known exactly (:mod:`.conditional`): W = diag(S)·G
+    #: with G iid Gaussian (normal: S constant; mvt: iid row scales), or Haar (orthogonal)
+    conditionable: bool = False
 
     def __repr__(self) -> str:
         return f"<family {self.name}>"
@@ -260,6 +263,14 @@ class Family(ScalarLaw):
                    df: float | None) -> None:
         """One row of a blocked matrix into ``out`` (float64), from the row's own stream ``gen``."""
         raise ValueError(f"{self.name} matrices cannot be generated block by block")
+
+    # ---- conditional sampling (W = diag(S)·G, G iid N(0, 1))
+    def conditional_scale(self, gamma, xp, var: float, df: float | None, rows: int, cols: int):
+        """The row scale S of W = diag(S)·G: a float (the same for every row) or a (rows,) array
+        of ``xp``, drawn with ``gamma(alpha, shape)`` (standard gamma draws); only for a
+        :attr:`conditionable` family (conditioning is exact in law for Gaussian G only)."""
+        raise ValueError(f"{self.name} matrices are not Gaussian given a row scale: they cannot be "
+                         "conditioned exactly on their earlier products")
 
     # ---- hypotheses of the Master Theorem
     def moment_order(self, df: float | None) -> float:

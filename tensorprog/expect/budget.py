@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from ..arguments import positive_finite, whole
+
 
 @dataclass(frozen=True)
 class Budget:
@@ -27,11 +29,14 @@ class Budget:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        """Each ``max_*`` limit must be positive (ValueError naming it otherwise)."""
+        """``tol`` positive and finite, each ``max_*`` a positive integer, ``seed`` a non-negative
+        integer (an :class:`~tensorprog.arguments.ArgumentError`, a ValueError, naming the field and
+        its ``tpc compile`` option otherwise).  NaN is refused: it compares false with every error,
+        so it would silence the [budget] warnings."""
+        positive_finite(self.tol, "tol (--tol)")
         for name in ("max_qmc_points", "max_quad_points", "max_expand_size"):
-            value = getattr(self, name)
-            if not value > 0:
-                raise ValueError(f"{name} must be positive, got {value}")
+            whole(getattr(self, name), f"{name} (--{name.replace('_', '-')})", 1)
+        whole(self.seed, "seed", 0)
 
     @classmethod
     def names(cls) -> tuple[str, ...]:

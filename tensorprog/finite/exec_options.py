@@ -41,7 +41,10 @@ class ExecOptions:
     (:mod:`.backend`); ``device``: ``cpu`` (default) or ``cuda``.  ``scheduler``: None (default:
     this machine, ``jobs`` processes), a Dask scheduler address (``tcp://host:8786``), ``"local"``
     (a ``distributed.LocalCluster``) or a ``distributed.Client``: trials (and kernel tiles) run
-    there, one task each, bit-identical to the local run (:mod:`.cluster`; ``jobs`` is then unused)."""
+    there, one task each, bit-identical to the local run (:mod:`.cluster`; ``jobs`` is then unused).
+    ``conditional``: every matrix is a conditional one, each product drawn from its law given the
+    earlier ones (exact in law for normal, mvt and orthogonal matrices, memory O(n·k) for k products:
+    :mod:`tensorprog.distributions.conditional`); False (default) stores or regenerates them."""
     jobs: int = 1
     blocked: bool | None = None
     progress: bool | None = None
@@ -49,6 +52,7 @@ class ExecOptions:
     backend: str = "numpy"
     device: str = "cpu"
     scheduler: object = None
+    conditional: bool = False
 
     def given(self, **values: object) -> ExecOptions:
         """These options with the ``values`` that are not :data:`UNSET` put in."""
@@ -72,8 +76,8 @@ def resolve(**values: object) -> ExecOptions:
 
 @contextlib.contextmanager
 def options(**values: object) -> Iterator[ExecOptions]:
-    """Defaults for ``jobs``, ``blocked``, ``progress``, ``backend``, ``device``, ``scheduler`` (and
-    ``block_rows``) of every execution inside the block (see the module docstring); blocks
+    """Defaults for ``jobs``, ``blocked``, ``progress``, ``backend``, ``device``, ``scheduler``,
+    ``conditional`` (and ``block_rows``) of every execution inside the block (see the module docstring); blocks
     nest, the inner one wins."""
     unknown = set(values) - NAMES
     if unknown:

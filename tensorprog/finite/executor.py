@@ -16,6 +16,15 @@ float64 run to float32 precision.  A non-finite value is reported at its stateme
 its cause (:mod:`.evaluate`): overflow, division by zero or invalid operation, found by
 re-evaluating only on that error path.
 
+In conditional mode (``plan.conditional``) a matrix is a
+:class:`~tensorprog.distributions.conditional.ConditionalMatrix`: never drawn, each product is
+drawn from its law given the earlier products of the trial (exact in law, memory O(n·k)), from
+the stream of (seed, trial, var) — the row scales of an ``mvt`` matrix first, then the Gaussian
+innovations in the order of the products.  The random numbers are those of the dense stream,
+used differently: the same laws, not the same numbers.  A trial run in pieces (the (n, P)
+columns of a kernel, :meth:`Executor.run_trial` with ``columns``) keeps its conditional
+matrices from piece to piece, so every piece sees one matrix.
+
 On an array backend other than numpy (:mod:`.backend`: torch, jax, cupy, array_api_strict)
 the same rules run with the backend's array-API namespace ``xp``: matrices and initial
 vectors are drawn on the device from the backend's streams (:func:`~.backend.stream_seed`:
@@ -33,9 +42,13 @@ import numpy as np
 from .. import distributions as D
 from .. import ir
 from ..distributions.blocked import BlockedMatrix, StreamBlockedMatrix, matrix_key
-from ..errors import TPNumericalError
+from ..distributions.conditional import (ConditionalHaar, ConditionalMatrix, ConditioningError,
+                                         conditional_matrix, span_tol)
+from ..distributions.sample import Draws
+from ..errors import TPNumericalError, TPUsageError
 from .backend import Stream, all_finite, get_backend, is_array, stream_seed
 from .evaluate import OVERFLOW, Cause, eval_array, eval_fn, first_nonfinite
+from .memory import side_products
 from .plan import RunPlan
 from .schedule import Step, inputs
 
@@ -60,6 +73,10 @@ class Executor:
         builtins = self.backend.builtins
         self.evaluate: Callable[[ir.Fn, Read], object] = (
             eval_fn if self.numpy else lambda fn, read: eval_array(fn, read, builtins))
+        #: the conditional matrices of the trial run in pieces (``run_trial`` with columns)
+        self.kept: tuple[int, dict[int, ConditionalMatrix]] = (-1, {})
+        #: (matrix, transposed) -> products on that side: the columns a conditional matrix reserves
+        self.side_uses = side_products(plan.program, plan.schedule) if plan.conditional else {}
 
     def stream(self, trial: int, var: int, *more: int) -> Stream:
         """The backend stream of ``var`` in ``trial`` (``more``: a block's tag and index), keyed by
@@ -70,10 +87,21 @@ class Executor:
         """The stream of ``var`` in ``trial``: ``SeedSequence(seed, spawn_key=(trial, var))``."""
         return np.random.default_rng(np.random.SeedSequence(self.seed, spawn_key=(trial, var)))
 
-    def matrix(self, trial: int, var: int):
-        """The matrix ``var`` of ``trial``: an array, or a BlockedMatrix in blocked mode."""
+    def matrix(self, trial: int, var: int, keep: bool = False):
+        """The matrix ``var`` of ``trial``: an array, a BlockedMatrix in blocked mode, a
+        ConditionalMatrix in conditional mode (``keep``: the same object for every piece of the
+        trial, see :meth:`run_trial`)."""
         e, plan = self.program.eqns[var], self.plan
         rows, cols = self.sizes[e.rows], self.sizes[e.cols]
+        if plan.conditional:
+            if not keep:
+                return self.conditional_matrix(trial, var, rows, cols)
+            if self.kept[0] != trial:
+                self.kept = (trial, {})
+            kept = self.kept[1]
+            if var not in kept:
+                kept[var] = self.conditional_matrix(trial, var, rows, cols)
+            return kept[var]
         if not self.numpy:
             if plan.blocked:
                 return StreamBlockedMatrix(lambda b: self.stream(trial, var, BLOCK_TAG, b), plan.specs[var],
@@ -84,6 +112,28 @@ class Executor:
                                  self.dtype, plan.rows_per_block(rows, cols), plan.threads)
         return D.sample_matrix(self.rng(trial, var), plan.specs[var], rows, cols, self.dtype,
                                draw_dtype=np.float64)
+
+    def conditional_matrix(self, trial: int, var: int, rows: int, cols: int):
+        """The conditional matrix ``var`` of ``trial`` (:func:`~tensorprog.distributions.conditional.conditional_matrix`):
+        its random numbers (mvt: the row scales' gamma draws first, then the Gaussian innovations,
+        product after product) from the stream of (trial, var); on numpy a float32 run rounds the
+        float64 draws."""
+        spec = self.plan.specs[var]
+        reserve = (self.side_uses.get((var, False), 0), self.side_uses.get((var, True), 0))
+        tol = span_tol(self.dtype)
+        if self.numpy:
+            rng = self.rng(trial, var)
+            draws = Draws(rng, self.dtype, np.dtype(np.float64))
+
+            def normal(shape: tuple[int, ...]) -> np.ndarray:
+                return draws.fill("standard_normal", shape)
+
+            def gamma(alpha: float, shape: tuple[int, ...]) -> np.ndarray:
+                return rng.standard_gamma(alpha, size=shape)
+            return conditional_matrix(spec, rows, cols, normal, gamma, np, self.dtype, None, tol, reserve)
+        stream, backend = self.stream(trial, var), self.backend
+        return conditional_matrix(spec, rows, cols, stream.normal, stream.gamma, self.xp,
+                                  backend.dtype(self.dtype), backend.dev, tol, reserve)
 
     def initial_vectors(self, trial: int, columns: bool) -> dict[int, np.ndarray]:
         """The initial vectors an output needs, group by group (one (n, 1) column each if ``columns``)."""
@@ -113,7 +163,7 @@ class Executor:
 
         def read(var: int):
             if var not in env:           # a matrix, sampled when first needed
-                env[var] = self.matrix(trial, var)
+                env[var] = self.matrix(trial, var, keep=wide)
             return env[var]
 
         steps, last_use, rules = self.plan.schedule.steps, self.plan.schedule.last_use, FUNCTION_RULES
@@ -157,7 +207,15 @@ class Executor:
         """The MatMuls of ``step`` (one matrix, one transposition) as one product W [x¹ … x^B]."""
         first = step.eqns[0]
         w = read(first.matrix)
-        if isinstance(w, (BlockedMatrix, StreamBlockedMatrix)):
+        if isinstance(w, (ConditionalMatrix, ConditionalHaar)):
+            def product(x):
+                try:
+                    return w.matmul(x, first.transposed)
+                except ConditioningError as err:
+                    raise TPUsageError(f"conditional mode: {err}; use a larger width or run without "
+                                       "--conditional", first.pos.line, first.pos.col, self.program.file,
+                                       self.program.source) from None
+        elif isinstance(w, (BlockedMatrix, StreamBlockedMatrix)):
             def product(x):
                 return w.matmul(x, first.transposed)
         else:

@@ -1,4 +1,4 @@
-"""Memory planning of a finite-width run: dense or blocked matrices, before anything is allocated.
+"""Memory planning of a finite-width run: dense, blocked or conditional matrices, before anything is allocated.
 
 The peak of one trial is estimated from the schedule (:func:`.schedule.peak_bytes`):
 dense, every matrix is held (float64 draws included) from its first to its last use;
@@ -9,6 +9,12 @@ trial would draw more than ``AUTO_BLOCKED_MAX_ENTRIES`` random numbers, and fami
 whose rows depend on the whole matrix (a family whose ``blockable`` is False) are never blocked.
 On an array backend other than numpy (``copies``) the samplers and products are not in place:
 one more full-size temporary is counted per matrix, and per generated block.
+
+Conditional matrices (:mod:`~tensorprog.distributions.conditional`, asked for, never chosen
+automatically) hold (rows + cols) numbers per product, :func:`conditional_peak`; a program
+with so many products on a matrix that this outgrows the dense matrix, or a law that cannot be
+conditioned exactly (iid non-Gaussian entries), is refused.  The refusals of dense and blocked runs propose
+conditional mode where every matrix allows it.
 """
 from __future__ import annotations
 
@@ -20,8 +26,16 @@ import numpy as np
 from .. import distributions as D
 from .. import ir
 from ..distributions.blocked import default_block_rows, workspace_bytes
+from ..distributions.conditional import max_products, state_entries
 from ..errors import TPError, TPLimitError, TPUsageError
 from .schedule import Plan, generated_entries, matrix_uses, peak_bytes
+
+#: an automatic blocked run drawing more random numbers than this per trial (about a minute)
+#: warns that conditional mode would be far faster
+SLOW_BLOCKED_ENTRIES = 1 << 32
+#: what the refusals of dense and blocked runs add when every matrix may be conditioned
+PROPOSE_CONDITIONAL = ("; or run in conditional mode (--conditional: every product drawn from its law "
+                       "given the earlier ones, exact in law, memory O(n·k) for k products)")
 
 #: automatic blocked mode is refused (forcing it is not) above this many generated
 #: random entries per trial: ~2^36 is minutes to tens of minutes on 2 cores
@@ -102,20 +116,21 @@ def _dense_peak(program: ir.Program, schedule: Plan, sizes: dict[str, int], spec
         return peak
     message = (f"executing at this width needs about {peak / 2**30:.2f} GiB per trial, "
                f"more than the {limit / 2**30:.2f} GiB available")
+    propose = PROPOSE_CONDITIONAL if conditionable(program, schedule, specs) else ""
     if dense_only:
         raise _located(program, TPLimitError, message + "; use a smaller width, --dtype float32, "
-                       "or blocked matrices (--blocked)", where)
+                       "or blocked matrices (--blocked)" + propose, where)
     if unblockable:
         e = unblockable[0]
         raise _located(program, TPLimitError, message + f"; {specs[e.var].family} matrices "
                        f"(line {e.pos.line}) cannot be generated block by block, so use "
-                       "a smaller width or --dtype float32", where)
+                       "a smaller width or --dtype float32" + propose, where)
     entries = generated_entries(program, schedule, sizes)
     if entries > AUTO_BLOCKED_MAX_ENTRIES:
         raise _located(program, TPLimitError, message + f"; with blocked matrices (regenerated block "
                        f"by block) a trial would draw {entries:.2g} random numbers, too long "
                        "to start unasked: use a smaller width, or force it with "
-                       "blocked=True (--blocked)", where)
+                       "blocked=True (--blocked)" + propose, where)
     return None
 
 
@@ -136,3 +151,78 @@ def _blocked_peak(program: ir.Program, schedule: Plan, sizes: dict[str, int], dt
                        f"{limit / 2**30:.2f} GiB available; use a smaller width or --dtype float32",
                        where)
     return peak
+
+
+def _used_matrices(program: ir.Program, schedule: Plan) -> list[ir.Matrix]:
+    return [e for e in program.eqns if isinstance(e, ir.Matrix) and e.var in schedule.needed]
+
+
+def conditionable(program: ir.Program, schedule: Plan, specs: dict[int, D.DistSpec]) -> bool:
+    """Whether every matrix the outputs need may be conditioned (normal, mvt, orthogonal)."""
+    return all(specs[e.var].law.conditionable for e in _used_matrices(program, schedule))
+
+
+def side_products(program: ir.Program, schedule: Plan) -> dict[tuple[int, bool], int]:
+    """(matrix var, transposed) -> the number of MatMuls on that side the outputs need."""
+    count: dict[tuple[int, bool], int] = {}
+    for e in program.eqns:
+        if isinstance(e, ir.MatMul) and e.var in schedule.needed:
+            key = (e.matrix, bool(e.transposed))
+            count[key] = count.get(key, 0) + 1
+    return count
+
+
+def products(program: ir.Program, schedule: Plan) -> dict[int, int]:
+    """matrix var -> the number of MatMuls (either side) the outputs need on it."""
+    count: dict[int, int] = {}
+    for (var, _), k in side_products(program, schedule).items():
+        count[var] = count.get(var, 0) + k
+    return count
+
+
+def conditional_peak(program: ir.Program, schedule: Plan, sizes: dict[str, int], specs: dict[int, D.DistSpec],
+                     dtype: np.dtype, limit: int, swapped: bool = False, copies: bool = False) -> int:
+    """The peak of one trial with conditional matrices: (rows + cols) numbers per product held
+    (twice: the state grows by concatenation), or a located error: a law that cannot be
+    conditioned exactly (``swapped``: it came from --matrix-dist), a matrix with more products
+    than :func:`~tensorprog.distributions.conditional.max_products` at this width, or a peak
+    beyond ``limit``."""
+    uses = products(program, schedule)
+    for e in _used_matrices(program, schedule):
+        spec = specs[e.var]
+        if not spec.law.conditionable:
+            origin = " (from --matrix-dist)" if swapped else ""
+            raise _located(program, TPUsageError, f"conditional mode: {spec.family} matrices{origin} are not "
+                           "Gaussian, so drawing a product given the earlier ones is not exact in law "
+                           "(only normal, mvt and orthogonal matrices can be conditioned); run without "
+                           "--conditional",
+                           e)
+        rows, cols, k = sizes[e.rows], sizes[e.cols], uses.get(e.var, 0)
+        if k > max_products(rows, cols, spec.law.haar):
+            raise _located(program, TPUsageError, f"conditional mode: {k} products with this "
+                           f"{rows} × {cols} matrix need a state of (rows + cols)·{k} numbers, more than "
+                           f"the dense matrix itself; use a width of at least {2 * k} (or run without "
+                           "--conditional)", e)
+
+    def state_bytes(e: ir.Matrix, rows: int, cols: int) -> int:
+        entries = state_entries(rows, cols, uses.get(e.var, 0), specs[e.var].law.haar)
+        return (2 + copies) * entries * dtype.itemsize + max(rows, cols) * 8
+    peak, where = peak_bytes(program, schedule, sizes, dtype.itemsize, state_bytes)
+    if peak > limit:
+        raise _located(program, TPLimitError, f"executing in conditional mode at this width needs about "
+                       f"{peak / 2**30:.2f} GiB per trial (the vectors, and (rows + cols) numbers per "
+                       f"product for each matrix), more than the {limit / 2**30:.2f} GiB available; use a "
+                       "smaller width or --dtype float32", where)
+    return peak
+
+
+def blocked_advice(program: ir.Program, schedule: Plan, sizes: dict[str, int],
+                   specs: dict[int, D.DistSpec]) -> str | None:
+    """The warning of an automatic blocked run that conditional mode would make far faster (more
+    than :data:`SLOW_BLOCKED_ENTRIES` random numbers per trial, every matrix conditionable), else None."""
+    entries = generated_entries(program, schedule, sizes)
+    if entries <= SLOW_BLOCKED_ENTRIES or not conditionable(program, schedule, specs):
+        return None
+    return (f"{program.file}: the matrices do not fit, so they are regenerated block by block: a trial "
+            f"draws {entries:.2g} random numbers; conditional mode (--conditional, conditional=True) draws "
+            "O(n·k) for k products instead, with the same law")

@@ -3,13 +3,16 @@
 :func:`plan_run` checks the arguments, sizes every dimension (``round(ratio · n)``, at
 least 1), applies ``matrix_dist`` to every matrix law, schedules the equations
 (:mod:`.schedule`) and chooses dense or blocked matrices within the memory limit
-(:mod:`.memory`), on the array backend asked for (:mod:`.backend`: its library is imported
+(:mod:`.memory`) — or conditional matrices when asked (``conditional``: every product
+drawn from its law given the earlier ones, :mod:`~tensorprog.distributions.conditional`) —
+on the array backend asked for (:mod:`.backend`: its library is imported
 and its device checked here, and a builtin it lacks is refused at its statement).  The
 result, a frozen :class:`RunPlan`, is plain data: an :class:`~.executor.Executor`
 interprets it, in this process or in a worker.
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,11 +20,16 @@ import numpy as np
 from .. import distributions as D
 from .. import ir
 from ..distributions.blocked import DEVICE_BLOCK_BYTES, default_block_rows
+from ..arguments import usage, whole
 from ..errors import TPUsageError
 from .backend import NUMPY, Backend, BackendError, get_backend
-from .memory import choose_mode, default_limit
+from .memory import blocked_advice, choose_mode, conditional_peak, default_limit
 from .parallel import cpu_count
 from .schedule import Plan, make_plan
+
+
+class SlowModeWarning(UserWarning):
+    """An automatic choice (blocked matrices) far slower than an option the user could give."""
 
 
 @dataclass(frozen=True)
@@ -30,7 +38,8 @@ class RunPlan:
 
     ``peak``: the bytes one trial needs at most; ``threads``: threads generating the
     stripes of a blocked matrix; ``block_rows``: rows per block (None: from the shape);
-    ``backend`` and ``device``: the array library and where it runs (:func:`~.backend.get_backend`)."""
+    ``backend`` and ``device``: the array library and where it runs (:func:`~.backend.get_backend`);
+    ``conditional``: every matrix is a conditional one (never stored, exact in law)."""
     program: ir.Program
     seed: int
     dtype: np.dtype
@@ -44,6 +53,7 @@ class RunPlan:
     block_rows: int | None = None
     backend: str = NUMPY
     device: str = "cpu"
+    conditional: bool = False
 
     def rows_per_block(self, rows: int, cols: int) -> int:
         """Rows per generated block of a blocked rows × cols matrix (larger blocks on a GPU)."""
@@ -56,14 +66,16 @@ class RunPlan:
 
 def plan_run(program: ir.Program, n: int, seed: int, dtype, matrix_dist: str | None,
              memory_limit: int | None = None, blocked: bool | None = None, threads: int | None = None,
-             block_rows: int | None = None, backend: str = NUMPY, device: str = "cpu") -> RunPlan:
+             block_rows: int | None = None, backend: str = NUMPY, device: str = "cpu",
+             conditional: bool = False) -> RunPlan:
     """The :class:`RunPlan` of ``program`` at width ``n``.  ``blocked``: None chooses (dense if
     it fits, else blocked), True forces blocked matrices, False dense ones; ``memory_limit``
     (default: 90% of the available memory) bounds one trial; ``threads`` (default: every
     core) generate a blocked matrix's stripes; ``backend`` and ``device``: see :mod:`.backend`
-    (on a GPU the memory limit is the device's free memory).  Errors are TPUsageError /
+    (on a GPU the memory limit is the device's free memory); ``conditional``: conditional
+    matrices (normal, mvt and orthogonal laws only; not with ``blocked=True``).  Errors are TPUsageError /
     TPLimitError."""
-    dtype = _check(program, n, seed, dtype, blocked)
+    dtype = _check(program, n, seed, dtype, blocked, conditional)
     lib = backend_of(program, backend, device)
     sizes = {w: max(1, int(round(r * n))) for w, r in program.dims.items()}
     specs = matrix_specs(program, matrix_dist)
@@ -73,8 +85,17 @@ def plan_run(program: ir.Program, n: int, seed: int, dtype, matrix_dist: str | N
         threads = 1                      # the library's own threads (or the device) parallelize
     free = lib.free_memory()
     limit = memory_limit if memory_limit is not None else default_limit() if free is None else free * 9 // 10
+    if conditional:
+        peak = conditional_peak(program, schedule, sizes, specs, dtype, limit, matrix_dist is not None,
+                                copies=not lib.is_numpy)
+        return RunPlan(program, seed, dtype, sizes, specs, schedule, False, peak, limit, threads, block_rows,
+                       lib.name, lib.device, conditional=True)
+    asked = blocked
     blocked, peak = choose_mode(program, schedule, sizes, specs, dtype, limit, blocked, threads, block_rows,
                                 copies=not lib.is_numpy)
+    advice = blocked_advice(program, schedule, sizes, specs) if blocked and asked is None else None
+    if advice:
+        warnings.warn(advice, SlowModeWarning, stacklevel=2)
     return RunPlan(program, seed, dtype, sizes, specs, schedule, blocked, peak, limit, threads, block_rows,
                    lib.name, lib.device)
 
@@ -96,17 +117,21 @@ def backend_of(program: ir.Program, name: str, device: str) -> Backend:
     return lib
 
 
-def _check(program: ir.Program, n: int, seed: int, dtype, blocked: bool | None) -> np.dtype:
+def _check(program: ir.Program, n: int, seed: int, dtype, blocked: bool | None,
+           conditional: bool = False) -> np.dtype:
     """The checked arguments of :func:`plan_run`; the dtype as a numpy dtype."""
-    if n < 1:
-        raise TPUsageError("the width n must be at least 1", file=program.file)
-    if seed < 0:
-        raise TPUsageError(f"the seed must be a non-negative integer, not {seed}", file=program.file)
+    usage(lambda: (whole(n, "the width n", 1), whole(seed, "the seed", 0)), program.file)
     dtype = np.dtype(dtype)
     if dtype not in (np.float64, np.float32):
         raise TPUsageError(f"dtype must be float64 or float32, not {dtype}", file=program.file)
     if blocked not in (None, True, False):
         raise TPUsageError(f"blocked must be True, False or None (automatic), not {blocked!r}",
+                           file=program.file)
+    if conditional not in (True, False):
+        raise TPUsageError(f"conditional must be True or False, not {conditional!r}", file=program.file)
+    if conditional and blocked:
+        raise TPUsageError("conditional and blocked matrices exclude each other (a conditional matrix is "
+                           "never stored either): give only one of --conditional and --blocked",
                            file=program.file)
     return dtype
 

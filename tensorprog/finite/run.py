@@ -47,7 +47,7 @@ from typing import Callable, TypeVar
 import numpy as np
 
 from .. import ir
-from ..errors import TPUsageError
+from ..arguments import usage, whole
 from .backend import NUMPY
 from .cluster import check_scheduler, map_items
 from .exec_options import UNSET, resolve
@@ -83,13 +83,14 @@ class ExecResult:
     dtype: str = "float64"
     matrix_dist: str | None = None
     blocked: bool = False               # matrices regenerated block by block (other random numbers)
+    conditional: bool = False           # products drawn given the earlier ones (other random numbers)
     backend: str = "numpy"              # the array library (other random numbers than numpy's)
     device: str = "cpu"
 
     def to_dict(self) -> dict:
         return {"width": self.width, "trials": self.trials, "seed": self.seed, "dtype": self.dtype,
                 "matrix_dist": self.matrix_dist, "blocked": self.blocked, "backend": self.backend,
-                "device": self.device,
+                "device": self.device, "conditional": self.conditional,
                 "outputs": {k: {"mean": o.mean, "std": o.std, "values": o.values}
                             for k, o in self.outputs.items()}}
 
@@ -107,7 +108,7 @@ def run_one(ex: Executor, trial: int) -> dict[str, object]:
 def execute(program: ir.Program, n: int, trials: int = 1, seed: int = 0,
             matrix_dist: str | None = None, dtype=np.float64,
             memory_limit: int | None = None, *, jobs=UNSET, blocked=UNSET, progress=UNSET,
-            block_rows=UNSET, backend=UNSET, device=UNSET, scheduler=UNSET) -> ExecResult:
+            block_rows=UNSET, backend=UNSET, device=UNSET, scheduler=UNSET, conditional=UNSET) -> ExecResult:
     """Run ``program`` at width ``n`` for ``trials`` independent trials.
 
     ``jobs`` worker processes run trials side by side (0: one per core; capped by the
@@ -118,16 +119,20 @@ def execute(program: ir.Program, n: int, trials: int = 1, seed: int = 0,
     ``device`` ('cpu', 'cuda'): the array library and where it runs (:mod:`.backend`; a
     library or device missing is a TPUsageError).  ``scheduler``: a Dask scheduler address,
     ``"local"`` or a ``distributed.Client`` runs the trials there, one task each, bit-identical
-    to the local run (:mod:`.cluster`).  Defaults come from :func:`options`."""
-    if isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or trials < 1:
-        raise TPUsageError("trials must be at least 1", file=program.file)
+    to the local run (:mod:`.cluster`).  ``conditional``: True draws every product from its law
+    given the earlier ones instead of storing the matrices (exact in law for normal, mvt and
+    orthogonal matrices, memory O(n·k): :mod:`tensorprog.distributions.conditional`).  Defaults come
+    from :func:`options`."""
+    usage(lambda: whole(trials, "trials", 1), program.file)
     opts = resolve(jobs=jobs, blocked=blocked, progress=progress, block_rows=block_rows, backend=backend,
-                   device=device, scheduler=scheduler)
+                   device=device, scheduler=scheduler, conditional=conditional)
     plan = plan_run(program, n, seed, dtype, matrix_dist, memory_limit, blocked=opts.blocked,
-                    block_rows=opts.block_rows, backend=opts.backend, device=opts.device)
+                    block_rows=opts.block_rows, backend=opts.backend, device=opts.device,
+                    conditional=opts.conditional)
     per_trial = map_trials(plan, run_one, trials, opts.jobs, opts.progress, scheduler=opts.scheduler)
     result = ExecResult(n, trials, seed, dtype=plan.dtype.name, matrix_dist=matrix_dist,
-                        blocked=plan.blocked, backend=plan.backend, device=plan.device)
+                        blocked=plan.blocked, backend=plan.backend, device=plan.device,
+                        conditional=plan.conditional)
     for o in program.outputs:
         values = [r[o.name] for r in per_trial]
         std = float(np.std(values, ddof=1)) if trials > 1 else 0.0

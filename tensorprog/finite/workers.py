@@ -11,9 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Generic, TypeVar
 
-import numpy as np
-
-from ..errors import TPError, TPUsageError
+from ..arguments import usage, whole
+from ..errors import TPError
 from .parallel import cpu_count
 
 E = TypeVar("E")
@@ -63,7 +62,6 @@ class TrialRunner(Generic[E]):
 def resolve_jobs(jobs, trials: int, peak: int, limit: int, file: str = "<string>") -> int:
     """Worker processes actually used: ``jobs`` (0: one per core), at most one per trial and
     at most as many as fit in memory side by side (per-trial peak × jobs ≤ the limit)."""
-    if isinstance(jobs, bool) or not isinstance(jobs, (int, np.integer)) or jobs < 0:
-        raise TPUsageError(f"jobs must be a non-negative integer (0: one per core), not {jobs!r}", file=file)
-    jobs = cpu_count() if jobs == 0 else int(jobs)
+    jobs = usage(lambda: whole(jobs, "jobs (0: one per core)", 0), file)
+    jobs = cpu_count() if jobs == 0 else jobs
     return max(1, min(jobs, trials, limit // max(peak, 1)))

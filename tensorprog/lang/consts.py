@@ -49,6 +49,24 @@ def as_const(value) -> float | np.ndarray:
     return float(arr) if arr.ndim == 0 else arr
 
 
+#: the most bytes one constant array may take, 1 GiB (2**27 float64 numbers; eye(10000) takes 0.8 GB).
+#: A list is sized from its first item times its length before the rest is built, and a loaded
+#: ``.npy`` from its header before its data is read (:func:`check_bytes`).
+MAX_CONST_BYTES = 2 ** 30
+
+
+def check_bytes(needed: int, what: str) -> None:
+    """Refuse a constant of ``needed`` bytes beyond :data:`MAX_CONST_BYTES` (``what`` describes it)."""
+    if needed > MAX_CONST_BYTES:
+        raise ConstError(f"{what} would take {needed:,} bytes, more than the {MAX_CONST_BYTES:,} (1 GiB) a "
+                         "constant may take: make it smaller, or use random vectors and matrices instead")
+
+
+def nbytes(value) -> int:
+    """Bytes of a constant as float64 (a scalar: 8)."""
+    return int(np.size(value)) * 8
+
+
 def to_array(items: list) -> np.ndarray:
     """A list constant as an array; rows of a nested list must have equal lengths."""
     try:
@@ -86,6 +104,7 @@ def load_array(name: str, base_dir: str) -> np.ndarray:
         raise ConstError(f"load: {name!r} lies outside the program's folder")
     if not target.is_file():
         raise ConstError(f"load: no file {name!r} in {base}")
+    check_bytes(npy_size(target, name) * 8, f"load: {name!r} (as float64)")
     try:
         arr = np.load(target, allow_pickle=False)
     except (ValueError, OSError, EOFError) as err:
@@ -93,3 +112,15 @@ def load_array(name: str, base_dir: str) -> np.ndarray:
     if not isinstance(arr, np.ndarray) or arr.dtype.kind not in "biuf":
         raise ConstError(f"load: {name!r} must hold a real numeric array")
     return as_const(arr.astype(float))
+
+
+def npy_size(path: Path, name: str) -> int:
+    """The number of entries of a ``.npy`` file, from its header (the data is not read)."""
+    try:
+        with open(path, "rb") as handle:
+            major, _ = np.lib.format.read_magic(handle)
+            read = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
+            shape, _, _ = read(handle)
+    except (ValueError, OSError, EOFError) as err:
+        raise ConstError(f"load: {name!r} is not a numeric .npy array ({err})") from None
+    return int(np.prod(shape, dtype=object))

@@ -14,7 +14,7 @@ the programs that use it.  Dependencies go one way: expressions -> diff -> value
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, ContextManager, Mapping, Protocol
+from typing import TYPE_CHECKING, Callable, ContextManager, Iterable, Iterator, Mapping, Protocol
 
 import numpy as np
 
@@ -342,17 +342,32 @@ class Expressions:
             return self.ev(body)
 
     def ev_ListLit(self, node: S.ListLit) -> Value:
-        items = [self.const(i, "a list element") for i in node.items]
-        return self.guard(node, consts.to_array, items)
+        return self.const_array(node, (self.const(i, "a list element") for i in node.items), len(node.items))
 
     def ev_ListComp(self, node: S.ListComp) -> Value:
         lo, hi = self.const_range(node.range)
         self.charge(node, hi - lo + 1)
-        items = [self.with_loop_var(node.var, float(j), node.item) for j in range(lo, hi + 1)]
+
+        def items() -> Iterator[Value]:
+            for j in range(lo, hi + 1):
+                item = self.with_loop_var(node.var, float(j), node.item)
+                if not consts.is_const(item):
+                    raise located(TPTypeError, node.item, "list elements must be constants")
+                yield item
+        return self.const_array(node, items(), hi - lo + 1)
+
+    def const_array(self, node: S.Node, items: Iterable, count: int) -> np.ndarray:
+        """``count`` constant ``items`` as one array, sized before it is built: after the first
+        item, its size times ``count`` (and then the running total, items may differ) must stay
+        within :data:`consts.MAX_CONST_BYTES` (a TPValueError at ``node`` otherwise)."""
+        built, total = [], 0
         for item in items:
-            if not consts.is_const(item):
-                raise located(TPTypeError, node.item, "list elements must be constants")
-        return self.guard(node, consts.to_array, items)
+            size = consts.nbytes(item)
+            total += size
+            self.guard(node, consts.check_bytes, max(total, size * count),
+                       f"this list of {count:,} items of {size:,} bytes")
+            built.append(item)
+        return self.guard(node, consts.to_array, built)
 
     def const(self, node: S.Node, what: str) -> float | np.ndarray:
         """The value of an expression that must be a constant (``what`` names it in the error)."""

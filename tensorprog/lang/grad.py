@@ -49,6 +49,7 @@ class GradState:
         self.names = VarSymbols()
         self.var_of = self.names.var_of
         self.partials: dict[tuple[int, int], sp.Expr] = {}
+        self.shapes: dict[int, tuple[dict[int, int], ir.Fn, dict[sp.Symbol, sp.Symbol]]] = {}
         self.adjoints: dict[tuple[ir.Fn, int], sp.Expr] = {}
         self.emitted: dict[tuple, int] = {}
         self.trees = fnsym.TreeBuilder(self.var_of.__getitem__,
@@ -143,11 +144,20 @@ class GradState:
         variables put back."""
         got = self.partials.get((e.var, arg))
         if got is None:
-            order = ir.refs(e.fn)
-            shape = ir.map_refs(e.fn, lambda ref: ir.Ref(order.index(ref.var)))
-            template = shape_derivative(shape, order.index(arg))
-            got = template.xreplace({placeholder(k): self.symbol(v) for k, v in enumerate(order)})
+            order, shape, leaves = self.shape(e)
+            template = shape_derivative(shape, order[arg])
+            got = template.xreplace(leaves)
             self.partials[(e.var, arg)] = got
+        return got
+
+    def shape(self, e: ir.Eqn) -> tuple[dict[int, int], ir.Fn, dict[sp.Symbol, sp.Symbol]]:
+        """({variable: its position}, the function with its variables as positions, {placeholder:
+        the variable's symbol}) of a function equation, made once per equation (not per argument)."""
+        got = self.shapes.get(e.var)
+        if got is None:
+            order = {v: k for k, v in enumerate(ir.refs(e.fn))}
+            shape = ir.map_refs(e.fn, lambda ref: ir.Ref(order[ref.var]))
+            got = self.shapes[e.var] = (order, shape, {placeholder(k): self.symbol(v) for v, k in order.items()})
         return got
 
     def mean(self, expr: sp.Expr, width: str) -> sp.Expr:
@@ -200,7 +210,15 @@ def shape_derivative(shape: ir.Fn, k: int) -> sp.Expr:
     """∂shape/∂(its k-th variable), a function tree whose Ref(j) is its j-th variable: the same
     activation at every layer is differentiated once (sympy's derivative of a head like gelu
     builds new expressions and queries assumptions: the cost of a template's first lowering)."""
-    return sp.diff(fnsym.to_sympy(shape, placeholder), placeholder(k))
+    return sp.diff(shape_expression(shape), placeholder(k))
+
+
+@lru_cache(maxsize=256)
+def shape_expression(shape: ir.Fn) -> sp.Expr:
+    """The sympy expression of a function shape, built once for all of its variables (a sum of s
+    rank-one terms, as a product by an updated matrix, is differentiated by each of its s
+    variables: converting it once per variable made a long training program cubic in its steps)."""
+    return fnsym.to_sympy(shape, placeholder)
 
 
 def check_operands(node, f, x) -> None:

@@ -26,6 +26,10 @@ from .values import MatExpr, MatVal, RankOne, RExpr, located, runtime
 
 #: a scalar coefficient: a float or a scalar runtime value
 Coeff = "float | RExpr"
+#: a product by a matrix with more rank-one terms than this sums them in Nonlins of this many
+#: terms (the same additions in the same order: the same numbers), so that a matrix updated at
+#: every step of a long training run stays within the language's nesting depth
+SUM_CHUNK = 32
 
 
 class HasDims(Protocol):
@@ -120,7 +124,9 @@ class MatrixAlgebra:
         if not parts:                      # 0 · W: the zero vector of the output width
             return RExpr(ir.Const(0.0), "vector", a.rows)
         total = parts[0]
-        for p in parts[1:]:
+        for k, p in enumerate(parts[1:], start=1):
+            if k % SUM_CHUNK == 0:         # a long sum: its first terms become a variable
+                total = self.equations.var_expr(self.equations.materialize(node, total))
             total = self.combine(node, ir.Bin("+", total.fn, p.fn), [total, p])
         return total
 

@@ -43,6 +43,7 @@ from .batch import Batch
 from .finiteness import Finiteness
 from .haar import Arithmetic, HaarMatrix, HaarShape, Term
 from .hypotheses import Hypotheses
+from .indices import IndexSet
 from .ledger import Ledger, scalar_limit
 from .result import Limit, LimitValue
 
@@ -74,13 +75,14 @@ class Compiled:
 
     ``lines``: the recurrence as text (``str``); ``Z``: vector var -> Z-expression; ``c``:
     scalar var -> c̊; ``estimates``: every expectation; ``deps``: var -> indices of the
-    estimates it rests on; ``scalar_error``: var -> propagated error of a function of scalars."""
+    estimates it rests on (an :class:`~.indices.IndexSet`, a bitset: O(L²) bits for L layers, not
+    O(L²) set entries); ``scalar_error``: var -> propagated error of a function of scalars."""
     program: ir.Program
     lines: tuple[str, ...]
     Z: Mapping[int, sp.Expr]
     c: Mapping[int, sp.Expr]
     estimates: tuple[Estimate, ...]
-    deps: Mapping[int, frozenset[int]]
+    deps: Mapping[int, IndexSet]
     scalar_error: Mapping[int, float]
     warnings: tuple[str, ...]
     symbolic: bool = False
@@ -155,12 +157,12 @@ class Compiler:
         self.scalar_error: dict[int, float] = {}
         self.Z: dict[int, sp.Expr] = {}                   # vector var -> Z
         self.c: dict[int, sp.Expr] = {}                    # scalar var -> c̊
-        self.deps: dict[int, set[int]] = {}                # var -> estimates it depends on
+        self.deps: dict[int, IndexSet] = {}                # var -> estimates it depends on (a bitset)
         self.families: dict[tuple[int, bool], Family] = {}
         self.row_scale: dict[int, sp.Expr] = {}          # mvt matrix var -> |u|, its rows' random scale
         self.matmul_of: dict[tuple[int, bool, int], int] = {}
         self.haar: dict[tuple[int, bool], HaarMatrix] = {}       # (orthogonal matrix, direction) -> its products
-        self.haar_deps: dict[tuple[int, bool], set[int]] = {}    # the estimates those rest on
+        self.haar_deps: dict[tuple[int, bool], IndexSet] = {}    # the estimates those rest on
         self.transposed = {e.matrix for e in program.eqns if isinstance(e, ir.MatMul) and e.transposed}
         self.lines: list[str] = []
         self.nesting: dict[int, int] = {}     # var -> depth of the Nonlins nested in its Z
@@ -177,7 +179,7 @@ class Compiler:
                 getattr(self, "do_" + type(e).__name__)(e)
         return Compiled(self.program, tuple(self.lines), MappingProxyType(dict(self.Z)),
                         MappingProxyType(dict(self.c)), tuple(self.ledger.estimates),
-                        MappingProxyType({v: frozenset(d) for v, d in self.deps.items()}),
+                        MappingProxyType({v: d.copy() for v, d in self.deps.items()}),
                         MappingProxyType(dict(self.scalar_error)), tuple(self.hypotheses.warnings),
                         self.symbolic, MappingProxyType(dict(self.ledger.param_values)), self.batch)
 
@@ -190,10 +192,12 @@ class Compiler:
         """Z of a vector, c̊ of a scalar."""
         return self.Z[var] if var in self.Z else self.c[var]
 
-    def deps_of(self, args) -> set[int]:
-        return set().union(*(self.deps[a] for a in args))
+    def deps_of(self, args) -> IndexSet:
+        out = IndexSet()
+        out.update(*(self.deps[a] for a in args))
+        return out
 
-    def E(self, expr: sp.Expr, where: ir.Eqn, deps: set[int]) -> sp.Expr:
+    def E(self, expr: sp.Expr, where: ir.Eqn, deps: IndexSet) -> sp.Expr:
         return self.ledger.E(expr, where, deps)
 
     def result(self, var: int) -> LimitValue:
@@ -248,7 +252,7 @@ class Compiler:
             self.ledger.add_law(sym, Law(spec.family, self.num(spec.var), spec.df))
         self.base_of[e.var] = sym
         self.Z[e.var] = mean + sym
-        self.deps[e.var] = set()
+        self.deps[e.var] = IndexSet()
         law = f"{spec.family}" + (f"(cov row {list(spec.cov[e.member])})" if spec.cov else f"(var={spec.var:g})")
         self.lines.append(f"Z[{e.name}] = {self.Z[e.var]}    ~ {law}")
 
@@ -280,7 +284,7 @@ class Compiler:
         """The products by a Haar-orthogonal matrix used transposed (:mod:`.haar`); ``direction`` keys
         its state (one state for both directions; one each under zdot=False, which takes the
         transposed products independent of the forward ones)."""
-        deps = self.haar_deps.setdefault((e.var, direction), set())
+        deps = self.haar_deps.setdefault((e.var, direction), IndexSet())
         exact = self.symbolic or self.symbolic_covs
         number = (lambda v: self.num(v)) if exact else float
         shape = HaarShape.of(self.program.dims[e.rows], self.program.dims[e.cols], self.num(e.dist.var), number)
@@ -294,7 +298,7 @@ class Compiler:
             """Rounding at ``scale``, plus the estimates' errors times the coefficients' spread."""
             if exact:
                 return 1e-13 * abs(float(scale)) if scale.is_number else 0
-            errors = sum((self.ledger.estimates[i].error for i in deps), 0.0)
+            errors = self.ledger.error_sum(deps)
             return 64 * np.finfo(float).eps * np.abs(scale) + spread * errors
 
         def fresh(name: str) -> sp.Symbol:
@@ -323,7 +327,7 @@ class Compiler:
         zx = self.Z[e.arg] if scale is None or not e.transposed else scale * self.Z[e.arg]
         name = self.program.eqns[e.matrix].name + ("T" if e.transposed else "")
         hat = sp.Symbol(f"Zhat_{name}_{e.var}", real=True)
-        deps = set(self.deps[e.arg])
+        deps = self.deps[e.arg].copy()
         covs = {hat: fam.sigma2 * self.E(zx * zx, e, deps)}
         for other, zy, y in fam.members:
             deps |= self.deps[y]
@@ -357,7 +361,7 @@ class Compiler:
         terms = [(state.arith.to_sympy(c), self.Z[t] if isinstance(t, int) else t) for t, c in product.seen.items()]
         images = sp.Add(*(c * z for c, z in terms if c != 0))
         self.Z[e.var] = state.shape.scale * images
-        self.deps[e.var] = set(deps)
+        self.deps[e.var] = deps.copy()
         self.nesting[e.var] = max((self.nesting.get(t, 0) for t in product.seen if isinstance(t, int)), default=0)
         self.hypotheses.matmul(e)
         covs = {h: state.arith.to_sympy(c) for h, c in product.covs.items()}
@@ -366,7 +370,7 @@ class Compiler:
                           + "".join(f", Cov(., {o}) = {_short(v)}" for o, v in covs.items()
                                     if o is not product.hat and v != 0))
 
-    def zdot(self, e: ir.MatMul, zx: sp.Expr, deps: set[int]) -> sp.Expr:
+    def zdot(self, e: ir.MatMul, zx: sp.Expr, deps: IndexSet) -> sp.Expr:
         """Ż^{Wx} = σ² f Σ_y Z^y E[∂Z^x/∂Ẑ^{Wᵀy}] over the products by the other direction."""
         other = self.families[(e.matrix, not e.transposed)]
         total = sp.Integer(0)

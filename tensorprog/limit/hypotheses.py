@@ -165,7 +165,9 @@ class Hypotheses:
 #: one message per option (the errors themselves are in the outputs' ±), so that warnings group
 _BUDGET = {
     "max_qmc_points": "an expectation stopped at max_qmc_points={limit} with its error above tol {tol:.0e}; "
-                      "raise --max-qmc-points (time grows linearly) or accept the stated error",
+                      "raise --max-qmc-points (time grows linearly) or accept the stated error; for a long "
+                      "program (high-dimensional integrands, e.g. many training steps) use --method particles, "
+                      "whose cost is linear in the program's length",
     "max_quad_points": "an expectation needed a quadrature grid above max_quad_points={limit} and went to "
                        "QMC; raise --max-quad-points (memory and time grow with it)",
     "max_expand_size": "a closed form was not attempted: the symbolic expansion would exceed "

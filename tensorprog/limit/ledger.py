@@ -25,6 +25,7 @@ from ..symbolic.heads import Delta
 from .batch import Batch, BatchEstimate
 from .finiteness import Finiteness
 from .hypotheses import Hypotheses
+from .indices import IndexSet
 from .result import LimitValue, summarize
 
 #: closed forms in param symbols larger than this (sympy operation count) become numbers
@@ -121,7 +122,7 @@ class Ledger:
         self.laws[sym] = law
 
     # ---- expectations
-    def E(self, expr: sp.Expr, where: ir.Eqn, deps: set[int]) -> sp.Expr:
+    def E(self, expr: sp.Expr, where: ir.Eqn, deps: IndexSet) -> sp.Expr:
         """E[expr] over the base variables it depends on (exact where possible).
 
         Records the estimate in ``deps`` (the error budget of what uses it) and
@@ -154,7 +155,7 @@ class Ledger:
         return self._record(expr, where, lambda: self._expect_params(expr, gauss, cov, laws) if self.param_values
                             else expect(expr, gauss, cov, laws, exact=True, budget=self.budget))
 
-    def _expect_forms(self, expr: sp.Expr, where: ir.Eqn, deps: set[int]) -> int:
+    def _expect_forms(self, expr: sp.Expr, where: ir.Eqn, deps: IndexSet) -> int:
         """E[expr] over the linear forms it sees (:mod:`..expect.forms`), for numeric covariances
         (arrays over a batch).
 
@@ -174,7 +175,7 @@ class Ledger:
 
         def drift() -> float:
             spread = max((sum(abs(c) for c in w.values()) ** 2 for w in forms.weights), default=0.0)
-            return spread * sum(self.estimates[i].error for i in deps)
+            return spread * self.error_sum(deps)
         return self._record(expr, where, lambda: with_rounding(self.shapes.expect(
             forms.expr, forms.coords, forms.cov, laws, self.budget, drift), float(scale)))
 
@@ -224,7 +225,11 @@ class Ledger:
         return expect(expr, gauss, cov, laws, exact=True, budget=self.budget)
 
     # ---- results
-    def result(self, value: sp.Expr, deps: set[int], propagated: float | None = None) -> LimitValue:
+    def error_sum(self, deps: IndexSet):
+        """Σ_{i in deps} err_i, the errors of the estimates ``deps`` summed."""
+        return sum((self.estimates[i].error for i in deps), 0.0)
+
+    def result(self, value: sp.Expr, deps: IndexSet, propagated: float | None = None) -> LimitValue:
         """The limit of a scalar of value ``value`` resting on the estimates ``deps``."""
         return scalar_limit(value, [self.estimates[i] for i in sorted(deps)], symbolic=self.symbolic,
                             params=self.param_values, batch=self.batch, propagated=propagated)

@@ -12,7 +12,7 @@ import sympy as sp
 from ..expect.laws import as_number
 
 #: methods from most to least exact: a result's method is the largest rank among its estimates
-METHOD_RANK = {"exact": 0, "quadrature": 1, "qmc": 2}
+METHOD_RANK = {"exact": 0, "quadrature": 1, "qmc": 2, "particles": 3}
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from typing import Callable, Iterable, Sequence, Union
 
 import numpy as np
 
+from ..arguments import usage, whole
 from ..errors import TPUsageError
 from ..finite.cluster import client_for
 from ..finite.exec_options import UNSET, Unset, resolve
@@ -91,6 +92,7 @@ class ConvergeResult:
     seconds: list[float]
     outputs: dict[str, OutputConvergence]
     warnings: list[str] = field(default_factory=list)
+    conditional: bool = False           # conditional matrices (products drawn given the earlier ones)
 
     @property
     def label(self) -> str:
@@ -102,7 +104,7 @@ class ConvergeResult:
                 "width_seeds": list(self.width_seeds), "matrix_dist": self.matrix_dist,
                 "dtype": self.dtype, "seconds": [round(s, 4) for s in self.seconds],
                 "outputs": {k: o.to_dict(values) for k, o in self.outputs.items()},
-                "warnings": list(self.warnings)}
+                "warnings": list(self.warnings), "conditional": self.conditional}
 
     def _repr_html_(self) -> str:
         """Jupyter: the table of every output across the widths, and the plot inline."""
@@ -188,10 +190,7 @@ def converge(program, widths: Sequence[int], trials: int = 8, seed: int = 0,
     ``tensorprog.finite.options`` setting) runs every width's trials on that cluster, one task
     per trial, bit-identical to the local run."""
     widths = check_widths(widths)
-    if isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or trials < 1:
-        raise TPUsageError(f"trials must be an integer at least 1, not {trials!r}")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise TPUsageError(f"the seed must be a non-negative integer, not {seed!r}")
+    usage(lambda: (whole(trials, "trials", 1), whole(seed, "the seed", 0)), program.ir.file)
     file = program.ir.file
     try:
         dtype_name = np.dtype(dtype).name
@@ -200,7 +199,8 @@ def converge(program, widths: Sequence[int], trials: int = 8, seed: int = 0,
     # fail fast, before the small widths run: the law, the dtype and the memory of the largest width
     opts = resolve(backend=backend, device=device, scheduler=scheduler)   # as for execute
     plan_run(program.ir, widths[-1], 0, dtype, matrix_dist, memory_limit, blocked=opts.blocked,
-             block_rows=opts.block_rows, backend=opts.backend, device=opts.device)
+             block_rows=opts.block_rows, backend=opts.backend, device=opts.device,
+             conditional=opts.conditional)
     if opts.scheduler is not None:
         client_for(opts.scheduler)                        # an unreachable scheduler: fail now
     if limit is None:
@@ -236,7 +236,7 @@ def converge(program, widths: Sequence[int], trials: int = 8, seed: int = 0,
     warnings = list(limit.warnings)
     warnings += [f"{name}: {note}" for name, o in outputs.items() for note in o.notes]
     return ConvergeResult(file, widths, int(trials), int(seed), seeds, matrix_dist, dtype_name,
-                          seconds, outputs, warnings)
+                          seconds, outputs, warnings, conditional=opts.conditional)
 
 
 def _output(name: str, lv, widths: list[int], values: list[np.ndarray], trials: int) -> OutputConvergence:
@@ -288,7 +288,7 @@ def render_text(result: ConvergeResult) -> str:
     """The human-readable table of ``tpc converge``."""
     law = f"matrices: {result.matrix_dist}" if result.matrix_dist else "matrices as declared"
     lines = [f"{result.file}: {result.trials} trial(s) per width, seed {result.seed}, "
-             f"{result.dtype}, {law}"]
+             f"{result.dtype}, {law}" + (", conditional" if result.conditional else "")]
     for name, o in result.outputs.items():
         lim = f"{o.limit:.12g}" + (" (exact)" if o.method == "exact"
                                    else f" ± {o.limit_error:.2g} ({o.method})")

@@ -9,6 +9,8 @@ methods delegate here:
   c̊ = E[φ(Z..)] for a Moment;
 * :func:`limit_html`, :func:`limit_latex` — a :class:`~tensorprog.limit.result.Limit`: value,
   error bound, method and closed form of every output, then the warnings;
+* :func:`particles_html` — a :class:`~tensorprog.limit.particles.ParticlesResult`: the
+  extrapolated value and error of every output, and the means at the two widths;
 * :func:`exec_html` — an :class:`~tensorprog.finite.run.ExecResult`: mean, std and SE = std/√T;
 * :func:`converge_html` — a :class:`~tensorprog.tools.converge.ConvergeResult`: per output and
   width the mean, SE, |mean − c̊| and rms, the fitted rates, and the plot inline (matplotlib);
@@ -391,6 +393,27 @@ def limit_latex(limit: Any) -> str:
     return "\\begin{align*}\n" + " \\\\\n".join(rows) + "\n\\end{align*}"
 
 
+# ---- limits by particles ----------------------------------------------------------------------
+def particles_html(result: Any) -> str:
+    """A :class:`~tensorprog.limit.particles.ParticlesResult`: per output the extrapolated value,
+    its error (statistical + bias), and the means ± SE at the two widths; then the warnings."""
+    o, large, small = result.options, result.large, result.small
+    rows = []
+    for name, v in result.outputs.items():
+        rows.append((f"<b>{esc(name)}</b>", num(v.value, ".10g"), num(v.error, ".2g"), num(v.statistical, ".2g"),
+                     num(v.bias, ".2g"), f"{num(large.means[name], '.8g')} ± {num(large.sems[name], '.2g')}",
+                     f"{num(small.means[name], '.8g')} ± {num(small.sems[name], '.2g')}"))
+    caption = (f"<b>Infinite-width limit by particles</b> of <code>{esc(result.program.file)}</code>: widths "
+               f"N = {int(large.width)} and {int(small.width)}, {int(o.replicas)} replicas each, "
+               f"{esc(result.engine)} engine, seed {esc(o.seed)}, {result.seconds:.3g} s<br/><small>value: "
+               "Richardson extrapolation to 1/n → 0; error = statistical (Student t, 99%) + bias "
+               "(the 1/n correction)</small>")
+    header = ["output", "value", "± error", "statistical", "bias", f"mean at {int(large.width)} ± SE",
+              f"mean at {int(small.width)} ± SE"]
+    return box("particles", caption, table(header, rows, numeric=[False] + [True] * 6),
+               warnings_html(list(result.warnings)))
+
+
 # ---- finite width -----------------------------------------------------------------------------
 def laws_text(matrix_dist: str | None) -> str:
     return f"matrices: {matrix_dist}" if matrix_dist else "matrices as declared"
@@ -406,6 +429,7 @@ def exec_html(result: Any) -> str:
     caption = (f"<b>Finite width</b> n = {int(result.width)}, {int(result.trials)} trial(s), seed "
                f"{esc(result.seed)}, {esc(result.dtype)}, {esc(laws_text(result.matrix_dist))}"
                + (", blocked" if getattr(result, "blocked", False) else "")
+               + (", conditional" if getattr(result, "conditional", False) else "")
                + (f", {esc(result.backend)} on {esc(getattr(result, 'device', 'cpu'))}"
                   if getattr(result, "backend", "numpy") != "numpy" else ""))
     return box("execute", caption, table(["output", "mean", "std", "SE"], rows,

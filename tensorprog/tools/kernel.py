@@ -32,6 +32,7 @@ from ..finite.exec_options import UNSET, resolve
 from ..finite.executor import Executor
 from ..finite.plan import plan_run
 from ..finite.run import map_trials
+from ..limit.replay_store import warn as store_warning
 from ..limit.symbolic_params import relower
 from . import pairs
 from .kernel_dir import MANIFEST
@@ -183,15 +184,37 @@ def limit_template(program: ir.Program, params: dict) -> tuple[ir.Program, int, 
     key = template_key(program, params)
     data = pairs.STORE.load_data(key) if key is not None else None
     if data is not None:
-        try:
-            return program, int(data["group"]), float(data["scale"]), float(data["shift"])
-        except (KeyError, TypeError, ValueError):
-            pass
+        found = stored_finding(program, data)
+        if found is not None:
+            return found
+        store_warning(f"the stored finding {key[:21]}… does not fit the template's own covariance: "
+                      "ignored, found again")
     tmpl, g, s, b = affine_template(program, params)
     if not same_but_covariance(program, tmpl, g):
         return tmpl, g, s, b
     if key is not None:
         pairs.STORE.save_data(key, {"group": g, "scale": s, "shift": b})
+    return program, g, s, b
+
+
+def stored_finding(program: ir.Program, data: dict) -> tuple[ir.Program, int, float, float] | None:
+    """(program, g, s, b) of a stored finding if it fits the template's own IR: group g is a pair
+    whose covariance is s·[[q11, q12], [q12, q22]] + b at the program's own q (which must pin s
+    and b down: two distinct q values); else None."""
+    try:
+        g, s, b = int(data["group"]), float(data["scale"]), float(data["shift"])
+        q = [float(program.params[name]) for name in Q_NAMES]
+    except (KeyError, TypeError, ValueError):
+        return None
+    if not 0 <= g < len(program.groups) or len(set(q)) < 2:
+        return None
+    group = program.groups[g]
+    if group.dist.cov is None or len(group.members) != 2:
+        return None
+    cov = np.array(group.dist.cov, dtype=float)
+    want = first_layer_cov(s, b, *q)
+    if cov.shape != (2, 2) or not np.allclose(cov, want, rtol=1e-12, atol=1e-14 * abs(b)):
+        return None
     return program, g, s, b
 
 
@@ -260,7 +283,8 @@ def finite_kernel(program: ir.Program, X: np.ndarray, n: int, trials: int = 1, s
     ``jobs`` worker processes run the trials (default: the ``tensorprog.finite.options`` setting,
     else 1); the values are bit-identical to one process.  ``scheduler`` (a Dask address,
     ``"local"`` or a Client) runs them on that cluster instead, one task per trial, bit-identical
-    too.  ``blocked`` and ``progress`` (a bar over the trials) come from ``tensorprog.finite.options``.
+    too.  ``blocked``, ``conditional`` (a trial's pieces of pairs share its conditional matrices)
+    and ``progress`` (a bar over the trials) come from ``tensorprog.finite.options``.
 
     The template's first-layer covariance s·q + b (:func:`affine_template`; b a first-layer bias's
     variance) becomes that of all N inputs at once: x = A·z with A Aᵀ = s·q + b·11ᵀ (q = X Xᵀ/d),
@@ -278,7 +302,7 @@ def finite_kernel(program: ir.Program, X: np.ndarray, n: int, trials: int = 1, s
     factor = inputs_factor(s, b, q, program.file)
     opts = resolve(jobs=jobs, backend=backend, device=device, scheduler=scheduler)   # as for execute
     plan = plan_run(tmpl, n, seed, dtype, matrix_dist, blocked=opts.blocked, block_rows=opts.block_rows,
-                    backend=opts.backend, device=opts.device)
+                    backend=opts.backend, device=opts.device, conditional=opts.conditional)
     trial = functools.partial(_kernel_trial, g=g, factor=factor, i=i, j=j, N=N,
                               chunk=max(1, max_elements // n))
     runs = map_trials(plan, trial, trials, opts.jobs, opts.progress, desc="kernel trials",
@@ -316,7 +340,18 @@ def inputs_factor(s: float, b: float, q: np.ndarray, file: str = "<string>") -> 
 
 def _kernel_trial(ex: Executor, t: int, *, g: int, factor: np.ndarray, i: np.ndarray, j: np.ndarray,
                   N: int, chunk: int) -> dict[str, np.ndarray]:
-    """One trial: N inputs x = factor·z (one z per trial), every pair (i, j) as columns of (n, P)."""
+    """One trial: N inputs x = factor·z (one z per trial), every pair (i, j) as columns of (n, P).
+    Its products run on one BLAS thread wherever it runs: OpenBLAS's GEMM of an (n, n) matrix and
+    (n, P) columns gives other bits on other thread counts, and a trial must give the same bits
+    here, in ``jobs`` worker processes and on a Dask worker (one thread each)."""
+    from threadpoolctl import threadpool_limits          # imported with the run, as in finite.parallel
+    with threadpool_limits(limits=1, user_api="blas"):
+        return _kernel_columns(ex, t, g, factor, i, j, N, chunk)
+
+
+def _kernel_columns(ex: Executor, t: int, g: int, factor: np.ndarray, i: np.ndarray, j: np.ndarray,
+                    N: int, chunk: int) -> dict[str, np.ndarray]:
+    """:func:`_kernel_trial` on the BLAS threads it is given."""
     members, width = ex.program.groups[g].members, ex.program.groups[g].width
     z = ex.rng(t, members[0]).standard_normal((factor.shape[1], ex.sizes[width]))
     inputs = (factor @ z).astype(ex.dtype)                      # N inputs, n coordinates each

@@ -42,7 +42,7 @@ from ..errors import TPUsageError
 from ..expect.budget import Budget
 from ..limit.compiler import compile_program
 from ..limit.replay import Replay, record
-from ..limit.replay_store import ReplayStore
+from ..limit.replay_store import ReplayStore, warn
 from ..symbolic.grid import Workspace
 
 #: rows and columns of a block (≤ 32 K entries: a tape's working arrays stay in cache)
@@ -50,6 +50,9 @@ ROW_BLOCK = 32
 COL_BLOCK = 1024
 #: pairs of a class on which a replay is recorded
 RECORD_PAIRS = 48
+#: pairs of a class on which a record loaded from disk is checked against a fresh compile (one:
+#: a changed record is off at every pair, and each pair costs — GELU depth 10: ~12 s for one, ~28 for two)
+VERIFY_PAIRS = 1
 #: singularity classes: codes in a block's class array
 REST, SAME, OPPOSITE, PARALLEL, BELOW = 0, 1, 2, 3, 4
 KINDS = {SAME: "same", OPPOSITE: "opposite", PARALLEL: "parallel", REST: "rest"}
@@ -143,13 +146,22 @@ def replay_for(spec: LimitSpec, kind: str, pairs: tuple[np.ndarray, np.ndarray] 
     """(Replay, warnings) of the class ``kind`` — from memory, from the disk store, or recorded now
     on ``pairs`` (pairs (i, j) of the class) — or None where the template cannot be replayed, or
     nothing is known and there are no pairs to record on.  A record that does not hold on
-    ``pairs`` (it took a number of other data for a constant) is recorded again on them."""
+    ``pairs`` (it took a number of other data for a constant) is recorded again on them.  A record
+    loaded from the store is used only if it agrees with a fresh compile of a few of ``pairs``
+    (:func:`agrees_with_compile`); else it is recorded again, with a StoreWarning."""
     key = replay_key(spec, kind)
-    found = REPLAYS.get(key, False)
-    if found is False:
-        found = STORE.load(key)
     have_pairs = pairs is not None and len(pairs[0]) > 0
+    found = REPLAYS.get(key, False)
+    stored = found is False
+    if stored:
+        found = STORE.load(key)
+        if found and not have_pairs:              # nothing to check it on: not used
+            found = False
     if found and have_pairs and not holds_on(spec, found[0], *pairs):
+        found = False
+    elif found and stored and not agrees_with_compile(spec, found[0], *pairs):
+        warn(f"the stored record of the class '{kind}' ({key[:12]}…) disagrees with a fresh compile of "
+             "its pairs: ignored, recorded again")
         found = False
     if found is False:
         if not have_pairs:
@@ -167,6 +179,27 @@ def holds_on(spec: LimitSpec, replay: Replay, i: np.ndarray, j: np.ndarray) -> b
     """The record holds on the pairs (i, j)."""
     covs = pair_covs(spec, i, j)
     return bool(replay(covs[:, 0, 0], covs[:, 1, 1], covs[:, 0, 1])[2].all())
+
+
+def agrees_with_compile(spec: LimitSpec, replay: Replay, i: np.ndarray, j: np.ndarray) -> bool:
+    """The record's values at :data:`VERIFY_PAIRS` of the pairs (i, j) (spread from the first to the
+    last; one pair: the first) are those of a batch compile of them, to within the two
+    error bounds, |replay − compile| ≤ e_replay + e_compile; its checks hold there, and every
+    output is exact in both.  A record changed on disk (a constant of its tape, say) fails this."""
+    pick = np.unique(np.linspace(0, len(i) - 1, min(len(i), VERIFY_PAIRS)).round().astype(int))
+    covs = pair_covs(spec, i[pick], j[pick])
+    got_values, got_errors, valid = replay(covs[:, 0, 0], covs[:, 1, 1], covs[:, 0, 1])
+    if not np.all(valid) or tuple(replay.names) != tuple(spec.names):
+        return False
+    lim = compile_program(spec.program, budget=Budget(tol=spec.tol), batch_covs={spec.group: covs}).limit()
+    for name, v, e in zip(replay.names, got_values, got_errors):
+        out = lim.outputs[name]
+        if out.method != "exact":
+            return False
+        v, e = np.broadcast_to(v, valid.shape), np.broadcast_to(e, valid.shape)
+        if not np.all(np.abs(v - out.value) <= e + np.abs(out.error)):
+            return False
+    return True
 
 
 def record_class(spec: LimitSpec, pairs: tuple[np.ndarray, np.ndarray]):

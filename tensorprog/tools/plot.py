@@ -115,7 +115,7 @@ def plot_convergence(result_or_results: ConvergeResult | Sequence[ConvergeResult
     ax.set_ylim(lo / 3, hi * 2)
     ax.xaxis.set_minor_locator(NullLocator())
     ax.set_xticks(all_w)
-    ax.set_xticklabels([str(w) for w in all_w])
+    ax.set_xticklabels([_width_label(w, len(all_w)) for w in all_w])
     ax.set_xlabel("width n")
     ax.set_ylabel("deviation from the limit")
     ax.grid(True, which="major", alpha=0.3)
@@ -137,6 +137,14 @@ def plot_convergence(result_or_results: ConvergeResult | Sequence[ConvergeResult
         raise TPUsageError(f"cannot write the plot {os.fspath(path)!r}: "
                            f"{getattr(err, 'strerror', None) or err}") from None
     return os.fspath(path)
+
+
+def _width_label(w: int, count: int) -> str:
+    """A tick label: the width, or 2^k for a power of two when there are many ticks (they would overlap)."""
+    w = int(w)
+    if count > 8 and w >= 1024 and w & (w - 1) == 0:
+        return f"$2^{{{w.bit_length() - 1}}}$"
+    return str(w)
 
 
 def _pos(y) -> bool:
