@@ -5,9 +5,6 @@ A ``TPError`` carries the file name, line and column and the source text, so its
 """
 from __future__ import annotations
 
-#: the longest excerpt of a source line shown under an error (a longer line: a window around the column)
-EXCERPT = 160
-
 
 class TPError(Exception):
     """Base class of every error a program can cause (message starts FILE:LINE:COL:)."""
@@ -36,12 +33,9 @@ class TPError(Exception):
         lines = self.source.removeprefix("\ufeff").split("\n")   # as the parser counts lines: at \n only
         if self.line > len(lines):
             return head
-        raw = lines[self.line - 1].rstrip("\r")
-        start = max(self.col - 1 - EXCERPT // 2, 0) if len(raw) > EXCERPT else 0   # a long line: a window
-        end = min(start + EXCERPT, len(raw))
-        text = "".join(" " if c.isspace() else c if c.isprintable() else "?" for c in raw[start:end])
-        text = ("..." if start else "") + text + ("..." if end < len(raw) else "")
-        caret = " " * (max(self.col - 1, 0) - start + (3 if start else 0)) + "^"
+        text = "".join(" " if c.isspace() else c if c.isprintable() else "?"
+                       for c in lines[self.line - 1].rstrip("\r"))
+        caret = " " * max(self.col - 1, 0) + "^"
         return f"{head}\n    {text}\n    {caret}"
 
     def __str__(self) -> str:

@@ -42,7 +42,7 @@ def check_size(text: str, file: str, max_chars: int = MAX_SOURCE_CHARS) -> None:
     col = max_chars - (text.rfind("\n", 0, max_chars) + 1) + 1
     raise TPLimitError(f"the program is {len(text):,} characters long, more than the {max_chars:,} a "
                        "program may have (the cap is crossed here); use for loops instead of unrolled "
-                       "text, or raise max_chars (tp.parse / tp.load)", line, col, file, text)
+                       "text, or raise max_chars (tp.parse / tp.load)", line, col, file)   # no excerpt: the line may be MBs
 
 
 def read_source(path: str | os.PathLike, max_chars: int = MAX_SOURCE_CHARS) -> str:
