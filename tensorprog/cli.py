@@ -44,10 +44,14 @@ def _parser() -> argparse.ArgumentParser:
     ex.add_argument("--dtype", choices=["float64", "float32"], default="float64")
     _scale_flags(ex)
     ex.add_argument("--json", action="store_true")
+    ex.add_argument("--out", metavar="F.npz", default=None,
+                    help="save every output's mean (arrays of outputs as arrays) and NAME_std to an .npz")
     co = command("compile", "the Master Theorem recurrence and the limit of every out")
     co.add_argument("--symbolic", action="store_true", help="exact closed forms where they exist")
     co.add_argument("--emit", choices=["text", "json", "latex"], default="text")
     co.add_argument("--matrix-dist", default=None, help="swap the family of every matrix")
+    co.add_argument("--out", metavar="F.npz", default=None,
+                    help="save every output's limit (arrays of outputs as arrays) and NAME_error to an .npz")
     budget = Budget()                      # the defaults live in tensorprog/expect/budget.py only
     co.add_argument("--tol", type=float, default=budget.tol,
                     help="target error of numerical expectations (default %(default)g)")
@@ -167,6 +171,8 @@ def cmd_execute(args) -> str:
                                  matrix_dist=args.matrix_dist, dtype=args.dtype, jobs=args.jobs,
                                  blocked=args.blocked, progress=args.progress, backend=args.backend,
                                  device=args.device, scheduler=args.scheduler)
+    if args.out:
+        result.save(args.out)
     if args.json:
         return json.dumps(result.to_dict(), indent=2)
     head = f"width {result.width}, {result.trials} trial(s), seed {result.seed}, {result.dtype}"
@@ -177,7 +183,7 @@ def cmd_execute(args) -> str:
     if result.matrix_dist:
         head += f", matrices: {result.matrix_dist}"
     rows = [head, f"{'output':<16} {'mean':>14} {'std':>12}  values"]
-    for name, o in result.outputs.items():
+    for name, o in result.entries.items():             # an array of outputs entry by entry
         shown = " ".join(f"{v:.6g}" for v in o.values[:8]) + (" ..." if len(o.values) > 8 else "")
         rows.append(f"{name:<16} {o.mean:>14.8g} {o.std:>12.4g}  {shown}")
     return "\n".join(rows)
@@ -188,7 +194,10 @@ def cmd_compile(args) -> str:
     compiled = _load(args).compile(symbolic=args.symbolic, tol=args.tol, max_qmc_points=args.max_qmc_points,
                                    max_quad_points=args.max_quad_points, max_expand_size=args.max_expand_size,
                                    matrix_dist=args.matrix_dist)
-    return render_compiled(compiled, compiled.limit(), args.emit)
+    limit = compiled.limit()
+    if args.out:
+        limit.save(args.out)
+    return render_compiled(compiled, limit, args.emit)
 
 
 def cmd_converge(args) -> str:

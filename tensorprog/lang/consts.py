@@ -66,6 +66,22 @@ def as_int(value, what: str) -> int:
     return int(value)
 
 
+def index(arr: np.ndarray, idx: tuple[int, ...], name: str) -> float | np.ndarray:
+    """``name[idx]`` of an array constant, indices counted from 1 (as ranges ``1..N`` are):
+    a number when every axis is indexed, else a row (a sub-array)."""
+    if len(idx) > arr.ndim:
+        raise ConstError(f"'{name}' has {arr.ndim} ax{'i' if arr.ndim == 1 else 'e'}s "
+                         f"(shape {'x'.join(map(str, arr.shape))}), but {len(idx)} indices are given")
+    for axis, i in enumerate(idx):
+        if not 1 <= i <= arr.shape[axis]:
+            which = f" on axis {axis + 1}" if arr.ndim > 1 else ""
+            raise ConstError(f"index {i} is out of range{which} of '{name}' (shape "
+                             f"{'x'.join(map(str, arr.shape))}): constant arrays are indexed from 1 to "
+                             f"{arr.shape[axis]}")
+    value = arr[tuple(i - 1 for i in idx)]
+    return float(value) if np.ndim(value) == 0 else np.array(value)
+
+
 def eye(k) -> np.ndarray:
     size = as_int(k, "eye(k)")
     if size < 1 or size > 10_000:

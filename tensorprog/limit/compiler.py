@@ -44,7 +44,7 @@ from .finiteness import Finiteness
 from .haar import Arithmetic, HaarMatrix, HaarShape, Term
 from .hypotheses import Hypotheses
 from .ledger import Ledger, scalar_limit
-from .result import Limit, LimitValue
+from .result import Limit, LimitValue, group_limits
 
 #: str(compiled) prints a Z-expression with more nested Nonlins in the IR's %-names instead
 SHOW_NESTING = 8
@@ -94,7 +94,8 @@ class Compiled:
                             propagated=self.scalar_error.get(var))
 
     def limit(self) -> Limit:
-        return Limit({o.name: self.result(o.var) for o in self.program.outputs}, list(self.warnings))
+        flat = {o.name: self.result(o.var) for o in self.program.outputs}
+        return Limit(group_limits(self.program.outputs, flat), list(self.warnings), flat)
 
     def __str__(self) -> str:
         return "\n".join(self.lines)

@@ -230,8 +230,8 @@ def converge(program, widths: Sequence[int], trials: int = 8, seed: int = 0,
                 report(w, int(trials), seconds[-1])
 
     outputs = {}
-    for name, lv in limit.outputs.items():
-        values = [np.asarray(r.outputs[name].values, float) for r in runs]
+    for name, lv in limit.entries.items():                # arrays of outputs: entry by entry
+        values = [np.asarray(r.entries[name].values, float) for r in runs]
         outputs[name] = _output(name, lv, widths, values, int(trials))
     warnings = list(limit.warnings)
     warnings += [f"{name}: {note}" for name, o in outputs.items() for note in o.notes]
