@@ -118,3 +118,125 @@ def test_compile_and_execute_save_npz_and_json(tmp_path, capsys):
     assert saved["K_std"].shape == (3, 3)
     assert main(["compile", str(f), "--out", str(tmp_path / "lim.txt")]) == 2
     assert "must end in .npz" in capsys.readouterr().err
+
+
+# ---- data inputs of a fixed dimension ---------------------------------------------------
+DATA = """\
+param s = 2
+vector x[1..4] : d = load("X.npy")          # 4 data vectors of dimension d = 5
+matrix U : n x d ~ normal(var=s)            # entries of variance s/d
+matrix W ~ normal(var=2)
+for i in 1..4 {
+    h[i] = U @ x[i]
+    g[i] = W @ relu(h[i])
+}
+for i in 1..4 {
+    for j in i..4 {
+        out K[i, j] = mean(relu(g[i]) * relu(g[j]))
+        out Q[i, j] = mean(h[i] * h[j])
+        out D[i, j] = mean(x[i] * x[j])
+    }
+}
+"""
+
+OLD = """\
+vector h[1..4] ~ normal(cov=load("C.npy"))
+matrix W ~ normal(var=2)
+for i in 1..4 {
+    g[i] = W @ relu(h[i])
+}
+for i in 1..4 {
+    for j in i..4 {
+        out K[i, j] = mean(relu(g[i]) * relu(g[j]))
+    }
+}
+"""
+
+
+@pytest.fixture
+def data_dir(tmp_path):
+    X = np.random.default_rng(7).normal(size=(4, 5))
+    np.save(tmp_path / "X.npy", X)
+    np.save(tmp_path / "C.npy", 2 * X @ X.T / 5)
+    (tmp_path / "data.tp").write_text(DATA)
+    (tmp_path / "old.tp").write_text(OLD)
+    return tmp_path, X
+
+
+def upper(a: np.ndarray) -> np.ndarray:
+    return a[np.triu_indices(a.shape[0])]
+
+
+def test_data_limit_is_the_gaussian_family(data_dir):
+    path, X = data_dir
+    lim = tp.load(path / "data.tp").limit().outputs
+    np.testing.assert_allclose(upper(lim["Q"].value), upper(2 * X @ X.T / 5), rtol=1e-12)
+    np.testing.assert_allclose(upper(lim["D"].value), upper(X @ X.T / 5), rtol=1e-14)
+    old = tp.load(path / "old.tp").limit().outputs
+    np.testing.assert_allclose(upper(lim["K"].value), upper(old["K"].value), rtol=1e-12)
+
+
+def test_data_finite_width_converges_to_the_limit(data_dir):
+    path, X = data_dir
+    p = tp.load(path / "data.tp")
+    lim = p.limit().outputs
+    r = p.execute(n=512, trials=24, seed=3)
+    for name in ("K", "Q"):
+        sem = upper(r.outputs[name].std) / np.sqrt(24)
+        z = np.abs(upper(r.outputs[name].mean) - upper(lim[name].value)) / sem
+        assert np.all(z < 5), (name, z)
+    # the data's own mean is a constant, exactly the same at every width
+    np.testing.assert_allclose(upper(r.outputs["D"].mean), upper(lim["D"].value), rtol=1e-14)
+    assert np.all(upper(r.outputs["D"].std) < 1e-15)
+
+
+def test_data_input_layer_ntk_term(data_dir):
+    """The input layer's NTK term <dh, dh'> · xᵀx'/d with dh = grad(f, h): for f = mean(relu(h)),
+    dh = step(h), so the term is E[step(u) step(v)] · xᵀx'/d = (1 − arccos(ρ)/π)/2 · xᵀx'/d."""
+    path, X = data_dir
+    (path / "ntk.tp").write_text("""\
+vector x[1..2] : d = load("X2.npy")
+matrix U : n x d ~ normal(var=1)
+h1 = U @ x[1]
+h2 = U @ x[2]
+f1 = mean(relu(h1))
+f2 = mean(relu(h2))
+out ntk = mean(grad(f1, h1) * grad(f2, h2)) * mean(x[1] * x[2])
+""")
+    np.save(path / "X2.npy", X[:2])
+    value = tp.load(path / "ntk.tp").limit().outputs["ntk"].value
+    q = X[:2] @ X[:2].T / 5
+    rho = q[0, 1] / np.sqrt(q[0, 0] * q[1, 1])
+    assert value == pytest.approx((1 - np.arccos(rho) / np.pi) / 2 * q[0, 1], rel=1e-10)
+
+
+def test_data_products_are_shared_and_zero_variance(data_dir):
+    path, X = data_dir
+    (path / "z.tp").write_text('vector x[1..4] : d = load("X.npy")\nmatrix U, V : n x d ~ normal()\n'
+                               'param sb = 1\nvector b ~ normal(var=sb)\n'
+                               'out same = mean((U @ x[1]) * (U @ x[1]))\nout indep = mean((U @ x[1]) * (V @ x[1]))\n'
+                               'out bias = mean(b * b)\n')
+    p = tp.load(path / "z.tp")
+    assert len(p.ir.groups) == 3                    # U's products, V's products, b
+    lim = p.limit().outputs
+    assert lim["same"].value == pytest.approx(X[0] @ X[0] / 5, rel=1e-12) and lim["indep"].value == 0
+    off = tp.load(path / "z.tp", sb=0)
+    assert off.limit().outputs["bias"].value == 0
+    assert off.execute(n=64).outputs["bias"].mean == 0.0
+
+
+@pytest.mark.parametrize("body, where", [
+    ("matrix U : n x d ~ normal()\nvector y ~ normal()\nout a = mean(U @ y)\n", "4:18: 'U' maps data"),
+    ("vector z : d ~ normal()\n", "'d' is a data dimension"),
+    ("matrix U : n x d ~ uniform()\n", "must be normal"),
+    ("matrix U : n x d ~ normal()\nout a = mean((U.T) @ x[1])\n", "no transpose"),
+    ("vector y[1..3] : d = load(\"X.npy\")\n", "must be a 3 x d array"),
+    ("vector y : d = [1, 2]\n", "the data dimension 'd' is 5"),
+    ("dim m = 0.5\nvector y : m = [1, 2]\n", "a width that scales with n"),
+])
+def test_data_errors_are_located(data_dir, body, where):
+    path, _ = data_dir
+    (path / "bad.tp").write_text('vector x[1..4] : d = load("X.npy")\n' + body)
+    with pytest.raises(TPError) as info:
+        tp.load(path / "bad.tp")
+    assert str(path / "bad.tp") in str(info.value) and where in str(info.value), str(info.value)
