@@ -163,6 +163,7 @@ def cmd_check(args) -> str:
     lines = [f"{args.file}: ok, {len(program.ir.eqns)} equations"]
     lines += [f"  {kind:<10} {count}" for kind, count in sorted(counts.items())]
     lines.append(f"  outputs    {', '.join(program.outputs) or '(none)'}")
+    lines += list(program.ir.warnings)
     return "\n".join(lines)
 
 

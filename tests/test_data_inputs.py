@@ -240,3 +240,50 @@ def test_data_errors_are_located(data_dir, body, where):
     with pytest.raises(TPError) as info:
         tp.load(path / "bad.tp")
     assert str(path / "bad.tp") in str(info.value) and where in str(info.value), str(info.value)
+
+
+# ---- float32 covariances --------------------------------------------------------------
+def float32_gram(seed: int = 4) -> np.ndarray:
+    """A rank-deficient float32 Gram matrix (rows repeat, as words do) whose smallest eigenvalue is
+    negative by rounding only (about -3e-8 at this seed)."""
+    X = np.random.default_rng(seed).normal(size=(4, 3)).astype(np.float32)
+    X = np.concatenate([X, X[:2]])
+    C = (X @ X.T / 3).astype(np.float32)
+    return (C + C.T) / 2
+
+
+COV = 'vector h[1..6] ~ normal(cov=load("C.npy"))\nout k = mean(relu(h[1]) * relu(h[5]))\n'
+
+
+def test_float32_cov_within_precision_is_projected_with_a_warning(tmp_path, capsys):
+    C = float32_gram()
+    lowest = np.linalg.eigvalsh(C.astype(float))[0]
+    assert -1e-7 < lowest < 0
+    np.save(tmp_path / "C.npy", C)
+    (tmp_path / "p.tp").write_text(COV)
+    p = tp.load(tmp_path / "p.tp")
+    (warning,) = p.ir.warnings
+    assert warning.startswith(f"{tmp_path / 'p.tp'}:1:18: warning [precision]") and f"{lowest:.3g}" in warning
+    lim = p.limit()
+    assert warning in lim.warnings
+    assert lim.outputs["k"].value == pytest.approx(arccos1(C[0, 0], C[4, 4], C[0, 4]), rel=1e-6)
+    assert main(["check", str(tmp_path / "p.tp")]) == 0 and "warning [precision]" in capsys.readouterr().out
+    # the same numbers at float64 precision are refused: only float32 data is forgiven its rounding
+    np.save(tmp_path / "C.npy", C.astype(np.float64))
+    with pytest.raises(TPError, match="1:18: normal: cov must be positive semidefinite"):
+        tp.load(tmp_path / "p.tp")
+
+
+def test_float32_cov_beyond_precision_is_a_located_error(tmp_path):
+    C = float32_gram().astype(float)
+    C[0, 4] = C[4, 0] = C[0, 4] * 1.01 + 0.05             # no longer a Gram matrix
+    np.save(tmp_path / "C.npy", C.astype(np.float32))
+    (tmp_path / "p.tp").write_text(COV)
+    with pytest.raises(TPError, match=r"p.tp:1:18: normal: cov must be positive semidefinite \(smallest eigenvalue"):
+        tp.load(tmp_path / "p.tp")
+
+
+def test_float32_precision_survives_constant_arithmetic(tmp_path):
+    np.save(tmp_path / "C.npy", float32_gram())
+    (tmp_path / "p.tp").write_text(COV.replace('load("C.npy")', '2 * load("C.npy") + 0'))
+    assert len(tp.load(tmp_path / "p.tp").ir.warnings) == 1

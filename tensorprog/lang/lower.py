@@ -22,6 +22,7 @@ from . import syntax as S
 from ..distributions import DistributionError, make_spec
 from ..errors import TPError, TPIndexError, TPLimitError, TPNameError, TPTypeError, TPValueError
 from ..builtins import BUILTINS, CONSTANTS
+from . import consts
 from .builder import IRBuilder
 from .expressions import SPECIAL_FUNCTIONS, DefBody, Expressions
 from .values import DataMat, MatExpr, MatVal, RExpr, Value, located
@@ -98,6 +99,7 @@ class Lowerer:
         self.data_at: dict[int, S.Node] = {}            # group index -> the declaration of its matrix
         self.data_cols: dict[int, str] = {}             # group index -> its matrix's data dimension
         self.steps = 0
+        self.warnings: list[str] = []                   # "LINE:COL: warning ...", located by lower()
         self.bound_somewhere: set[str] = set()
 
     @property
@@ -226,6 +228,8 @@ class Lowerer:
             if k in kwargs:
                 raise located(TPNameError, v, f"{d.family}: the keyword '{k}' is given twice")
             kwargs[k] = self.expr.const(v, "a distribution parameter")
+        if consts.precision(kwargs.get("cov")) > 0:
+            kwargs["cov"] = self.rounded_cov(d, kwargs["cov"])
         at = 1 if d.family in ("student_t", "mvt") else 0       # the positional var (after df)
         zero = False
         if isinstance(kwargs.get("var"), float) and kwargs["var"] == 0.0:
@@ -236,6 +240,17 @@ class Lowerer:
             return make_spec(d.family, args, kwargs, for_matrix=for_matrix, n_vectors=n_vectors), zero
         except DistributionError as err:
             raise located(TPValueError, d, str(err)) from None
+
+    def rounded_cov(self, d: S.Dist, cov: np.ndarray) -> np.ndarray:
+        """A covariance made from a lower-precision array (float32): negative eigenvalues within that
+        precision are rounding, projected away with a warning; beyond it, the usual PSD error."""
+        eps = consts.precision(cov)
+        fixed, lowest = consts.project_psd(cov, eps)
+        if lowest is not None:
+            self.warnings.append(f"{d.line}:{d.col}: warning [precision]: cov comes from a float32 array "
+                                 f"(relative precision {eps:.2g}); its smallest eigenvalue {lowest:.3g} is "
+                                 "within that precision, so the negative eigenvalues were set to 0")
+        return fixed
 
     def expand(self, decl: S.Decl) -> list[Key]:
         if decl.range is None:
@@ -438,4 +453,4 @@ def lower(module: S.Module, overrides: Mapping[str, float] | None = None, *, fil
         raise TPLimitError("the program nests too deeply", 1, 1, file, source) from None
     return ir.verify(ir.Program(tuple(low.eqns), tuple(low.groups), tuple(low.outputs.values()),
                                 dims=dict(low.dims), params=dict(low.params), file=file, source=source,
-                                base_dir=base_dir))
+                                base_dir=base_dir, warnings=tuple(f"{file}:{w}" for w in low.warnings)))

@@ -179,7 +179,8 @@ class Compiler:
         return Compiled(self.program, tuple(self.lines), MappingProxyType(dict(self.Z)),
                         MappingProxyType(dict(self.c)), tuple(self.ledger.estimates),
                         MappingProxyType({v: frozenset(d) for v, d in self.deps.items()}),
-                        MappingProxyType(dict(self.scalar_error)), tuple(self.hypotheses.warnings),
+                        MappingProxyType(dict(self.scalar_error)),
+                        tuple(self.program.warnings) + tuple(self.hypotheses.warnings),
                         self.symbolic, MappingProxyType(dict(self.ledger.param_values)), self.batch)
 
     # ---- values
