@@ -69,6 +69,7 @@ def _parser() -> argparse.ArgumentParser:
     cv.add_argument("--matrix-dist", default=None, help="swap the family of every matrix")
     cv.add_argument("--dtype", choices=["float64", "float32"], default="float64")
     _scale_flags(cv)
+    _budget_flags(cv)
     cv.add_argument("--plot", metavar="OUT.png", default=None,
                     help="write a log-log plot of the deviation against the width (needs matplotlib)")
     cv.add_argument("--json", action="store_true")
@@ -93,9 +94,19 @@ def _parser() -> argparse.ArgumentParser:
     ke.add_argument("--seed", type=int, default=0)
     ke.add_argument("--matrix-dist", default=None)
     ke.add_argument("--dtype", choices=["float64", "float32"], default="float64")
+    _budget_flags(ke)
     _scale_flags(ke)
     ke.add_argument("--json", action="store_true")
     return top
+
+
+def _budget_flags(p: argparse.ArgumentParser) -> None:
+    """--tol and --max-qmc-points of the limit (kernel, converge), as compile has them."""
+    budget = Budget()
+    p.add_argument("--tol", type=float, default=budget.tol,
+                   help="target error of the limit's numerical expectations (default %(default)g)")
+    p.add_argument("--max-qmc-points", type=_positive, default=budget.max_qmc_points,
+                   help="quasi-Monte Carlo points per expectation of the limit at most (default %(default)d)")
 
 
 def _scale_flags(p: argparse.ArgumentParser, jobs: bool = True) -> None:
@@ -209,7 +220,8 @@ def cmd_converge(args) -> str:
     program = _load(args)
     with _options(args):
         result = converge(program, args.widths, trials=args.trials, seed=args.seed,
-                          matrix_dist=args.matrix_dist, dtype=args.dtype, progress=args.progress)
+                          matrix_dist=args.matrix_dist, dtype=args.dtype, progress=args.progress,
+                          tol=args.tol, max_qmc_points=args.max_qmc_points)
     if args.plot:
         from .tools.plot import plot_convergence
         plot_convergence(result, args.plot)
@@ -226,11 +238,12 @@ def cmd_kernel(args) -> str:
     with _options(args, progress=args.progress):
         result = kernel(args.file, X, n=args.width, trials=args.trials, seed=args.seed,
                         matrix_dist=args.matrix_dist, dtype=args.dtype, out=directory,
-                        tile_pairs=args.tile_pairs or TILE_PAIRS, **dict(args.defines))
+                        tile_pairs=args.tile_pairs or TILE_PAIRS, tol=args.tol,
+                        max_qmc_points=args.max_qmc_points, **dict(args.defines))
     if args.out and directory is None:
         result.save(args.out, args.output)
     if args.json:
-        return json.dumps(result.summary(), indent=2)
+        return json.dumps(result.to_dict(), indent=2)
     what = "limit" if result.width is None else f"width {result.width}, {result.trials} trial(s)"
     rows = [f"{X.shape[0]} inputs of dimension {X.shape[1]}: {what}" + (f"; saved to {args.out}" if args.out else "")]
     for name, row in result.summary()["outputs"].items():

@@ -34,7 +34,11 @@ class Program:
         ``blocked``, ``progress``, ``backend`` ('numpy', 'torch', 'jax', 'cupy'), ``device``
         ('cpu', 'cuda'), ``scheduler`` (a Dask address, 'local' or a Client) (and ``block_rows``):
         see :func:`tensorprog.finite.run.execute`;
-        those not given come from :func:`tensorprog.finite.options`."""
+        those not given come from :func:`tensorprog.finite.options`.  A program with no ``out`` is a
+        TPUsageError: it would report nothing."""
+        if not self.ir.outputs:
+            raise TPUsageError("the program has no 'out' statement: executing it would report nothing "
+                               "(add one, e.g. out k = mean(x * x))", file=self.ir.file)
         return execute(self.ir, n, trials, seed, matrix_dist, dtype, memory_limit, jobs=jobs,
                        blocked=blocked, progress=progress, block_rows=block_rows, backend=backend,
                        device=device, scheduler=scheduler)

@@ -447,6 +447,10 @@ def lower(module: S.Module, overrides: Mapping[str, float] | None = None, *, fil
         low.bound_somewhere = declared_names(module.statements)
         low.run(module.statements)
         low.finish()
+        if not low.outputs:
+            line, col = module.statements[-1].line if module.statements else 1, 1
+            low.warnings.append(f"{line}:{col}: warning [no out]: the program has no 'out' statement, so it "
+                                "computes and reports nothing (add one, e.g. out k = mean(x * x))")
     except TPError as err:
         raise err.located(file, source) from None
     except RecursionError:
