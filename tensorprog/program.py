@@ -25,7 +25,8 @@ class Program:
 
     @property
     def outputs(self) -> list[str]:
-        return [o.name for o in self.ir.outputs]
+        """The reported outputs' names: an array of outputs (``out K[i, j]``) once, as ``K``."""
+        return [item.name for item in ir.output_table(self.ir.outputs)]
 
     def execute(self, n: int, trials: int = 1, seed: int = 0, matrix_dist: str | None = None,
                 dtype=np.float64, memory_limit: int | None = None, *, jobs=UNSET, blocked=UNSET,
