@@ -287,3 +287,15 @@ def test_float32_precision_survives_constant_arithmetic(tmp_path):
     np.save(tmp_path / "C.npy", float32_gram())
     (tmp_path / "p.tp").write_text(COV.replace('load("C.npy")', '2 * load("C.npy") + 0'))
     assert len(tp.load(tmp_path / "p.tp").ir.warnings) == 1
+
+
+def test_array_output_text_and_latex(tmp_path, capsys):
+    f = tmp_path / "k.tp"
+    f.write_text(ARC)
+    assert main(["compile", str(f), "--emit", "latex"]) == 0
+    out = capsys.readouterr().out
+    assert "\\mathrm{K[2, 3]}" in out and "\\mathrm{s}" in out
+    assert main(["compile", str(f)]) == 0
+    assert "K = [9 values in" in capsys.readouterr().out
+    assert main(["check", str(f)]) == 0
+    assert "outputs    K, s" in capsys.readouterr().out
