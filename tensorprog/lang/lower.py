@@ -135,6 +135,8 @@ class Lowerer:
         if row.shape[0] != d:
             raise located(TPTypeError, node, f"'{matrix.name}' maps data of dimension {matrix.cols} = {d}, "
                           f"but this vector has {row.shape[0]} coordinates")
+        if matrix.group < 0:                       # var=0: the zero vector, exactly
+            return RExpr(ir.Const(0.0), "vector", matrix.rows)
         data = self.data_groups[matrix.group]
         key = np.ascontiguousarray(row, dtype=float).tobytes()
         if key not in data.index:
@@ -307,7 +309,7 @@ class Lowerer:
             for name, idx in self.expand(decl):
                 shown = f"{name}[{idx[0]}]" if idx else name
                 if zero:
-                    self.bind(s, name, idx, MatExpr(None, 0.0, (), rows, s.shape[1]))
+                    self.bind(s, name, idx, DataMat(shown, -1, rows, s.shape[1]))
                     continue
                 g = len(self.groups)
                 self.groups.append(None)          # filled by finish() once the products are known

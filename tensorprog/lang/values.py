@@ -72,7 +72,7 @@ class DataMat:
     products with data vectors (constants of that dimension) are the members of initial
     ``group``, drawn jointly with covariance σ² X Xᵀ/d (exactly the law of the product)."""
     name: str
-    group: int
+    group: int           # -1 for a zero matrix (var=0): its products are 0 exactly
     rows: str
     cols: str
 
