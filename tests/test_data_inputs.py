@@ -74,8 +74,13 @@ def test_array_output_limit_matches_formula_and_is_symmetric():
     np.testing.assert_allclose(K, want, rtol=1e-12)
     assert lim.outputs["K"].error.shape == (3, 3) and lim.outputs["K"].method == "exact"
     assert lim.outputs["s"].value == 0.3 and lim.entries["K[2, 3]"].value == K[1, 2]
-    # K[i, j] and K[j, i] are one expectation: 6 of the 9 entries are distinct
-    assert len(compiled.estimates) == 6
+    # K[i, j] and K[j, i] are one Moment (equal up to the order of *), so one expectation: 6 of 9
+    assert p.summary()["Moment"] == 6 and len(compiled.estimates) == 6
+    var = {o.name: o.var for o in p.ir.outputs}
+    assert var["K[1, 2]"] == var["K[2, 1]"] and var["K[1, 2]"] != var["K[1, 3]"]
+    # outside arrays of outputs, equal means stay separate equations (the IR of scalar outs is unchanged)
+    twice = tp.parse("vector x, y ~ normal()\nout a = mean(x * y)\nout b = mean(y * x)\n")
+    assert twice.summary()["Moment"] == 2
 
 
 def test_array_output_execute_and_json():

@@ -293,8 +293,7 @@ class Expressions:
         if isinstance(value, np.ndarray) and value.ndim == 1:      # a data vector: its d coordinates
             return float(np.mean(value))
         if isinstance(value, RExpr) and value.kind == "vector":
-            return self.equations.var_expr(self.equations.emit(ir.Moment, node, fn=value.fn,
-                                                               args=ir.refs(value.fn), width=value.width))
+            return self.equations.var_expr(self.equations.moment(node, value.fn, value.width))
         raise located(TPTypeError, node, "mean() needs a vector expression, not a "
                       f"{'matrix' if isinstance(value, MATRICES) else 'scalar'}")
 

@@ -376,7 +376,11 @@ class Lowerer:
 
     def do_Out(self, s: S.Out) -> None:
         idx = tuple(self.expr.const_int(i, "an index") for i in s.indices)
-        value = self.expr.ev(s.value) if s.value is not None else self.lookup(s, s.name, idx)
+        self.equations.share_moments = bool(idx)
+        try:
+            value = self.expr.ev(s.value) if s.value is not None else self.lookup(s, s.name, idx)
+        finally:
+            self.equations.share_moments = False
         if isinstance(value, float):
             value = RExpr(ir.Const(value), "scalar", None)
         if not isinstance(value, RExpr) or value.kind != "scalar":
