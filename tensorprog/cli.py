@@ -45,10 +45,14 @@ def _parser() -> argparse.ArgumentParser:
     ex.add_argument("--dtype", choices=["float64", "float32"], default="float64")
     _scale_flags(ex)
     ex.add_argument("--json", action="store_true")
+    ex.add_argument("--out", metavar="F.npz", default=None,
+                    help="save every output's mean (arrays of outputs as arrays) and NAME_std to an .npz")
     co = command("compile", "the Master Theorem recurrence and the limit of every out")
     co.add_argument("--symbolic", action="store_true", help="exact closed forms where they exist")
     co.add_argument("--emit", choices=["text", "json", "latex"], default="text")
     co.add_argument("--matrix-dist", default=None, help="swap the family of every matrix")
+    co.add_argument("--out", metavar="F.npz", default=None,
+                    help="save every output's limit (arrays of outputs as arrays) and NAME_error to an .npz")
     budget = Budget()                      # the defaults live in tensorprog/expect/budget.py only
     co.add_argument("--tol", type=_number, default=budget.tol,
                     help="target error of numerical expectations (default %(default)g)")
@@ -78,6 +82,7 @@ def _parser() -> argparse.ArgumentParser:
     cv.add_argument("--matrix-dist", default=None, help="swap the family of every matrix")
     cv.add_argument("--dtype", choices=["float64", "float32"], default="float64")
     _scale_flags(cv)
+    _budget_flags(cv)
     cv.add_argument("--plot", metavar="OUT.png", default=None,
                     help="write a log-log plot of the deviation against the width (needs matplotlib)")
     cv.add_argument("--json", action="store_true")
@@ -102,9 +107,19 @@ def _parser() -> argparse.ArgumentParser:
     ke.add_argument("--seed", type=int, default=0)
     ke.add_argument("--matrix-dist", default=None)
     ke.add_argument("--dtype", choices=["float64", "float32"], default="float64")
+    _budget_flags(ke)
     _scale_flags(ke)
     ke.add_argument("--json", action="store_true")
     return top
+
+
+def _budget_flags(p: argparse.ArgumentParser) -> None:
+    """--tol and --max-qmc-points of the limit (kernel, converge), as compile has them."""
+    budget = Budget()
+    p.add_argument("--tol", type=float, default=budget.tol,
+                   help="target error of the limit's numerical expectations (default %(default)g)")
+    p.add_argument("--max-qmc-points", type=_positive, default=budget.max_qmc_points,
+                   help="quasi-Monte Carlo points per expectation of the limit at most (default %(default)d)")
 
 
 def _scale_flags(p: argparse.ArgumentParser, jobs: bool = True) -> None:
@@ -190,6 +205,7 @@ def cmd_check(args) -> str:
     lines = [f"{args.file}: ok, {len(program.ir.eqns)} equations"]
     lines += [f"  {kind:<10} {count}" for kind, count in sorted(counts.items())]
     lines.append(f"  outputs    {', '.join(program.outputs) or '(none)'}")
+    lines += list(program.ir.warnings)
     return "\n".join(lines)
 
 
@@ -199,6 +215,8 @@ def cmd_execute(args) -> str:
                                  blocked=args.blocked, progress=args.progress, backend=args.backend,
                                  device=args.device, scheduler=args.scheduler,
                                  conditional=args.conditional)
+    if args.out:
+        result.save(args.out)
     if args.json:
         return json.dumps(result.to_dict(), indent=2)
     head = f"width {result.width}, {result.trials} trial(s), seed {result.seed}, {result.dtype}"
@@ -211,7 +229,7 @@ def cmd_execute(args) -> str:
     if result.matrix_dist:
         head += f", matrices: {result.matrix_dist}"
     rows = [head, f"{'output':<16} {'mean':>14} {'std':>12}  values"]
-    for name, o in result.outputs.items():
+    for name, o in result.entries.items():             # an array of outputs entry by entry
         shown = " ".join(f"{v:.6g}" for v in o.values[:8]) + (" ..." if len(o.values) > 8 else "")
         rows.append(f"{name:<16} {o.mean:>14.8g} {o.std:>12.4g}  {shown}")
     return "\n".join(rows)
@@ -236,7 +254,10 @@ def cmd_compile(args) -> str:
     compiled = _load(args).compile(symbolic=args.symbolic, tol=args.tol, max_qmc_points=args.max_qmc_points,
                                    max_quad_points=args.max_quad_points, max_expand_size=args.max_expand_size,
                                    matrix_dist=args.matrix_dist, seed=args.seed)
-    return render_compiled(compiled, compiled.limit(), args.emit)
+    limit = compiled.limit()
+    if args.out:
+        limit.save(args.out)
+    return render_compiled(compiled, limit, args.emit)
 
 
 def cmd_converge(args) -> str:
@@ -247,7 +268,8 @@ def cmd_converge(args) -> str:
     program = _load(args)
     with _options(args):
         result = converge(program, args.widths, trials=args.trials, seed=args.seed,
-                          matrix_dist=args.matrix_dist, dtype=args.dtype, progress=args.progress)
+                          matrix_dist=args.matrix_dist, dtype=args.dtype, progress=args.progress,
+                          tol=args.tol, max_qmc_points=args.max_qmc_points)
     if args.plot:
         from .tools.plot import plot_convergence
         plot_convergence(result, args.plot)
@@ -267,11 +289,12 @@ def cmd_kernel(args) -> str:
     with _options(args, progress=args.progress):
         result = kernel(args.file, X, n=args.width, trials=args.trials, seed=args.seed,
                         matrix_dist=args.matrix_dist, dtype=args.dtype, out=directory,
-                        tile_pairs=args.tile_pairs or TILE_PAIRS, **dict(args.defines))
+                        tile_pairs=args.tile_pairs or TILE_PAIRS, tol=args.tol,
+                        max_qmc_points=args.max_qmc_points, **dict(args.defines))
     if args.out and directory is None:
         saved = result.save(args.out, args.output)
     if args.json:
-        return json.dumps(result.summary(), indent=2)
+        return json.dumps(result.to_dict(), indent=2)
     what = "limit" if result.width is None else f"width {result.width}, {result.trials} trial(s)"
     rows = [f"{X.shape[0]} inputs of dimension {X.shape[1]}: {what}" + (f"; saved to {saved}" if saved else "")]
     for name, row in result.summary()["outputs"].items():

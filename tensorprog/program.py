@@ -27,7 +27,8 @@ class Program:
 
     @property
     def outputs(self) -> list[str]:
-        return [o.name for o in self.ir.outputs]
+        """The reported outputs' names: an array of outputs (``out K[i, j]``) once, as ``K``."""
+        return [item.name for item in ir.output_table(self.ir.outputs)]
 
     def execute(self, n: int, trials: int = 1, seed: int = 0, matrix_dist: str | None = None,
                 dtype=np.float64, memory_limit: int | None = None, *, jobs=UNSET, blocked=UNSET,
@@ -38,7 +39,11 @@ class Program:
         ('cpu', 'cuda'), ``scheduler`` (a Dask address, 'local' or a Client), ``conditional``
         (products drawn given the earlier ones, exact in law) (and ``block_rows``):
         see :func:`tensorprog.finite.run.execute`;
-        those not given come from :func:`tensorprog.finite.options`."""
+        those not given come from :func:`tensorprog.finite.options`.  A program with no ``out`` is a
+        TPUsageError: it would report nothing."""
+        if not self.ir.outputs:
+            raise TPUsageError("the program has no 'out' statement: executing it would report nothing "
+                               "(add one, e.g. out k = mean(x * x))", file=self.ir.file)
         return execute(self.ir, n, trials, seed, matrix_dist, dtype, memory_limit, jobs=jobs,
                        blocked=blocked, progress=progress, block_rows=block_rows, backend=backend,
                        device=device, scheduler=scheduler, conditional=conditional)

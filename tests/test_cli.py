@@ -221,7 +221,7 @@ def test_shipped_program_checks_and_executes(path, capsys):
     assert main(["execute", str(path), "-n", "64", "--json"]) == 0, capsys.readouterr().err
     d = json.loads(capsys.readouterr().out)
     assert list(d["outputs"]) == names
-    assert all(np.isfinite(o["mean"]) for o in d["outputs"].values())
+    assert all(np.all(np.isfinite(np.asarray(o["mean"], dtype=float))) for o in d["outputs"].values())
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=[p.name for p in SHIPPED])

@@ -48,6 +48,7 @@ import numpy as np
 
 from .. import ir
 from ..arguments import usage, whole
+from ..npz import save_npz
 from .backend import NUMPY
 from .cluster import check_scheduler, map_items
 from .exec_options import UNSET, resolve
@@ -64,10 +65,11 @@ T = TypeVar("T")
 
 @dataclass
 class OutputStats:
-    """One output over the trials: mean, standard deviation (ddof=1) and each trial's value."""
-    mean: float
-    std: float
-    values: list[float]
+    """One output over the trials: mean, standard deviation (ddof=1) and each trial's value (for an
+    array of outputs, ``out K[i, j]``: arrays, NaN where no ``out`` set an entry)."""
+    mean: float | np.ndarray
+    std: float | np.ndarray
+    values: list
 
     @property
     def sem(self) -> float:
@@ -79,20 +81,30 @@ class ExecResult:
     width: int
     trials: int
     seed: int
-    outputs: dict[str, OutputStats] = field(default_factory=dict)
+    outputs: dict[str, OutputStats] = field(default_factory=dict)    # arrays of outputs as arrays
     dtype: str = "float64"
     matrix_dist: str | None = None
     blocked: bool = False               # matrices regenerated block by block (other random numbers)
     conditional: bool = False           # products drawn given the earlier ones (other random numbers)
     backend: str = "numpy"              # the array library (other random numbers than numpy's)
     device: str = "cpu"
+    entries: dict[str, OutputStats] = field(default_factory=dict)    # every scalar output, K[1, 2] alone
+
+    def __post_init__(self) -> None:
+        if not self.entries:
+            self.entries = self.outputs
 
     def to_dict(self) -> dict:
         return {"width": self.width, "trials": self.trials, "seed": self.seed, "dtype": self.dtype,
                 "matrix_dist": self.matrix_dist, "blocked": self.blocked, "backend": self.backend,
                 "device": self.device, "conditional": self.conditional,
-                "outputs": {k: {"mean": o.mean, "std": o.std, "values": o.values}
+                "outputs": {k: {"mean": ir.jsonable(o.mean), "std": ir.jsonable(o.std),
+                                "values": [ir.jsonable(v) for v in o.values]}
                             for k, o in self.outputs.items()}}
+
+    def save(self, path: str) -> None:
+        """An ``.npz`` of every output's mean (arrays of outputs as arrays) and its ``NAME_std``."""
+        save_npz(path, ir.npz_arrays(self.outputs, "std"))
 
     def _repr_html_(self) -> str:
         """Jupyter: a table of mean, std and SE per output."""
@@ -136,7 +148,27 @@ def execute(program: ir.Program, n: int, trials: int = 1, seed: int = 0,
     for o in program.outputs:
         values = [r[o.name] for r in per_trial]
         std = float(np.std(values, ddof=1)) if trials > 1 else 0.0
-        result.outputs[o.name] = OutputStats(float(np.mean(values)), std, values)
+        result.entries[o.name] = OutputStats(float(np.mean(values)), std, values)
+    result.outputs = group_stats(program.outputs, result.entries)
+    return result
+
+
+def group_stats(outputs: tuple[ir.Output, ...], flat: dict[str, OutputStats]) -> dict[str, OutputStats]:
+    """The reported outputs: an array of outputs (``out K[i, j]``) as one OutputStats of arrays."""
+    result: dict[str, OutputStats] = {}
+    for item in ir.output_table(outputs):
+        if isinstance(item, ir.Output):
+            result[item.name] = flat[item.name]
+            continue
+        mean, std = np.full(item.shape, np.nan), np.full(item.shape, np.nan)
+        trials = len(flat[item.entries[0].name].values)
+        values = [np.full(item.shape, np.nan) for _ in range(trials)]
+        for o in item.entries:
+            at, stats = item.position(o), flat[o.name]
+            mean[at], std[at] = stats.mean, stats.std
+            for t, v in enumerate(stats.values):
+                values[t][at] = v
+        result[item.name] = OutputStats(mean, std, values)
     return result
 
 

@@ -5,10 +5,12 @@
   ``refs``, ``calls``) and ``ARITHMETIC``, the one table of binary operators;
 * :mod:`.printer`: the IR as text (``show_fn``, ``show_eqn``, ``str(program)``);
 * :mod:`.program`: ``Program``, a whole lowered program;
+* :mod:`.outputs`: arrays of outputs (``out K[i, j] = ...``) as they are reported;
 * :mod:`.verify`: the invariants the back ends rely on, checked after lowering (``IRError``).
 """
 from .nodes import (FUNCTION_OPS, SCALAR_OPS, VECTOR_OPS, Bin, Call, Const, Eqn, Fn, Group,
                     InitVector, MatMul, Matrix, Moment, Neg, Nonlin, Output, Pos, Ref, Scalar)
+from .outputs import OutputArray, jsonable, npz_arrays, output_table
 from .printer import show_eqn, show_fn
 from .program import Program
 from .verify import IRError, verify
@@ -16,5 +18,5 @@ from .walk import ARITHMETIC, Rules, calls, children, fold, map_refs, preorder, 
 
 __all__ = ["FUNCTION_OPS", "SCALAR_OPS", "VECTOR_OPS", "Bin", "Call", "Const", "Eqn", "Fn", "Group",
            "InitVector", "MatMul", "Matrix", "Moment", "Neg", "Nonlin", "Output", "Pos", "Program",
-           "Ref", "Scalar", "calls", "refs", "show_eqn", "show_fn", "IRError", "verify",
+           "Ref", "Scalar", "OutputArray", "jsonable", "npz_arrays", "output_table", "calls", "refs", "show_eqn", "show_fn", "IRError", "verify",
            "ARITHMETIC", "Rules", "fold", "children", "map_refs", "preorder", "subtrees"]

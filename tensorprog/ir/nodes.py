@@ -134,6 +134,10 @@ class Group:
 
 @dataclass(frozen=True)
 class Output:
+    """A scalar output: ``name`` is unique (``K[1, 2]`` for an entry of an array of outputs,
+    whose ``array`` is then ``K`` and ``index`` (1, 2))."""
     name: str
     var: int
     pos: Pos
+    array: str | None = None
+    index: tuple[int, ...] = ()

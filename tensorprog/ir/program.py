@@ -20,6 +20,7 @@ class Program:
     file: str = "<string>"
     source: str = ""
     base_dir: str = "."
+    warnings: tuple[str, ...] = ()      # "FILE:LINE:COL: warning ..." of the lowering (e.g. rounding)
 
     def eqn(self, var: int) -> Eqn:
         return self.eqns[var]

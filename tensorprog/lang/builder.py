@@ -11,6 +11,20 @@ from .. import ir
 from ..errors import TPLimitError
 from .values import RExpr, located
 
+#: the operators whose operands commute (exactly, in floating point too)
+COMMUTATIVE = frozenset({"+", "*"})
+
+
+def canonical(fn: ir.Fn) -> tuple:
+    """A hashable form of ``fn`` equal for trees that differ only in the order of the operands of
+    + and *."""
+    return ir.fold(fn, ir.Rules(
+        ref=lambda node: ("ref", node.var), const=lambda node: ("const", node.value),
+        call=lambda node, args: ("call", node.name, *args),
+        bin=lambda node, a, b: ("bin", node.op, *(sorted((a, b), key=repr) if node.op in COMMUTATIVE else (a, b))),
+        neg=lambda node, a: ("neg", a)))
+
+
 #: deepest function tree one expression may build: both back ends walk these trees recursively
 MAX_DEPTH = 100
 
@@ -21,6 +35,20 @@ class IRBuilder:
     def __init__(self, max_nodes: int) -> None:
         self.max_nodes = max_nodes
         self.eqns: list[ir.Eqn] = []
+        self.share_moments = False                   # on while an array of outputs is lowered
+        self.moments: dict[tuple, int] = {}          # (canonical fn, width) -> its Moment, when shared
+
+    def moment(self, node, fn: ir.Fn, width: str) -> int:
+        """The Moment mean(fn) over ``width``.  While ``share_moments`` is on (the entries of an array
+        of outputs, ``out K[i, j]``), a Moment equal to one already emitted there up to the order of
+        the operands of + and * (exact in floating point too) is that one: K[i, j] and K[j, i] are
+        computed once."""
+        if not self.share_moments:
+            return self.emit(ir.Moment, node, fn=fn, args=ir.refs(fn), width=width)
+        key = (canonical(fn), width)
+        if key not in self.moments:
+            self.moments[key] = self.emit(ir.Moment, node, fn=fn, args=ir.refs(fn), width=width)
+        return self.moments[key]
 
     def eqn(self, var: int) -> ir.Eqn:
         """The equation binding ``var``."""

@@ -17,6 +17,27 @@ COMPARISONS = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": ope
         ">": operator.gt, ">=": operator.ge}
 
 
+class Rounded(np.ndarray):
+    """An array constant that was stored at a lower precision (a float32 ``.npy``): ``eps`` is that
+    precision's machine epsilon, kept through constant arithmetic, so that a covariance built from
+    it is checked at the precision its entries have (:func:`project_psd`)."""
+    eps: float = 0.0
+
+
+def rounded(arr: np.ndarray, eps: float) -> np.ndarray:
+    """``arr`` marked as rounded to relative precision ``eps`` (unchanged when eps is 0)."""
+    if not eps or not isinstance(arr, np.ndarray):
+        return arr
+    out = arr.view(Rounded)
+    out.eps = eps
+    return out
+
+
+def precision(value) -> float:
+    """The machine epsilon a constant was stored at (0: float64 or exact)."""
+    return float(getattr(value, "eps", 0.0) or 0.0)
+
+
 class ConstError(ValueError):
     """A constant expression is ill-defined (the caller attaches the position)."""
 
@@ -37,7 +58,7 @@ def fold(op: str, a, b):
             raise ConstError(f"'{op}' on constants is undefined here ({err})") from None
         except ValueError as err:
             raise ConstError(f"shapes do not match for '{op}': {err}") from None
-    return as_const(result)
+    return rounded(as_const(result), max(precision(a), precision(b)))
 
 
 def as_const(value) -> float | np.ndarray:
@@ -84,6 +105,22 @@ def as_int(value, what: str) -> int:
     return int(value)
 
 
+def index(arr: np.ndarray, idx: tuple[int, ...], name: str) -> float | np.ndarray:
+    """``name[idx]`` of an array constant, indices counted from 1 (as ranges ``1..N`` are):
+    a number when every axis is indexed, else a row (a sub-array)."""
+    if len(idx) > arr.ndim:
+        raise ConstError(f"'{name}' has {arr.ndim} ax{'i' if arr.ndim == 1 else 'e'}s "
+                         f"(shape {'x'.join(map(str, arr.shape))}), but {len(idx)} indices are given")
+    for axis, i in enumerate(idx):
+        if not 1 <= i <= arr.shape[axis]:
+            which = f" on axis {axis + 1}" if arr.ndim > 1 else ""
+            raise ConstError(f"index {i} is out of range{which} of '{name}' (shape "
+                             f"{'x'.join(map(str, arr.shape))}): constant arrays are indexed from 1 to "
+                             f"{arr.shape[axis]}")
+    value = arr[tuple(i - 1 for i in idx)]
+    return float(value) if np.ndim(value) == 0 else np.array(value)
+
+
 def eye(k) -> np.ndarray:
     size = as_int(k, "eye(k)")
     if size < 1 or size > 10_000:
@@ -111,7 +148,8 @@ def load_array(name: str, base_dir: str) -> np.ndarray:
         raise ConstError(f"load: {name!r} is not a numeric .npy array ({err})") from None
     if not isinstance(arr, np.ndarray) or arr.dtype.kind not in "biuf":
         raise ConstError(f"load: {name!r} must hold a real numeric array")
-    return as_const(arr.astype(float))
+    eps = float(np.finfo(arr.dtype).eps) if arr.dtype.kind == "f" and arr.dtype.itemsize < 8 else 0.0
+    return rounded(as_const(arr.astype(float)), eps)
 
 
 def npy_size(path: Path, name: str) -> int:
@@ -124,3 +162,22 @@ def npy_size(path: Path, name: str) -> int:
     except (ValueError, OSError, EOFError) as err:
         raise ConstError(f"load: {name!r} is not a numeric .npy array ({err})") from None
     return int(np.prod(shape, dtype=object))
+
+
+def project_psd(cov: np.ndarray, eps: float) -> tuple[np.ndarray, float | None]:
+    """A covariance whose entries were rounded to relative precision ``eps``: rounding moves each
+    eigenvalue by at most ‖E‖₂ ≤ k·eps·max|cov| (k×k), so a negative eigenvalue within that is
+    rounding of a PSD matrix.  Returns (the matrix with such eigenvalues set to 0, V max(Λ, 0) Vᵀ,
+    and the smallest eigenvalue), or (cov, None) when nothing is to project or the negative
+    eigenvalue is beyond the precision (then the PSD check refuses it as before)."""
+    arr = np.asarray(cov, dtype=float)
+    if arr.ndim != 2 or arr.shape[0] != arr.shape[1] or not np.all(np.isfinite(arr)):
+        return cov, None
+    sym = 0.5 * (arr + arr.T)
+    scale = float(np.max(np.abs(sym))) if sym.size else 0.0
+    values, vectors = np.linalg.eigh(sym)
+    lowest = float(values[0])
+    if scale == 0.0 or lowest >= 0 or lowest < -arr.shape[0] * eps * scale:
+        return cov, None
+    fixed = (vectors * np.maximum(values, 0.0)) @ vectors.T
+    return 0.5 * (fixed + fixed.T), lowest

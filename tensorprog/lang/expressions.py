@@ -21,11 +21,11 @@ import numpy as np
 from . import consts
 from .. import ir
 from . import syntax as S
-from ..errors import TPLimitError, TPLoadError, TPNameError, TPTypeError, TPValueError
+from ..errors import TPIndexError, TPLimitError, TPLoadError, TPNameError, TPTypeError, TPValueError
 from ..builtins import BUILTINS, CONSTANTS
 from .builder import IRBuilder
 from .matrices import MatrixAlgebra
-from .values import MATRICES, MatExpr, MatVal, RExpr, Value, located, runtime
+from .values import MATRICES, DataMat, MatExpr, MatVal, RExpr, Value, located, runtime
 
 if TYPE_CHECKING:
     from .diff import DiffState
@@ -66,6 +66,14 @@ class Scope(Protocol):
 
     def loop_var(self, name: str, value: float) -> ContextManager[None]: ...
 
+    def constant(self, name: str) -> np.ndarray | None:
+        """The array constant bound to the plain name ``name`` (a loaded or literal list), else None."""
+        ...
+
+    def data_product(self, node: S.Node, matrix: DataMat, row: np.ndarray) -> RExpr:
+        """``U @ x`` for a data matrix U and a data vector x (a constant of U's input dimension)."""
+        ...
+
 
 class Expressions:
     """The expression lowering: ``ev(node)`` gives an expression's value, emitting the
@@ -102,7 +110,20 @@ class Expressions:
 
     def ev_Index(self, node: S.Index) -> Value:
         idx = tuple(self.const_int(i, "an index") for i in node.indices)
+        whole = self.constant_array(node.name)
+        if whole is not None:
+            try:
+                return consts.index(whole, idx, node.name)
+            except consts.ConstError as err:
+                raise located(TPIndexError, node, str(err)) from None
         return self.lookup(node, node.name, idx)
+
+    def constant_array(self, name: str) -> np.ndarray | None:
+        """The array constant a plain name is bound to (inside a def: a param), else None."""
+        if self.def_scope is None:
+            return self.scope.constant(name)
+        value = self.scope.params.get(name) if name not in self.def_scope else None
+        return value if isinstance(value, np.ndarray) else None
 
     def lookup(self, node: S.Node, name: str, idx: tuple[int, ...]) -> Value:
         """``name[idx]``: inside a def, one of its arguments, a param or a constant only."""
@@ -121,6 +142,9 @@ class Expressions:
         value = self.ev(node.operand)
         if not isinstance(value, MATRICES):
             raise located(TPTypeError, node, "'.T' applies to a matrix only")
+        if isinstance(value, DataMat):
+            raise located(TPTypeError, node, f"'{value.name}' maps data of the fixed dimension {value.cols}: "
+                          "it has no transpose in the language (its part of an NTK is mean(dh * dh2) * mean(x * y))")
         return self.matrices.transpose(value)
 
     # ---- arithmetic
@@ -128,6 +152,8 @@ class Expressions:
         value = self.ev(node.operand)
         if consts.is_const(value):
             return consts.as_const(-np.asarray(value))
+        if isinstance(value, DataMat):
+            raise located(TPTypeError, node, f"'{value.name}' maps data vectors: it enters only as {value.name} @ x")
         if isinstance(value, MATRICES):
             return self.matrices.scale(node, -1.0, value)
         r = runtime(node, value)
@@ -160,6 +186,11 @@ class Expressions:
             raise located(TPTypeError, node, "the left side of '@' must be a matrix (W @ v or W.T @ v)")
         if isinstance(rhs, MATRICES):
             raise located(TPTypeError, node.rhs, "a matrix used as a value: '@' takes a vector on its right")
+        if isinstance(lhs, DataMat):
+            return self.data_matmul(node, lhs, rhs)
+        if isinstance(rhs, np.ndarray):
+            raise located(TPTypeError, node.rhs, "a constant vector (data) can only be multiplied by a matrix "
+                          "declared on its dimension: vector x : d = load(...); matrix U : n x d ~ normal()")
         arg = runtime(node.rhs, rhs) if not consts.is_const(rhs) else None
         if arg is None or arg.kind != "vector":
             raise located(TPTypeError, node.rhs, "the right side of '@' must be a vector, not a scalar")
@@ -167,8 +198,20 @@ class Expressions:
             return self.matrices.matmul(node, lhs, arg)
         return self.plain_matmul(node, lhs, arg)
 
+    def data_matmul(self, node: S.BinOp, lhs: DataMat, rhs: Value) -> RExpr:
+        """``U @ x``: U a data matrix, x a data vector (a 1-d constant of U's input dimension)."""
+        if not (isinstance(rhs, np.ndarray) and rhs.ndim == 1):
+            raise located(TPTypeError, node.rhs, f"'{lhs.name}' maps data of the fixed dimension {lhs.cols}: "
+                          f"its argument must be a data vector (vector x : {lhs.cols} = load(...)), "
+                          "not a vector of the network")
+        return self.scope.data_product(node, lhs, rhs)
+
     def matrix_op(self, node: S.BinOp, lhs: Value, rhs: Value) -> Value:
         """``A + B``, ``A - B``, ``c * A``, ``A * c``, ``A / c`` for matrices A, B and scalars c."""
+        for value, side in ((lhs, node.lhs), (rhs, node.rhs)):
+            if isinstance(value, DataMat):
+                raise located(TPTypeError, side, f"'{value.name}' maps data vectors: it enters only as "
+                              f"{value.name} @ x")
         both = isinstance(lhs, MATRICES) and isinstance(rhs, MATRICES)
         if node.op in ("+", "-") and both:
             return self.matrices.add(node, lhs, rhs, 1.0 if node.op == "+" else -1.0)
@@ -223,6 +266,13 @@ class Expressions:
         if all(isinstance(a, float) for a in args):
             with np.errstate(all="ignore"):
                 return self.checked_const(node, builtin.numpy(*[np.float64(a) for a in args]))
+        if all(consts.is_const(a) for a in args):          # coordinatewise on list constants (data)
+            with np.errstate(all="ignore"):
+                try:
+                    value = builtin.numpy(*[np.asarray(a, float) for a in args])
+                except ValueError as err:
+                    raise located(TPValueError, node, f"{node.func}(): shapes do not match ({err})") from None
+                return self.checked_const(node, value)
         parts = [runtime(arg_node, a) for arg_node, a in zip(node.args, args)]
         return self.combine(node, ir.Call(builtin.name, tuple(p.fn for p in parts)), parts)
 
@@ -240,9 +290,10 @@ class Expressions:
         if self.def_scope is not None:
             raise located(TPTypeError, node, "a def is a coordinatewise function: mean() is not allowed in it")
         (value,) = self.call_args(node, 1)
+        if isinstance(value, np.ndarray) and value.ndim == 1:      # a data vector: its d coordinates
+            return float(np.mean(value))
         if isinstance(value, RExpr) and value.kind == "vector":
-            return self.equations.var_expr(self.equations.emit(ir.Moment, node, fn=value.fn,
-                                                               args=ir.refs(value.fn), width=value.width))
+            return self.equations.var_expr(self.equations.moment(node, value.fn, value.width))
         raise located(TPTypeError, node, "mean() needs a vector expression, not a "
                       f"{'matrix' if isinstance(value, MATRICES) else 'scalar'}")
 
@@ -304,7 +355,7 @@ class Expressions:
         params, body = self.scope.defs[node.func]
         args = self.call_args(node, len(params))
         for a, arg_node in zip(args, node.args):
-            if isinstance(a, (MatVal, MatExpr, str, np.ndarray)):
+            if isinstance(a, (MatVal, MatExpr, DataMat, str, np.ndarray)):
                 raise located(TPTypeError, arg_node, f"{node.func}() takes scalars or vectors")
         if node.func in self.active_defs:
             raise located(TPLimitError, node, f"'{node.func}' calls itself: a def cannot be recursive")

@@ -12,16 +12,20 @@ variables, defs, params).  :func:`lower` returns the finished ``ir.Program``.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Mapping
+
+import numpy as np
 
 from .. import ir
 from . import syntax as S
 from ..distributions import DistributionError, make_spec
 from ..errors import TPError, TPIndexError, TPLimitError, TPNameError, TPTypeError, TPValueError
 from ..builtins import BUILTINS, CONSTANTS
+from . import consts
 from .builder import IRBuilder
 from .expressions import SPECIAL_FUNCTIONS, DefBody, Expressions
-from .values import MatVal, RExpr, Value, located
+from .values import DataMat, MatExpr, MatVal, RExpr, Value, located
 
 #: a binding of the environment: a name and its indices (``()`` for a plain name)
 Key = tuple[str, tuple[int, ...]]
@@ -29,6 +33,28 @@ Key = tuple[str, tuple[int, ...]]
 MISSING = object()
 #: names a program may not bind
 RESERVED = frozenset({"sum", "n"})
+
+
+@dataclass
+class DataGroup:
+    """The products ``U @ x`` of one data matrix U (n x d, entries of variance σ²/d): the initial
+    vectors they are, and the data vectors x (rows) they multiply."""
+    var: float                      # σ²
+    width: str                      # U's output width
+    rows: list[np.ndarray] = field(default_factory=list)
+    members: list[int] = field(default_factory=list)
+    index: dict[bytes, int] = field(default_factory=dict)    # a row's bytes -> its member
+
+    def group(self, node, d: int) -> ir.Group:
+        """The Gaussian group of the products: coordinate α of (U x_1, …, U x_k) is N(0, σ² X Xᵀ/d),
+        iid over α: exactly the law of the product with Gaussian U."""
+        X = np.stack(self.rows)
+        cov = self.var * (X @ X.T) / d
+        try:
+            spec = make_spec("normal", [], {"cov": 0.5 * (cov + cov.T)}, for_matrix=False, n_vectors=len(self.rows))
+        except DistributionError as err:
+            raise located(TPValueError, node, f"the products with data: {err}") from None
+        return ir.Group(spec, tuple(self.members), self.width)
 
 
 class LoopBinding:
@@ -68,7 +94,12 @@ class Lowerer:
         self.defs: dict[str, DefBody] = {}
         self.params: dict[str, float] = {}
         self.dims: dict[str, float] = {"n": 1.0}
+        self.fixed: dict[str, int] = {}                 # data dimensions: name -> size (not scaling with n)
+        self.data_groups: dict[int, DataGroup] = {}     # group index -> the products of a data matrix
+        self.data_at: dict[int, S.Node] = {}            # group index -> the declaration of its matrix
+        self.data_cols: dict[int, str] = {}             # group index -> its matrix's data dimension
         self.steps = 0
+        self.warnings: list[str] = []                   # "LINE:COL: warning ...", located by lower()
         self.bound_somewhere: set[str] = set()
 
     @property
@@ -93,6 +124,44 @@ class Lowerer:
         if name in self.bound_somewhere:
             raise located(TPNameError, node, f"'{shown}' is used before it is bound")
         raise located(TPNameError, node, f"unknown name '{shown}'")
+
+    def constant(self, name: str) -> np.ndarray | None:
+        value = self.env.get((name, ()))
+        return value if isinstance(value, np.ndarray) else None
+
+    def data_product(self, node, matrix: DataMat, row: np.ndarray) -> RExpr:
+        """``U @ x``: the member of U's group for the data vector x (one member per distinct x)."""
+        d = self.fixed[matrix.cols]
+        if row.shape[0] != d:
+            raise located(TPTypeError, node, f"'{matrix.name}' maps data of dimension {matrix.cols} = {d}, "
+                          f"but this vector has {row.shape[0]} coordinates")
+        if matrix.group < 0:                       # var=0: the zero vector, exactly
+            return RExpr(ir.Const(0.0), "vector", matrix.rows)
+        data = self.data_groups[matrix.group]
+        key = np.ascontiguousarray(row, dtype=float).tobytes()
+        if key not in data.index:
+            member = len(data.members)
+            var = self.equations.emit(ir.InitVector, node, name=f"{matrix.name}·x{member + 1}",
+                                      group=matrix.group, member=member, width=matrix.rows)
+            data.rows.append(np.array(row, dtype=float))
+            data.members.append(var)
+            data.index[key] = var
+        return self.equations.var_expr(data.index[key])
+
+    def finish(self) -> None:
+        """The groups of the data matrices, now that their products are known; a data matrix that
+        multiplied nothing leaves no group (a placeholder reading no vector)."""
+        for g, data in self.data_groups.items():
+            if data.members:
+                self.groups[g] = data.group(self.data_at[g], self.fixed[self.data_cols[g]])
+        unused = [g for g, data in self.data_groups.items() if not data.members]
+        if unused:
+            keep = [g for g in range(len(self.groups)) if g not in unused]
+            renumber = {old: new for new, old in enumerate(keep)}
+            self.groups = [self.groups[g] for g in keep]
+            for k, e in enumerate(self.eqns):
+                if isinstance(e, ir.InitVector) and e.group != renumber[e.group]:
+                    self.eqns[k] = ir.InitVector(e.var, e.name, renumber[e.group], e.member, e.width, e.pos)
 
     def loop_var(self, name: str, value: float) -> LoopBinding:
         return LoopBinding(self.env, (name, ()), value)
@@ -142,22 +211,48 @@ class Lowerer:
     def width(self, node, name: str | None, at: tuple[int, int] | None = None) -> str:
         if name is None:
             return "n"
+        if name in self.fixed:
+            line, col = at or (node.line, node.col)
+            raise TPTypeError(f"'{name}' is a data dimension (fixed, {self.fixed[name]}): only data vectors "
+                              f"(vector x : {name} = ...) and the input side of a matrix (n x {name}) have it",
+                              line, col)
         if name not in self.dims:
             line, col = at or (node.line, node.col)
             raise TPNameError(f"unknown width '{name}' (declare it with: dim {name} = RATIO)", line, col)
         return name
 
     def spec(self, d: S.Dist, for_matrix: bool, n_vectors: int = 1):
+        """The validated spec of a distribution call, and whether its variance is 0 (``var=0``: a
+        zero vector or matrix, exactly; the spec is then the call's with var=1, for its checks)."""
         args = [self.expr.const(a, "a distribution parameter") for a in d.args]
         kwargs = {}
         for k, v in d.kwargs:
             if k in kwargs:
                 raise located(TPNameError, v, f"{d.family}: the keyword '{k}' is given twice")
             kwargs[k] = self.expr.const(v, "a distribution parameter")
+        if consts.precision(kwargs.get("cov")) > 0:
+            kwargs["cov"] = self.rounded_cov(d, kwargs["cov"])
+        at = 1 if d.family in ("student_t", "mvt") else 0       # the positional var (after df)
+        zero = False
+        if isinstance(kwargs.get("var"), float) and kwargs["var"] == 0.0:
+            kwargs["var"], zero = 1.0, True
+        elif "var" not in kwargs and len(args) > at and isinstance(args[at], float) and args[at] == 0.0:
+            args[at], zero = 1.0, True
         try:
-            return make_spec(d.family, args, kwargs, for_matrix=for_matrix, n_vectors=n_vectors)
+            return make_spec(d.family, args, kwargs, for_matrix=for_matrix, n_vectors=n_vectors), zero
         except DistributionError as err:
             raise located(TPValueError, d, str(err)) from None
+
+    def rounded_cov(self, d: S.Dist, cov: np.ndarray) -> np.ndarray:
+        """A covariance made from a lower-precision array (float32): negative eigenvalues within that
+        precision are rounding, projected away with a warning; beyond it, the usual PSD error."""
+        eps = consts.precision(cov)
+        fixed, lowest = consts.project_psd(cov, eps)
+        if lowest is not None:
+            self.warnings.append(f"{d.line}:{d.col}: warning [precision]: cov comes from a float32 array "
+                                 f"(relative precision {eps:.2g}); its smallest eigenvalue {lowest:.3g} is "
+                                 "within that precision, so the negative eigenvalues were set to 0")
+        return fixed
 
     def expand(self, decl: S.Decl) -> list[Key]:
         if decl.range is None:
@@ -172,7 +267,12 @@ class Lowerer:
     def do_VectorDecl(self, s: S.VectorDecl) -> None:
         keys = [k for d in s.decls for k in self.expand(d)]
         width = self.width(s, s.width, s.width_at)
-        spec = self.spec(s.dist, for_matrix=False, n_vectors=len(keys))
+        spec, zero = self.spec(s.dist, for_matrix=False, n_vectors=len(keys))
+        if zero:                          # var=0: the constant vector of the mean (0 by default), exactly
+            for m, (name, idx) in enumerate(keys):
+                mean = spec.mean[m] if spec.mean else 0.0
+                self.bind(s, name, idx, RExpr(ir.Const(float(mean)), "vector", width))
+            return
         group = len(self.groups)
         members = []
         for m, (name, idx) in enumerate(keys):
@@ -183,12 +283,64 @@ class Lowerer:
         self.groups.append(ir.Group(spec, tuple(members), width))
 
     def do_MatrixDecl(self, s: S.MatrixDecl) -> None:
-        rows, cols = (self.width(s, w, at) for w, at in zip(s.shape or (None, None), s.shape_at or (None, None)))
-        spec = self.spec(s.dist, for_matrix=True)
-        for name, idx in self.expand(s.decl):
-            shown = f"{name}[{idx[0]}]" if idx else name
-            var = self.equations.emit(ir.Matrix, s, name=shown, dist=spec, rows=rows, cols=cols)
-            self.bind(s, name, idx, MatVal(var, False))
+        shape, at = s.shape or (None, None), s.shape_at or (None, None)
+        if shape[1] in self.fixed:
+            return self.data_matrix(s)
+        rows, cols = (self.width(s, w, pos) for w, pos in zip(shape, at))
+        spec, zero = self.spec(s.dist, for_matrix=True)
+        for decl in (s.decl, *s.more):
+            for name, idx in self.expand(decl):
+                shown = f"{name}[{idx[0]}]" if idx else name
+                if zero:                   # var=0: the zero matrix, exactly (its products are 0)
+                    self.bind(s, name, idx, MatExpr(None, 0.0, (), rows, cols))
+                    continue
+                var = self.equations.emit(ir.Matrix, s, name=shown, dist=spec, rows=rows, cols=cols)
+                self.bind(s, name, idx, MatVal(var, False))
+
+    def data_matrix(self, s: S.MatrixDecl) -> None:
+        """``matrix U : n x d ~ normal(var=σ²)`` with d a data dimension: U's products with data
+        vectors are one jointly Gaussian initial group, of covariance σ² X Xᵀ/d."""
+        rows = self.width(s, s.shape[0], s.shape_at[0] if s.shape_at else None)
+        spec, zero = self.spec(s.dist, for_matrix=True)
+        if spec.family != "normal":
+            raise located(TPValueError, s.dist, f"a matrix on the data dimension '{s.shape[1]}' must be normal "
+                          f"(got {spec.family}): its products with data are Gaussian in the limit only then")
+        for decl in (s.decl, *s.more):
+            for name, idx in self.expand(decl):
+                shown = f"{name}[{idx[0]}]" if idx else name
+                if zero:
+                    self.bind(s, name, idx, DataMat(shown, -1, rows, s.shape[1]))
+                    continue
+                g = len(self.groups)
+                self.groups.append(None)          # filled by finish() once the products are known
+                self.data_groups[g] = DataGroup(spec.var, rows)
+                self.data_at[g], self.data_cols[g] = s, s.shape[1]
+                self.bind(s, name, idx, DataMat(shown, g, rows, s.shape[1]))
+
+    def do_Data(self, s: S.Data) -> None:
+        """``vector x[a..b] : d = EXPR``: the rows of a constant (b-a+1) x d array as data vectors x[a..b]
+        of the fixed dimension d (``vector x : d = EXPR``: one vector, a 1-d array)."""
+        value = self.expr.const(s.value, "data")
+        arr = np.asarray(value, dtype=float)
+        keys = self.expand(s.decl)
+        want = 1 if s.decl.range is None else 2
+        if arr.ndim != want or want == 2 and arr.shape[0] != len(keys):
+            shape = "x".join(map(str, arr.shape)) or "a number"
+            need = "a 1-d array (one vector)" if want == 1 else f"a {len(keys)} x d array (one row per vector)"
+            raise located(TPValueError, s.value, f"data for '{s.decl.name}' must be {need}, got shape {shape}")
+        d = arr.shape[-1]
+        if s.width in self.dims:
+            line, col = s.width_at or (s.line, s.col)
+            raise TPNameError(f"'{s.width}' is a width that scales with n: data has a fixed dimension of its "
+                              "own (give it another name)", line, col)
+        if self.fixed.get(s.width, d) != d:
+            line, col = s.width_at or (s.line, s.col)
+            raise TPValueError(f"the data dimension '{s.width}' is {self.fixed[s.width]}, but these vectors "
+                               f"have {d} coordinates", line, col)
+        self.fixed[s.width] = d
+        rows = [arr] if want == 1 else list(arr)
+        for (name, idx), row in zip(keys, rows):
+            self.bind(s, name, idx, np.array(row))
 
     def do_Assign(self, s: S.Assign) -> None:
         idx = tuple(self.expr.const_int(i, "an index") for i in s.indices)
@@ -223,18 +375,38 @@ class Lowerer:
         self.defs[s.name] = (s.params, s.body)
 
     def do_Out(self, s: S.Out) -> None:
-        value = self.expr.ev(s.value) if s.value is not None else self.lookup(s, s.name, ())
+        idx = tuple(self.expr.const_int(i, "an index") for i in s.indices)
+        self.equations.share_moments = bool(idx)
+        try:
+            value = self.expr.ev(s.value) if s.value is not None else self.lookup(s, s.name, idx)
+        finally:
+            self.equations.share_moments = False
         if isinstance(value, float):
             value = RExpr(ir.Const(value), "scalar", None)
         if not isinstance(value, RExpr) or value.kind != "scalar":
             raise located(TPTypeError, s.value or s, f"out {s.name}: an output must be a scalar "
                           "(use mean(...) of a vector)")
-        if s.name in self.outputs:
-            raise located(TPNameError, s, f"output '{s.name}' is defined twice")
+        key = f"{s.name}[{', '.join(map(str, idx))}]" if idx else s.name
+        if key in self.outputs:
+            raise located(TPNameError, s, f"output '{key}' is defined twice")
+        self.check_output_shape(s, idx)
         var = value.var if value.var is not None else self.equations.materialize(s.value or s, value)
         if s.value is not None:
-            self.bind(s, s.name, (), self.equations.var_expr(var))
-        self.outputs[s.name] = ir.Output(s.name, var, ir.Pos(s.line, s.col))
+            self.bind(s, s.name, idx, self.equations.var_expr(var))
+        self.outputs[key] = ir.Output(key, var, ir.Pos(s.line, s.col), s.name if idx else None, idx)
+
+    def check_output_shape(self, s: S.Out, idx: tuple[int, ...]) -> None:
+        """An output name is a scalar or an array (``out K[i, j]``) with one number of indices."""
+        for o in self.outputs.values():
+            same = o.array == s.name if o.array is not None else o.name == s.name
+            if not same:
+                continue
+            if bool(o.index) != bool(idx):
+                raise located(TPNameError, s, f"output '{s.name}' is both a scalar and an array of outputs")
+            if len(o.index) != len(idx):
+                raise located(TPIndexError, s, f"output '{s.name}' takes {len(o.index)} index"
+                              f"{'es' if len(o.index) > 1 else ''} (line {o.pos.line}), got {len(idx)}")
+            return
 
 
 def declared_names(statements) -> set[str]:
@@ -247,6 +419,8 @@ def declared_names(statements) -> set[str]:
         elif isinstance(s, S.VectorDecl):
             names.update(d.name for d in s.decls)
         elif isinstance(s, S.MatrixDecl):
+            names.update(d.name for d in (s.decl, *s.more))
+        elif isinstance(s, S.Data):
             names.add(s.decl.name)
         elif isinstance(s, S.For):
             names |= declared_names(s.body)
@@ -278,10 +452,15 @@ def lower(module: S.Module, overrides: Mapping[str, float] | None = None, *, fil
         low = Lowerer({k: float(v) for k, v in overrides.items()}, base_dir, max_nodes)
         low.bound_somewhere = declared_names(module.statements)
         low.run(module.statements)
+        low.finish()
+        if not low.outputs:
+            line, col = module.statements[-1].line if module.statements else 1, 1
+            low.warnings.append(f"{line}:{col}: warning [no out]: the program has no 'out' statement, so it "
+                                "computes and reports nothing (add one, e.g. out k = mean(x * x))")
     except TPError as err:
         raise err.located(file, source) from None
     except RecursionError:
         raise TPLimitError("the program nests too deeply", 1, 1, file, source) from None
     return ir.verify(ir.Program(tuple(low.eqns), tuple(low.groups), tuple(low.outputs.values()),
                                 dims=dict(low.dims), params=dict(low.params), file=file, source=source,
-                                base_dir=base_dir))
+                                base_dir=base_dir, warnings=tuple(f"{file}:{w}" for w in low.warnings)))

@@ -151,14 +151,19 @@ class _ToAst(Transformer_NonRecursive):
                             None if width is None else str(width), dist,
                             None if width is None else _pos(width))
 
+    def data(self, meta, c):
+        decl, width, value = c
+        return S.Data(meta.line, meta.column, decl, str(width), value, _pos(width))
+
     def matrix(self, meta, c):
-        decl, rows, x, cols, dist = c
+        *decls, rows, x, cols, dist = c
+        decl, more = decls[0], tuple(decls[1:])
         if x is not None and str(x) != "x":
             line, col = _pos(x)
             raise TPSyntaxError(f"expected 'x' between the widths of a matrix, got '{x}'", line, col)
         shape = None if rows is None else (str(rows), str(cols))
         at = None if rows is None else (_pos(rows), _pos(cols))
-        return S.MatrixDecl(meta.line, meta.column, decl, shape, dist, at)
+        return S.MatrixDecl(meta.line, meta.column, decl, shape, dist, at, more)
 
     def target(self, meta, c):
         return (str(c[0]), tuple(x for x in c[1:] if x is not None))
@@ -176,7 +181,8 @@ class _ToAst(Transformer_NonRecursive):
                      tuple(str(p) for p in params if p is not None), body)
 
     def out(self, meta, c):
-        return S.Out(meta.line, meta.column, str(c[0]), c[1])
+        (name, idx), value = c
+        return S.Out(meta.line, meta.column, name, value, idx)
 
 
 def _describe(err: UnexpectedInput) -> str:

@@ -118,6 +118,15 @@ class Dim(Node):
 
 
 @dataclass(frozen=True)
+class Data(Node):
+    """``vector x[a..b] : d = EXPR``: data vectors, the rows of a constant array, of the fixed width d."""
+    decl: Decl
+    width: str
+    value: Node
+    width_at: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True)
 class VectorDecl(Node):
     decls: tuple[Decl, ...]
     width: str | None
@@ -131,6 +140,7 @@ class MatrixDecl(Node):
     shape: tuple[str, str] | None       # (rows, cols) width names
     dist: Dist
     shape_at: tuple[tuple[int, int], tuple[int, int]] | None = None
+    more: tuple[Decl, ...] = ()         # ``matrix A, B ~ ...``: the names after the first
 
 
 @dataclass(frozen=True)
@@ -158,6 +168,7 @@ class Def(Node):
 class Out(Node):
     name: str
     value: Node | None
+    indices: tuple[Node, ...] = ()      # ``out K[i, j] = ...``: an entry of an array of outputs
 
 
 @dataclass(frozen=True)

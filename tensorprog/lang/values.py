@@ -66,10 +66,21 @@ class MatExpr:
     cols: str
 
 
+@dataclass(frozen=True)
+class DataMat:
+    """A matrix ``rows`` x ``cols`` whose input width ``cols`` is a fixed data dimension: its
+    products with data vectors (constants of that dimension) are the members of initial
+    ``group``, drawn jointly with covariance σ² X Xᵀ/d (exactly the law of the product)."""
+    name: str
+    group: int           # -1 for a zero matrix (var=0): its products are 0 exactly
+    rows: str
+    cols: str
+
+
 #: what an expression evaluates to
-Value = Union[float, np.ndarray, str, MatVal, MatExpr, RExpr]
+Value = Union[float, np.ndarray, str, MatVal, MatExpr, DataMat, RExpr]
 #: the matrix values
-MATRICES = (MatVal, MatExpr)
+MATRICES = (MatVal, MatExpr, DataMat)
 
 
 def located(cls: type[TPError], node, message: str) -> TPError:
@@ -87,5 +98,6 @@ def runtime(node, value: Value) -> RExpr:
     if isinstance(value, MATRICES):
         raise located(TPTypeError, node, "a matrix used as a value (write W @ v)")
     if isinstance(value, np.ndarray):
-        raise located(TPTypeError, node, "a list constant cannot be used as a value here")
+        raise located(TPTypeError, node, "a list constant cannot be used as a value here (nor a data vector): "
+                      "index it (S[i, j]), take its mean, or multiply it by a data matrix (U @ x)")
     raise located(TPTypeError, node, "a string cannot be used as a value")

@@ -45,7 +45,7 @@ from .haar import Arithmetic, HaarMatrix, HaarShape, Term
 from .hypotheses import Hypotheses
 from .indices import IndexSet
 from .ledger import Ledger, scalar_limit
-from .result import Limit, LimitValue
+from .result import Limit, LimitValue, group_limits
 
 #: str(compiled) prints a Z-expression with more nested Nonlins in the IR's %-names instead
 SHOW_NESTING = 8
@@ -96,7 +96,8 @@ class Compiled:
                             propagated=self.scalar_error.get(var))
 
     def limit(self) -> Limit:
-        return Limit({o.name: self.result(o.var) for o in self.program.outputs}, list(self.warnings))
+        flat = {o.name: self.result(o.var) for o in self.program.outputs}
+        return Limit(group_limits(self.program.outputs, flat), list(self.warnings), flat)
 
     def __str__(self) -> str:
         return "\n".join(self.lines)
@@ -180,7 +181,8 @@ class Compiler:
         return Compiled(self.program, tuple(self.lines), MappingProxyType(dict(self.Z)),
                         MappingProxyType(dict(self.c)), tuple(self.ledger.estimates),
                         MappingProxyType({v: d.copy() for v, d in self.deps.items()}),
-                        MappingProxyType(dict(self.scalar_error)), tuple(self.hypotheses.warnings),
+                        MappingProxyType(dict(self.scalar_error)),
+                        tuple(self.program.warnings) + tuple(self.hypotheses.warnings),
                         self.symbolic, MappingProxyType(dict(self.ledger.param_values)), self.batch)
 
     # ---- values

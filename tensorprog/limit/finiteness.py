@@ -92,7 +92,7 @@ class Finiteness:
             heavy = ", ".join(self.heavy_laws)
             proven = est.exact in (sp.oo, -sp.oo)
             raise self._error(e, f"an expectation in the limit is not finite ({est.value})" + (
-                "" if not heavy else f": a moment of a heavy-tailed law is infinite ({heavy})" if proven else
+                _suspects(getattr(e, "fn", None)) if not heavy else f": a moment of a heavy-tailed law is infinite ({heavy})" if proven else
                 f"; with heavy-tailed laws ({heavy}) a moment or an exponential moment can be infinite"))
         if np.iscomplexobj(value) and np.any(np.abs(value.imag) > 1e-12 * np.maximum(1.0, np.abs(value.real))):
             raise self._error(e, f"an expectation in the limit is complex ({est.value}): sqrt, log or a "
@@ -175,6 +175,33 @@ def _whole(kind: str, value, fn: ir.Fn) -> str:
         return (f"the limit is complex ({_show(value)}): {causes} of a negative number"
                 if value is not None else f"a complex number in the limit: {causes} of a negative number")
     return f"the limit overflows a float: ≈ {_show(value)} > 1.8e+308"
+
+
+#: what makes an integrand's expectation undefined or infinite, by operation
+_UNDEFINED = {"log": "log(u) is undefined (NaN) for u < 0 and -inf at u = 0",
+              "sqrt": "sqrt(u) is undefined (NaN) for u < 0",
+              "**": "u ** p with a non-integer p is undefined (NaN) for u < 0",
+              "/": "a division by a quantity that can be 0 is infinite there"}
+
+
+def _suspects(fn: ir.Fn | None) -> str:
+    """The operations of an integrand that can make its expectation undefined, named for the message."""
+    if fn is None:
+        return ""
+    ops = set()
+    for node in ir.preorder(fn):
+        if isinstance(node, ir.Call) and node.name in _UNDEFINED:
+            ops.add(node.name)
+        elif isinstance(node, ir.Bin) and node.op == "/":
+            ops.add("/")
+        elif isinstance(node, ir.Bin) and node.op == "**" and not (
+                isinstance(node.rhs, ir.Const) and float(node.rhs.value).is_integer() and node.rhs.value >= 0):
+            ops.add("**")
+    ops = sorted(ops)
+    if not ops:
+        return ""
+    names = ", ".join(op if op.isalpha() else f"'{op}'" for op in ops)
+    return f": the integrand applies {names}; " + "; ".join(_UNDEFINED[op] for op in ops)
 
 
 def _ops(fn: ir.Fn) -> set[str]:

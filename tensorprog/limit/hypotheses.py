@@ -156,7 +156,8 @@ class Hypotheses:
         if est.method == "qmc" and error > max(tol, 1e-300) * 10:
             hit.add("max_qmc_points")
         for name in sorted(hit):
-            self.warn(e, "budget", _BUDGET[name].format(limit=getattr(budget, name), error=error, tol=tol))
+            key = "max_quad_points_kept" if name == "max_quad_points" and est.method != "qmc" else name
+            self.warn(e, "budget", _BUDGET[key].format(limit=getattr(budget, name), error=error, tol=tol))
         if getattr(est, "heavy_tail", False):
             self.warn(e, "finite variance", "a quasi-Monte Carlo integrand looks heavy-tailed (estimated "
                       "tail index < 2, i.e. infinite variance): its error bar is not reliable")
@@ -165,11 +166,15 @@ class Hypotheses:
 #: one message per option (the errors themselves are in the outputs' ±), so that warnings group
 _BUDGET = {
     "max_qmc_points": "an expectation stopped at max_qmc_points={limit} with its error above tol {tol:.0e}; "
-                      "raise --max-qmc-points (time grows linearly) or accept the stated error; for a long "
-                      "program (high-dimensional integrands, e.g. many training steps) use --method particles, "
-                      "whose cost is linear in the program's length",
+                      "raise --max-qmc-points (max_qmc_points= in Python; time grows linearly) or accept "
+                      "the stated error; for a long program (high-dimensional integrands, e.g. many training "
+                      "steps) use --method particles, whose cost is linear in the program's length",
     "max_quad_points": "an expectation needed a quadrature grid above max_quad_points={limit} and went to "
                        "QMC; raise --max-quad-points (memory and time grow with it)",
+    # the grid stopped, QMC was tried and did no better: the value kept (and reported) is quadrature's
+    "max_quad_points_kept": "an expectation's quadrature grid stopped at max_quad_points={limit} with its "
+                            "error above tol {tol:.0e}; QMC did no better, so the quadrature value is kept "
+                            "(with its stated error); raise --max-quad-points (memory and time grow with it)",
     "max_expand_size": "a closed form was not attempted: the symbolic expansion would exceed "
                        "max_expand_size={limit} terms, so the value is numeric; raise --max-expand-size to try",
 }

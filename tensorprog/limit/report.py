@@ -22,7 +22,7 @@ def render_compiled(compiled, limit, emit: str) -> str:
     if emit == "latex":
         rows = [f"\\mathrm{{{name}}} &= " + (sp.latex(v.exact) if v.exact is not None else
                 f"{v.value:.12g} \\pm {v.error:.1e}\\ (\\text{{{v.method}}})")
-                for name, v in limit.outputs.items()]
+                for name, v in limit.entries.items()]          # an array of outputs entry by entry
         return "\\begin{align*}\n" + " \\\\\n".join(rows) + "\n\\end{align*}"
     lines = (["# particles", str(compiled)] if particles else ["# Master Theorem recurrence", str(compiled)]) \
         + ["", "# limits"]

@@ -9,7 +9,9 @@ import math
 import numpy as np
 import sympy as sp
 
+from .. import ir
 from ..expect.laws import as_number
+from ..npz import save_npz
 
 #: methods from most to least exact: a result's method is the largest rank among its estimates
 METHOD_RANK = {"exact": 0, "quadrature": 1, "qmc": 2, "particles": 3}
@@ -81,17 +83,45 @@ def summarize(value: sp.Expr, estimates: Sequence, symbolic: bool, params: dict 
     return LimitValue(number.real, float(error), method, exact)
 
 
+def group_limits(outputs: tuple[ir.Output, ...], flat: dict[str, LimitValue]) -> dict[str, LimitValue]:
+    """The reported limits: a scalar output as it is; an array of outputs (``out K[i, j]``) as one
+    LimitValue whose value and error are arrays (NaN where no ``out`` set an entry) and whose
+    method is the least exact of its entries (:mod:`tensorprog.ir.outputs`)."""
+    result: dict[str, LimitValue] = {}
+    for item in ir.output_table(outputs):
+        if isinstance(item, ir.Output):
+            result[item.name] = flat[item.name]
+            continue
+        value, error = np.full(item.shape, np.nan), np.full(item.shape, np.nan)
+        for o in item.entries:
+            value[item.position(o)], error[item.position(o)] = flat[o.name].value, flat[o.name].error
+        method = max((flat[o.name].method for o in item.entries), key=METHOD_RANK.__getitem__)
+        result[item.name] = LimitValue(value, error, method)
+    return result
+
+
 @dataclass
 class Limit:
-    """The limits of every ``out`` and the hypotheses the program leaves."""
+    """The limits of every ``out`` and the hypotheses the program leaves.  ``outputs`` reports an
+    array of outputs (``out K[i, j]``) as one array-valued LimitValue; ``entries`` has every
+    scalar output, each entry of an array by itself (``K[1, 2]``)."""
     outputs: dict[str, LimitValue]
     warnings: list[str] = field(default_factory=list)
+    entries: dict[str, LimitValue] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.entries:
+            self.entries = dict(self.outputs)
 
     def to_dict(self) -> dict:
-        return {"outputs": {k: {"value": v.value, "error": v.error, "method": v.method,
+        return {"outputs": {k: {"value": ir.jsonable(v.value), "error": ir.jsonable(v.error), "method": v.method,
                                 "exact": None if v.exact is None else sp.sstr(v.exact)}
                             for k, v in self.outputs.items()},
                 "warnings": list(self.warnings)}
+
+    def save(self, path: str) -> None:
+        """An ``.npz`` of every output (arrays of outputs as arrays) and its ``NAME_error``."""
+        save_npz(path, ir.npz_arrays(self.outputs, "error"))
 
     def _repr_html_(self) -> str:
         """Jupyter: a table of value, error, method and closed form, then the warnings."""

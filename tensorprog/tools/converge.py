@@ -178,7 +178,7 @@ def _slope(widths: Sequence[int], ys: Sequence[float], y_errors: Sequence[float]
 def converge(program, widths: Sequence[int], trials: int = 8, seed: int = 0,
              matrix_dist: str | None = None, dtype="float64", progress: Progress = UNSET,
              limit=None, memory_limit: int | None = None, *, backend=UNSET, device=UNSET,
-             scheduler=UNSET) -> ConvergeResult:
+             scheduler=UNSET, tol: float | None = None, max_qmc_points: int | None = None) -> ConvergeResult:
     """Execute ``program`` (a ``tensorprog.Program``) at each width and compare with its limit.
 
     ``progress``: a bar over the widths on stderr (None: when it is a terminal; True: always;
@@ -188,7 +188,8 @@ def converge(program, widths: Sequence[int], trials: int = 8, seed: int = 0,
     swapped to ``matrix_dist`` so that the warnings name the hypotheses left).  ``scheduler``
     (a Dask scheduler address, ``"local"`` or a ``distributed.Client``; default: the
     ``tensorprog.finite.options`` setting) runs every width's trials on that cluster, one task
-    per trial, bit-identical to the local run."""
+    per trial, bit-identical to the local run.  ``tol`` and ``max_qmc_points`` are the limit's
+    budget per expectation, as for ``Program.compile`` (None: the defaults)."""
     widths = check_widths(widths)
     usage(lambda: (whole(trials, "trials", 1), whole(seed, "the seed", 0)), program.ir.file)
     file = program.ir.file
@@ -204,10 +205,7 @@ def converge(program, widths: Sequence[int], trials: int = 8, seed: int = 0,
     if opts.scheduler is not None:
         client_for(opts.scheduler)                        # an unreachable scheduler: fail now
     if limit is None:
-        from ..limit.compiler import compile_program
-        from ..limit.matrix_laws import with_matrix_family
-        target = with_matrix_family(program.ir, matrix_dist) if matrix_dist else program.ir
-        limit = compile_program(target).limit()
+        limit = program.compile(tol=tol, max_qmc_points=max_qmc_points, matrix_dist=matrix_dist).limit()
 
     if not (progress is None or isinstance(progress, (bool, Unset)) or callable(progress)):
         raise TypeError(f"progress must be None, True, False or a callable (width, trials, seconds), "
@@ -230,8 +228,8 @@ def converge(program, widths: Sequence[int], trials: int = 8, seed: int = 0,
                 report(w, int(trials), seconds[-1])
 
     outputs = {}
-    for name, lv in limit.outputs.items():
-        values = [np.asarray(r.outputs[name].values, float) for r in runs]
+    for name, lv in limit.entries.items():                # arrays of outputs: entry by entry
+        values = [np.asarray(r.entries[name].values, float) for r in runs]
         outputs[name] = _output(name, lv, widths, values, int(trials))
     warnings = list(limit.warnings)
     warnings += [f"{name}: {note}" for name, o in outputs.items() for note in o.notes]

@@ -422,7 +422,7 @@ def laws_text(matrix_dist: str | None) -> str:
 def exec_html(result: Any) -> str:
     """Mean, standard deviation and standard error of the mean of every output over the trials."""
     rows = []
-    for name, o in result.outputs.items():
+    for name, o in getattr(result, "entries", result.outputs).items():     # arrays entry by entry
         values = np.asarray(o.values, float)
         sem = float(np.std(values, ddof=1) / math.sqrt(values.size)) if values.size > 1 else float("nan")
         rows.append((f"<b>{esc(name)}</b>", num(o.mean, ".10g"), num(o.std, ".4g"), num(sem, ".3g")))

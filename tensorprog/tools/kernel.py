@@ -97,6 +97,41 @@ class KernelResult:
             raise TPUsageError(f"--out: cannot write {target} ({err.strerror or err})") from None
         return target
 
+    def to_dict(self) -> dict:
+        """JSON data (``tpc kernel --json``): the summary's figures and, per output, the kernel itself:
+        ``value`` and ``error`` (the limit) or ``mean``, ``std`` and ``values`` per trial (finite
+        width); ``trials`` only at finite width.  Kernels written out of core (memory maps) stay in
+        their files: only their summaries are given."""
+        summary = self.summary()
+        data: dict = {"width": self.width}
+        if self.width is not None:
+            data["trials"] = self.trials
+        outputs = {}
+        for name, k in self.outputs.items():
+            row = dict(summary["outputs"][name])
+            if not isinstance(k.mean, np.memmap):
+                if self.width is None:
+                    row.update(value=ir.jsonable(k.mean), error=ir.jsonable(k.error))
+                else:
+                    row.update(mean=ir.jsonable(k.mean), std=ir.jsonable(k.std),
+                               values=[ir.jsonable(v) for v in k.values])
+            outputs[name] = row
+        data["outputs"], data["warnings"] = outputs, list(self.warnings)
+        return data
+
+    def save(self, path: str, output: str | None = None) -> None:
+        """``.npz``: every output (and ``NAME_error`` / ``NAME_std``); ``.npy``: one output."""
+        if str(path).endswith(".npz"):
+            arrays = {name: k.mean for name, k in self.outputs.items()}
+            arrays.update({f"{name}_{'error' if k.error is not None else 'std'}":
+                           (k.error if k.error is not None else k.std) for name, k in self.outputs.items()})
+            np.savez(path, **arrays)
+            return
+        name = output or next(iter(self.outputs))
+        if name not in self.outputs:
+            raise TPUsageError(f"--output: no output '{name}' (outputs: {', '.join(self.outputs)})")
+        np.save(path, self.outputs[name].mean)
+
     def _repr_html_(self) -> str:
         """Jupyter: a summary per output and the kernels as heatmaps."""
         from .display import kernel_html
@@ -121,17 +156,32 @@ def save_path(path: str | Path) -> Path:
 
 
 def load_inputs(path: str) -> np.ndarray:
-    """An (N, d) real array from a .npy file (no pickles), N ≥ 1 and d ≥ 1."""
+    """An (N, d) real array from a .npy file (no pickles), N ≥ 1 and d ≥ 1; errors name the file (and
+    the row of a NaN or inf)."""
     try:
         X = np.load(path, allow_pickle=False)
     except (OSError, ValueError, EOFError) as err:
-        raise TPUsageError(f"--inputs: cannot read {path}: {err or type(err).__name__}") from None
+        raise TPUsageError(f"--inputs: cannot read {path}: {err or type(err).__name__}", file=str(path)) from None
     if not isinstance(X, np.ndarray) or X.ndim != 2 or X.dtype.kind not in "biuf":
-        raise TPUsageError(f"--inputs: {path} must hold a real numeric (N, d) array")
+        raise TPUsageError(f"--inputs: {path} must hold a real numeric (N, d) array", file=str(path))
     if X.shape[0] < 1 or X.shape[1] < 1:
         raise TPUsageError(f"--inputs: {path} holds an array of shape {X.shape}: N ≥ 1 inputs of "
-                           "dimension d ≥ 1 are needed")
-    return X.astype(float)
+                           "dimension d ≥ 1 are needed", file=str(path))
+    return finite_rows(X.astype(float), str(path))
+
+
+def finite_rows(X: np.ndarray, file: str) -> np.ndarray:
+    """X unchanged if every entry is finite, else a TPUsageError naming ``file`` and the first row
+    holding a NaN or an infinity (counted from 0, as numpy's X[i])."""
+    arr = np.asarray(X)
+    if arr.ndim == 2 and arr.dtype.kind in "biuf" and arr.size and not np.all(np.isfinite(arr)):
+        row, col = (int(k) for k in np.argwhere(~np.isfinite(arr))[0])
+        what = "NaN" if np.isnan(arr[row, col]) else "an infinity"
+        bad = int(np.sum(~np.all(np.isfinite(arr), axis=1)))
+        raise TPUsageError(f"the inputs' row {row} (X[{row}], counted from 0) holds {what} at column {col}"
+                           + (f"; {bad} rows are not finite" if bad > 1 else "")
+                           + ": every input must be finite", file=file)
+    return X
 
 
 def affine_template(program: ir.Program, params: dict | None = None) -> tuple[ir.Program, int, float, float]:
@@ -262,12 +312,13 @@ def _symmetric(values: np.ndarray, i: np.ndarray, j: np.ndarray, N: int) -> np.n
     return K
 
 
-def limit_kernel(program: ir.Program, X: np.ndarray, tol: float = DEFAULT.tol, params: dict | None = None) -> KernelResult:
+def limit_kernel(program: ir.Program, X: np.ndarray, tol: float = DEFAULT.tol, params: dict | None = None,
+                 max_qmc_points: int | None = None) -> KernelResult:
     """The infinite-width kernels of all pairs, in memory: the rows of the upper triangle band by
     band (:mod:`.pairs`: replayed blocks where the forms are closed, batch compiles elsewhere),
     written in place, then mirrored."""
     return tiled_limit_kernel(program, X, tol, params if params is not None else dict(program.params),
-                              None, TILE_PAIRS, None)
+                              None, TILE_PAIRS, None, max_qmc_points)
 
 
 #: affine_template's findings by (source, file, params)
@@ -366,8 +417,13 @@ def _kernel_columns(ex: Executor, t: int, g: int, factor: np.ndarray, i: np.ndar
 
 def kernel(program, X, *, n: int | None = None, trials: int = 1, seed: int = 0,
            matrix_dist: str | None = None, dtype=np.float64, tol: float = DEFAULT.tol, out=None,
-           tile_pairs: int = TILE_PAIRS, scheduler=UNSET, **params) -> KernelResult:
+           tile_pairs: int = TILE_PAIRS, scheduler=UNSET, max_qmc_points: int | None = None,
+           **params) -> KernelResult:
     """N×N kernels of a template over data X: the limit (n=None) or finite width n.
+
+    ``tol`` and ``max_qmc_points`` (None: the default of
+    :class:`~tensorprog.expect.budget.Budget`) are the limit's budget per expectation, as for
+    ``Program.compile``; a ``[budget]`` warning names the one to raise.
 
     ``out``: a directory (a path ending in '/', or an existing directory) to write every output
     to as ``out/NAME.npy`` (and ``NAME_error.npy``; ``NAME_std.npy`` at finite width); in the
@@ -383,6 +439,7 @@ def kernel(program, X, *, n: int | None = None, trials: int = 1, seed: int = 0,
     if isinstance(program, (str, Path)):
         program = load(program, **params)
     base = program.ir if isinstance(program, Program) else program
+    finite_rows(X, base.file)
     merged = {**base.params, **params}
     if out is not None and not is_directory(out):
         raise TPUsageError(f"out: {out} is not a directory (end it with '/'); for one .npz file "
@@ -398,8 +455,8 @@ def kernel(program, X, *, n: int | None = None, trials: int = 1, seed: int = 0,
             from ..limit.matrix_laws import with_matrix_family
             base = with_matrix_family(base, matrix_dist)
         if out is None and sched is None:
-            return limit_kernel(base, X, tol=tol, params=merged)
-        return tiled_limit_kernel(base, X, tol, merged, out, tile_pairs, sched)
+            return limit_kernel(base, X, tol=tol, params=merged, max_qmc_points=max_qmc_points)
+        return tiled_limit_kernel(base, X, tol, merged, out, tile_pairs, sched, max_qmc_points)
     result = finite_kernel(base, X, n, trials, seed, matrix_dist, dtype, params=merged, scheduler=sched)
     if out is not None:
         write_finite(out, {k: m.mean for k, m in result.outputs.items()},
@@ -408,13 +465,24 @@ def kernel(program, X, *, n: int | None = None, trials: int = 1, seed: int = 0,
 
 
 def tiled_limit_kernel(program: ir.Program, X: np.ndarray, tol: float, params: dict, out,
-                       tile_pairs: int, scheduler) -> KernelResult:
+                       tile_pairs: int, scheduler, max_qmc_points: int | None = None) -> KernelResult:
     """:func:`limit_kernel` tile by tile (:func:`.tiles.limit_tiles`): into ``out`` (a directory)
     or memory, locally or on ``scheduler``; bit-identical to it where the forms are closed."""
     tmpl, g, s, b = limit_template(program, params)
     X = inputs_array(X)
-    spec = LimitSpec(tmpl, g, s, b, X, tol)
+    if max_qmc_points is not None:
+        _check_budget(tol, max_qmc_points, program.file)
+    spec = LimitSpec(tmpl, g, s, b, X, tol, max_qmc_points)
     got = limit_tiles(spec, out, tile_pairs, scheduler, resolve().progress)
     outputs = {name: KernelMatrix(got.values[name], error=got.errors[name], method=got.methods[name])
                for name in got.values}
     return KernelResult(outputs, None, warnings=list(got.warnings))
+
+
+def _check_budget(tol: float, max_qmc_points: int, file: str) -> None:
+    """A budget out of range is a TPUsageError (as for ``Program.compile``)."""
+    from ..expect.budget import Budget
+    try:
+        Budget(tol=tol, max_qmc_points=max_qmc_points)
+    except (ValueError, TypeError) as err:
+        raise TPUsageError(str(err), file=file) from None

@@ -65,13 +65,22 @@ RANK = {"exact": 0, "quadrature": 1, "qmc": 2}
 @dataclass(frozen=True)
 class LimitSpec:
     """What every band of a limit kernel shares: the template (IR, input group g, scale s, shift b:
-    the pair's covariance is s·q + b), the data, tol."""
+    the pair's covariance is s·q + b), the data, tol and the QMC points per expectation (None: the
+    default of :class:`~tensorprog.expect.budget.Budget`)."""
     program: ir.Program
     group: int
     scale: float
     shift: float
     X: np.ndarray
     tol: float
+    max_qmc_points: int | None = None
+
+    @property
+    def budget(self) -> Budget:
+        """The Budget of every compile of this kernel."""
+        if self.max_qmc_points is None:
+            return Budget(tol=self.tol)
+        return Budget(tol=self.tol, max_qmc_points=self.max_qmc_points)
 
     @property
     def names(self) -> list[str]:
@@ -206,7 +215,7 @@ def record_class(spec: LimitSpec, pairs: tuple[np.ndarray, np.ndarray]):
     """(Replay, warnings) recorded by a batch compile on up to RECORD_PAIRS of ``pairs``, or None."""
     i, j = pairs
     pick = np.unique(np.linspace(0, len(i) - 1, min(len(i), RECORD_PAIRS)).round().astype(int))
-    compiled = compile_program(spec.program, budget=Budget(tol=spec.tol),
+    compiled = compile_program(spec.program, budget=spec.budget,
                                batch_covs={spec.group: pair_covs(spec, i[pick], j[pick])})
     replay = record(compiled, spec.names)
     return None if replay is None else (replay, list(compiled.limit().warnings))
@@ -354,7 +363,7 @@ def compile_pairs(spec: LimitSpec, kind: str, i: np.ndarray, j: np.ndarray, rows
                         f"computed as one batch (more than {ONE_BY_ONE}): at correlation ±1 their closed "
                         "forms lose about half their digits, which their error bounds do not show")
     for part in groups:
-        lim = compile_program(spec.program, budget=Budget(tol=spec.tol), batch_covs={spec.group: covs[part]}).limit()
+        lim = compile_program(spec.program, budget=spec.budget, batch_covs={spec.group: covs[part]}).limit()
         target = (i[part] - rows[0], j[part] - rows[0])
         for name, v in lim.outputs.items():
             values[name][target] = v.value

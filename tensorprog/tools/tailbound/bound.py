@@ -86,9 +86,9 @@ def empirical_tail(program, output: str, n: int, t, trials: int, seed: int = 0,
     standard error: ``(p, se)``, or two lists when ``t`` is a sequence.  ``limit`` defaults to the
     compiled limit.  Works for any program (the class matters only for :func:`tail_bound`)."""
     if limit is None:
-        limit = program.compile().limit().outputs[output].value
+        limit = program.compile().limit().entries[output].value
     r = program.execute(n=n, trials=trials, seed=seed, matrix_dist=matrix_dist)
-    values = np.asarray(r.outputs[output].values, dtype=float)
+    values = np.asarray(r.entries[output].values, dtype=float)
     ts = np.atleast_1d(np.asarray(t, dtype=float))
     if np.any(ts <= 0):
         raise TPUsageError(f"the deviation t must be > 0, not {t!r}")
@@ -105,7 +105,7 @@ def compare(program, output: str, widths: Sequence[int], ts: Sequence[float], tr
     """One row per (width, t): the bound, the empirical tail and its standard error, and whether
     the bound is vacuous (>= 1)."""
     chain = analyze(program, output, lam)
-    limit = program.compile().limit().outputs[output].value
+    limit = program.compile().limit().entries[output].value
     rows = []
     for k, n in enumerate(widths):
         ps, ses = empirical_tail(program, output, n, list(ts), trials, seed=seed + 7919 * k,
