@@ -35,10 +35,10 @@ from ..finite.run import map_trials
 from ..limit.replay_store import warn as store_warning
 from ..limit.symbolic_params import relower
 from . import pairs
-from .kernel_dir import MANIFEST
+from .kernel_dir import MANIFEST, make_directory
 from .pairs import LimitSpec, first_layer_cov, gram
 from .tiles import (TILE_PAIRS, check_memory, inputs_array, is_directory, large_summary, limit_tiles,
-                    make_directory, write_finite)
+                    write_finite)
 
 Q_NAMES = ("q11", "q12", "q22")
 PROBES = ((1.3, 0.37, 0.9), (0.7, -0.21, 1.6), (2.25, 1.1, 0.6))

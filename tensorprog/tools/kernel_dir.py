@@ -164,13 +164,7 @@ class KernelDir:
     def open(directory: str | Path, manifest: Manifest) -> "KernelDir":
         """Create or resume ``directory`` for the kernel ``manifest`` describes (fresh: not
         complete, no bands); every check of the module docstring; locked until :meth:`close`."""
-        directory = Path(directory)
-        try:
-            directory.mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            raise TPUsageError(f"out: cannot create the directory {directory} ({err.strerror or err}); "
-                               "choose a directory you can write to") from None
-        kd = KernelDir(directory, manifest)
+        kd = KernelDir(make_directory(directory), manifest)
         kd.lock()
         try:
             kd.resume()
@@ -467,3 +461,14 @@ def fsync_directory(directory: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def make_directory(directory: str | Path) -> Path:
+    """``directory``, created if needed (an OSError is a TPUsageError)."""
+    directory = Path(directory)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise TPUsageError(f"out: cannot create the directory {directory} ({err.strerror or err}); "
+                           "choose a directory you can write to") from None
+    return directory

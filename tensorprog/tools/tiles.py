@@ -29,7 +29,7 @@ from ..errors import TPLimitError, TPUsageError
 from ..finite.cluster import check_scheduler, stream_items
 from ..finite.memory import default_limit
 from ..finite.progress import ProgressBar
-from .kernel_dir import KernelDir, Manifest, TileEntry, digest, io_error, tile_digest
+from .kernel_dir import KernelDir, Manifest, TileEntry, digest, io_error, make_directory, tile_digest
 from .pairs import LimitSpec, limit_band
 
 #: pairs per tile by default (about 0.5 M: a few hundred MB of work arrays for deep templates)
@@ -317,17 +317,6 @@ class SpecHolder:
 
     def __call__(self) -> LimitSpec:
         return self.spec
-
-
-def make_directory(directory: str | Path) -> Path:
-    """``directory``, created if needed (an OSError is a TPUsageError)."""
-    directory = Path(directory)
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise TPUsageError(f"out: cannot create the directory {directory} ({err.strerror or err}); "
-                           "choose a directory you can write to") from None
-    return directory
 
 
 def write_finite(directory: str | Path, means: dict[str, np.ndarray], stds: dict[str, np.ndarray]) -> None:
