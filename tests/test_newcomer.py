@@ -46,7 +46,7 @@ def test_kernel_passes_its_budget_to_every_compile(monkeypatch):
     X = np.random.default_rng(2).normal(size=(3, 4))
     tp.kernel(TEMPLATE, X, L=2, max_qmc_points=4096, tol=1e-9)
     assert seen and all(b.max_qmc_points == 4096 and b.tol == 1e-9 for b in seen)
-    with pytest.raises(TPUsageError, match="max_qmc_points must be positive"):
+    with pytest.raises(TPUsageError, match=r"max_qmc_points \(--max-qmc-points\) must be a positive integer, not 0"):
         tp.kernel(TEMPLATE, X, L=2, max_qmc_points=0)
 
 

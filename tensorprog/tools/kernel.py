@@ -119,19 +119,6 @@ class KernelResult:
         data["outputs"], data["warnings"] = outputs, list(self.warnings)
         return data
 
-    def save(self, path: str, output: str | None = None) -> None:
-        """``.npz``: every output (and ``NAME_error`` / ``NAME_std``); ``.npy``: one output."""
-        if str(path).endswith(".npz"):
-            arrays = {name: k.mean for name, k in self.outputs.items()}
-            arrays.update({f"{name}_{'error' if k.error is not None else 'std'}":
-                           (k.error if k.error is not None else k.std) for name, k in self.outputs.items()})
-            np.savez(path, **arrays)
-            return
-        name = output or next(iter(self.outputs))
-        if name not in self.outputs:
-            raise TPUsageError(f"--output: no output '{name}' (outputs: {', '.join(self.outputs)})")
-        np.save(path, self.outputs[name].mean)
-
     def _repr_html_(self) -> str:
         """Jupyter: a summary per output and the kernels as heatmaps."""
         from .display import kernel_html
