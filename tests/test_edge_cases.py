@@ -385,6 +385,7 @@ def test_very_deep_nesting_is_a_located_error_not_a_recursion_error(expr):
         assert err.line == 2 and str(err).startswith("<string>:2:")
 
 
+@pytest.mark.slow                 # ~110 s of CPU: the compile of 300 tanh atoms at the depth bound
 def test_expressions_at_the_depth_bound_run_in_both_back_ends():
     src = "vector x ~ normal()\nout o = mean(" + "tanh(" * 100 + "x" + ")" * 100 + ")\n" \
           "out p = mean(x" + " + x" * 99 + ")\nout q = mean(sum(j in 1..300: tanh(x / j)))"
