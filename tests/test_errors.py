@@ -121,7 +121,7 @@ CASES = [
     ("df-positional", "matrix W ~ student_t(1)", tp.TPValueError, 1, 12, "df must be > 2"),
     ("df-mvt", "matrix W ~ mvt(1.5)", tp.TPValueError, 1, 12, "df must be > 2"),
     ("df-missing", "matrix W ~ student_t()", tp.TPValueError, 1, 12, "df is required"),
-    ("var-nan", "vector x ~ normal(var=0 * -1 - 1e-9)", tp.TPValueError, 1, 12, "var must be a finite number > 0"),
+    ("var-negative-tiny", "vector x ~ normal(var=0 * -1 - 1e-9)", tp.TPValueError, 1, 12, "var must be a finite number > 0"),
     ("var-negative", "matrix W ~ uniform(var=-1)", tp.TPValueError, 1, 12, "var must be a finite number > 0"),
     ("unknown-family", "vector x ~ cauchy()", tp.TPValueError, 1, 12, "unknown distribution 'cauchy'"),
     ("unknown-keyword", "vector x ~ normal(scale=2)", tp.TPValueError, 1, 12, "unknown keyword 'scale'"),
