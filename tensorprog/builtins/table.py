@@ -48,6 +48,35 @@ def _leaky_relu(x, a):
     return np.where(x > 0, x, a * x)
 
 
+def _silu(x):
+    """x·sigmoid(x) (SiLU, swish)."""
+    from scipy import special
+    return x * special.expit(x)
+
+
+def _elu(x, a):
+    """x for x > 0, a·(e^x − 1) otherwise (e^x of the negative part only: no overflow)."""
+    return np.where(x > 0, x, a * np.expm1(np.minimum(x, 0)))
+
+
+#: SELU's constants (Klambauer et al. 2017), as torch and jax have them
+SELU_ALPHA = 1.6732632423543772848170429916717
+SELU_SCALE = 1.0507009873554804934193349852946
+
+
+def _selu(x):
+    return SELU_SCALE * _elu(x, SELU_ALPHA)
+
+
+def _mish(x):
+    """x·tanh(softplus(x))."""
+    return x * np.tanh(np.logaddexp(0.0, x))
+
+
+def _softsign(x):
+    return x / (1 + np.abs(x))
+
+
 # ================================================================================ array-API helpers
 def device(x):
     """The device of the array ``x`` (``x.device``: the standard's attribute)."""
@@ -66,6 +95,17 @@ def pair(xp, f: Callable) -> Callable:
             return f(like(xp, y, x), y)
         return f(x, like(xp, x, y))
     return call
+
+
+def xp_sigmoid(xp, x):
+    """1/(1 + e^{−x}) with the array API alone, from e^{−|x|} (no overflow)."""
+    t = xp.exp(-xp.abs(x))
+    return xp.where(x >= 0, 1 / (1 + t), t / (1 + t))
+
+
+def xp_elu(xp, x, a):
+    """elu(x, a) with the array API (e^x − 1 of the negative part only)."""
+    return xp.where(x > 0, x, like(xp, x, a) * xp.expm1(xp.minimum(x, xp.zeros_like(x))))
 
 
 # ================================================================================ facets shared
@@ -90,6 +130,25 @@ def _leaky_monotone(a: float) -> tuple[float, int] | str:
 
 def _increasing(lip: float) -> Callable[[], tuple[float, int]]:
     return lambda: (lip, +1)
+
+
+def _elu_slope(s, x, a) -> float:
+    return s(x) if a.is_number else math.inf         # |elu(x, a)| ≤ |x| + |a|
+
+
+def _elu_monotone(a: float) -> tuple[float, int] | str:
+    if a < 0:
+        return f"elu with a negative a ({a:g}) is not monotone"
+    return max(1.0, a), +1
+
+
+def _elu_value(s, x, a):
+    return x if x > 0 else a * (s.exp(x) - 1)
+
+
+def _elu_dx(s, x, a):
+    """1 for x > 0, a·e^x otherwise, written e^{−relu(−x)}: bounded, as the growth analysis sees."""
+    return s.Step(x) + a * s.Step(-x) * s.exp(-s.Relu(-x))
 
 
 _KINK_AT_0 = Kinks(lambda s, x: [x, s.Integer(0)])          # relu
@@ -120,11 +179,11 @@ BUILTINS: dict[str, Builtin] = {b.name: b for b in [
             parity=ODD, growth=BOUNDED, monotone=_increasing(1.0)),
     Builtin("erf", 1, _erf, lambda xp, sf: sf["erf"], "erf", "erf(x) = (2/√π) ∫_0^x e^{−t²} dt.",
             special="erf", parity=ODD, growth=BOUNDED, monotone=_increasing(2.0 / math.sqrt(math.pi))),
-    Builtin("sigmoid", 1, _sigmoid, lambda xp, sf: sf["expit"],
+    Builtin("sigmoid", 1, _sigmoid, lambda xp, sf: sf.get("expit") or (lambda x: xp_sigmoid(xp, x)),
             Head("Sigmoid", lambda s, x: 1 / (1 + s.exp(-x)),
                  (lambda s, x: s.Sigmoid(x) * (1 - s.Sigmoid(x)),)),
             "sigmoid(x) = 1/(1 + e^{−x}).",
-            special="expit", growth=BOUNDED, monotone=_increasing(0.25)),
+            growth=BOUNDED, monotone=_increasing(0.25)),
     Builtin("exp", 1, np.exp, "exp", "exp", "exp(x)."),
     Builtin("log", 1, np.log, "log", "log", "log(x), the natural logarithm."),
     Builtin("sqrt", 1, np.sqrt, "sqrt", "sqrt", "sqrt(x)."),
@@ -145,6 +204,33 @@ BUILTINS: dict[str, Builtin] = {b.name: b for b in [
             "leaky_relu(x, a) = x for x > 0, a·x otherwise = relu(x) − a·relu(−x).",
             growth=LINEAR, slope=_leaky_slope, kinks=Kinks(lambda s, x, a: [x, a * x]),
             monotone=_leaky_monotone),
+    Builtin("silu", 1, _silu, lambda xp, sf: lambda x: x * xp_sigmoid(xp, x),
+            Head("Silu", lambda s, x: x / (1 + s.exp(-x)),
+                 (lambda s, x: s.Sigmoid(x) * (1 + x * (1 - s.Sigmoid(x))),)),
+            "silu(x) = swish(x) = x·sigmoid(x).",
+            growth=LINEAR, slope=_first),
+    Builtin("elu", 2, _elu, lambda xp, sf: lambda x, a: xp_elu(xp, x, a),
+            Head("Elu", _elu_value, (_elu_dx, lambda s, x, a: s.exp(-s.Relu(-x)) - 1)),
+            "elu(x, a) = x for x > 0, a·(e^x − 1) otherwise; a = 1 if left out.",
+            growth=LINEAR, slope=_elu_slope, kinks=Kinks(lambda s, x, a: [x, a * (s.exp(x) - 1)]),
+            monotone=_elu_monotone, defaults=(1.0,)),
+    Builtin("selu", 1, _selu, lambda xp, sf: lambda x: SELU_SCALE * xp_elu(xp, x, SELU_ALPHA),
+            Head("Selu", lambda s, x: SELU_SCALE * _elu_value(s, x, SELU_ALPHA),
+                 (lambda s, x: SELU_SCALE * _elu_dx(s, x, SELU_ALPHA),)),
+            f"selu(x) = λ·elu(x, α), λ = {SELU_SCALE:.10f}, α = {SELU_ALPHA:.10f}.",
+            growth=LINEAR, slope=lambda s, x: SELU_SCALE * s(x),
+            kinks=Kinks(lambda s, x: [SELU_SCALE * x, SELU_SCALE * SELU_ALPHA * (s.exp(x) - 1)]),
+            monotone=_increasing(SELU_SCALE * SELU_ALPHA)),
+    Builtin("mish", 1, _mish, lambda xp, sf: lambda x: x * xp.tanh(xp.logaddexp(xp.zeros_like(x), x)),
+            Head("Mish", lambda s, x: x * s.tanh(s.log(1 + s.exp(x))),
+                 (lambda s, x: s.tanh(s.Softplus(x)) + x * s.Sigmoid(x) * (1 - s.tanh(s.Softplus(x))**2),)),
+            "mish(x) = x·tanh(softplus(x)).",
+            growth=LINEAR, slope=_first),
+    Builtin("softsign", 1, _softsign, lambda xp, sf: lambda x: x / (1 + xp.abs(x)),
+            Head("Softsign", lambda s, x: x / (1 + abs(x)), (lambda s, x: (1 - s.Softsign(s.AbsF(x)))**2,)),
+            "softsign(x) = x/(1 + |x|); its derivative 1/(1 + |x|)² = (1 − softsign(|x|))² has a kink at 0.",
+            parity=ODD, growth=BOUNDED, kinks=Kinks(lambda s, x: [x / (1 + x), x / (1 - x)]),
+            monotone=_increasing(1.0)),
     Builtin("min", 2, np.minimum, lambda xp, sf: pair(xp, xp.minimum), "Min", "min(x, y).",
             growth=LINEAR, slope=_widest, kinks=_PAIRWISE),
     Builtin("max", 2, np.maximum, lambda xp, sf: pair(xp, xp.maximum), "Max", "max(x, y).",

@@ -22,9 +22,10 @@ backend and device, and other numbers on another backend: the laws are the same,
 are not.  On torch, jax and cupy a float32 run draws float32 numbers (on numpy it rounds the
 float64 draws): float32 and float64 runs of one seed agree in law there, not to rounding.
 
-**What each backend lacks.**  ``erf``, ``sigmoid`` and ``gelu`` need special functions the array
-API does not have (their records' ``special``): torch, jax and cupy provide them, ``array_api_strict`` does not (a program
-using them is refused there, naming the builtin).  Every distribution runs on every backend
+**What each backend lacks.**  ``erf`` and ``gelu`` need special functions the array API does
+not have (their records' ``special``): torch, jax and cupy provide them, ``array_api_strict``
+does not (a program using them is refused there, naming the builtin).  ``sigmoid`` uses the
+library's ``expit`` where it has one, else an array-API form.  Every distribution runs on every backend
 (``orthogonal`` through ``xp.linalg.qr``).  numpy runs on the CPU only, cupy on CUDA only.
 """
 from __future__ import annotations
