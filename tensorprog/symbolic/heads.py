@@ -78,9 +78,11 @@ def make_head(spec: Head, b: Builtin) -> type:
 
 
 def _head(b: Builtin):
+    """The builtin's sympy head; one of our own is also a module attribute under its class name
+    (where ``__module__`` says it is), so that pickle finds it by reference in a worker process."""
     if isinstance(b.head, str):
         return getattr(sp, b.head)
-    CLASSES[b.head.cls] = make_head(b.head, b)
+    CLASSES[b.head.cls] = globals()[b.head.cls] = make_head(b.head, b)
     return CLASSES[b.head.cls]
 
 

@@ -2,8 +2,8 @@
 
 The class needs phi_l and chi lambda-Lipschitz, monotone and zero at 0.  They are decided
 on the expression f(x) of one variable, bottom-up: builtins (the Lipschitz constant and
-direction of each builtin record's ``monotone`` rule: relu, tanh, erf, sigmoid, softplus;
-leaky_relu(., a) with a >= 0: max(1, a)), constants, composition, +, − (directions must
+direction of each builtin record's ``monotone`` rule: relu, tanh, erf, sigmoid, softplus,
+selu, softsign; leaky_relu(., a) and elu(., a) with a >= 0: max(1, a)), constants, composition, +, − (directions must
 agree), * and / by constants (|c| Lip f, direction times sign c).  The Lipschitz constant is an upper bound, exact for a
 single builtin times a constant.  Anything else (a product of two functions of x, a power,
 a second variable, ...) is outside the rules, with the reason.
