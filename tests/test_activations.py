@@ -304,3 +304,22 @@ def test_every_head_pickles_by_reference():
         e = HEADS[name](x, *[sp.Float(0.3)] * (b.arity - 1))
         back = pickle.loads(pickle.dumps(e))
         assert back == e and back.func is e.func, name
+
+
+@pytest.mark.parametrize("backend", [pytest.param("numpy")] + BACKENDS)
+def test_each_backend_runs_the_activations_within_5_se_of_the_limit(backend):
+    """E φ(u)φ(v) and E φ'(u)φ'(v) (one layer: iid coordinates, no O(1/n) bias) on every backend."""
+    acts = sorted(REFS)
+    lines = [f"vector u, v ~ normal(cov=[[{C11}, {C12}], [{C12}, {C22}]])"]
+    for k, act in enumerate(acts):
+        phi = lambda w: act.replace("x", w)
+        lines += [f"out k{k} = mean({phi('u')} * {phi('v')})",
+                  f"out d{k} = mean(diff({phi('u')}, u) * diff({phi('v')}, v))"]
+    p = tp.parse("\n".join(lines))
+    limit = p.compile().limit().outputs
+    trials = 6
+    run = p.execute(n=4096, trials=trials, seed=3, backend=backend).outputs
+    for name, lim in limit.items():
+        o = run[name]
+        se = o.std / math.sqrt(trials)
+        assert 0 < se and abs(o.mean - lim.value) <= 5 * se + lim.error, (backend, name, o.mean, lim.value, se)
