@@ -102,9 +102,11 @@ def heads_where(test: Callable[[Builtin], bool]) -> tuple:
     return tuple(HEADS[name] for name, b in BUILTINS.items() if test(b))
 
 
-# the heads the exact rules of the expectation engine name
+# our heads by name (module attributes already, by ``_head``; named here for readers and linters),
+# as the exact rules of the expectation engine import them
 Relu, Step, Sign, AbsF, LeakyRelu = (CLASSES[c] for c in ("Relu", "Step", "Sign", "AbsF", "LeakyRelu"))
 Sigmoid, Softplus, Gelu = (CLASSES[c] for c in ("Sigmoid", "Softplus", "Gelu"))
+Silu, Elu, Selu, Mish, Softsign = (CLASSES[c] for c in ("Silu", "Elu", "Selu", "Mish", "Softsign"))
 
 #: the heads that are not smooth (kinks or jumps), as the non-Gaussian Master Theorem needs
 NON_SMOOTH_HEADS = heads_where(lambda b: b.kinks is not None) + (Delta,)
