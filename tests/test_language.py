@@ -526,9 +526,14 @@ BUILTIN_REFS = {
     "cos": np.cos,
     "softplus": lambda x: np.log1p(np.exp(x)),
     "gelu": lambda x: x * (1 + _erf(x / math.sqrt(2))) / 2,
+    "silu": lambda x: x / (1 + np.exp(-x)),
+    "selu": lambda x: 1.0507009873554805 * np.where(x > 0, x, 1.6732632423543772 * np.expm1(np.minimum(x, 0))),
+    "mish": lambda x: x * np.tanh(np.log1p(np.exp(x))),
+    "softsign": lambda x: x / (1 + np.abs(x)),
 }
 BINARY_REFS = {
     "leaky_relu": lambda x, a: np.where(x > 0, x, a * x),
+    "elu": lambda x, a: np.where(x > 0, x, a * np.expm1(np.minimum(x, 0))),
     "min": np.minimum,
     "max": np.maximum,
 }

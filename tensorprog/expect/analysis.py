@@ -4,26 +4,33 @@ numerics need to know before integrating.
 * ``parity``: even/odd under z → −z for a set of symmetric variables (odd ⇒ mean 0);
 * ``growth``: an upper bound on the polynomial growth in one variable (moments of a
   Student-t law exist only below its df; exponential growth widens Gaussian ranges);
-* ``kink_args`` and ``affine_pieces``: where relu/step/abs/sign/max/min are not smooth,
-  as affine lines when they are piecewise affine (for the 2D quadrature);
+* ``kink_args`` and ``affine_pieces``: where the builtins with kinks (relu, step, abs, sign,
+  max, min...: their records' ``kinks``) are not smooth, as affine lines when they are piecewise
+  affine (for the 2D quadrature);
 * ``linear_forms``: the linear forms w·z through which the integrands see the Gaussians.
 """
 from __future__ import annotations
 
-import itertools
 import math
 from typing import Sequence
 
 import numpy as np
 import sympy as sp
 
-from ..symbolic.heads import AbsF, Delta, Gelu, LeakyRelu, Relu, Sigmoid, Sign, Softplus, Step
+from ..builtins import BOUNDED as BOUNDED_GROWTH, EVEN as EVEN_PARITY, LINEAR as LINEAR_GROWTH, ODD as ODD_PARITY
+from ..symbolic.heads import NAMES, AbsF, Delta, Relu, Step, heads_where, record_of
 
-ODD = (sp.tanh, sp.erf, sp.sin, Sign, sp.sign, sp.atan, sp.asin, sp.sinh)
-EVEN = (AbsF, sp.Abs, sp.cos, sp.cosh, Delta)
-BOUNDED = (sp.tanh, sp.erf, Sigmoid, Step, Sign, sp.sign, sp.sin, sp.cos, sp.atan, sp.erfc, sp.Heaviside)
-LINEAR = (Relu, AbsF, sp.Abs, LeakyRelu, Softplus, Gelu, sp.Max, sp.Min)
-KINKS = (Relu, Step, Sign, AbsF, sp.Abs, sp.sign, LeakyRelu, sp.Max, sp.Min, sp.Heaviside)
+# each class: the builtins' heads whose records say so, then sympy functions that closed forms and
+# simplification produce beyond the builtins
+ODD = heads_where(lambda b: b.parity == ODD_PARITY) + (sp.sign, sp.atan, sp.asin, sp.sinh)
+EVEN = heads_where(lambda b: b.parity == EVEN_PARITY) + (sp.Abs, sp.cosh, Delta)
+#: |f| ≤ 1 (atan and erfc are bounded, not by 1: the slope bound excludes them)
+BOUNDED = heads_where(lambda b: b.growth == BOUNDED_GROWTH) + (sp.sign, sp.atan, sp.erfc, sp.Heaviside)
+LINEAR = heads_where(lambda b: b.growth == LINEAR_GROWTH) + (sp.Abs,)
+KINKS = heads_where(lambda b: b.kinks is not None) + (sp.Abs, sp.sign, sp.Heaviside)
+#: the smooth pieces of the kinked sympy functions that are not builtins' heads
+_SYMPY_BRANCHES = {sp.Abs: lambda a: [a, -a], sp.sign: lambda a: [sp.Integer(-1), sp.Integer(1)],
+                   sp.Heaviside: lambda a: [sp.Integer(0), sp.Integer(1)]}
 
 
 def parity(expr: sp.Expr, flip: set) -> int | None:
@@ -115,26 +122,14 @@ def kink_args(exprs: Sequence[sp.Expr]) -> list[sp.Expr]:
     out: set = set()
     for e in exprs:
         for k in e.atoms(*KINKS):
-            if isinstance(k, (sp.Max, sp.Min)):
-                out.update(a - b for a, b in itertools.combinations(k.args, 2))
-            else:
-                out.add(k.args[0])
+            rec = record_of(k)
+            out.update(rec.kinks.at(*k.args) if rec is not None else [k.args[0]])
     return sorted(out, key=sp.default_sort_key)
 
 
 def _branches(k: sp.Expr) -> list[sp.Expr]:
-    a = k.args[0]
-    if isinstance(k, Relu):
-        return [a, sp.Integer(0)]
-    if isinstance(k, (Step, sp.Heaviside)):
-        return [sp.Integer(0), sp.Integer(1)]
-    if isinstance(k, (Sign, sp.sign)):
-        return [sp.Integer(-1), sp.Integer(1)]
-    if isinstance(k, (AbsF, sp.Abs)):
-        return [a, -a]
-    if isinstance(k, LeakyRelu):
-        return [a, k.args[1] * a]
-    return list(k.args)
+    rec = record_of(k)
+    return rec.kinks.branches(NAMES, *k.args) if rec is not None else _SYMPY_BRANCHES[k.func](k.args[0])
 
 
 def affine_pieces(g: sp.Expr, syms: Sequence[sp.Symbol], cap: int = 64) -> list[tuple] | None:

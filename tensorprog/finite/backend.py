@@ -22,9 +22,10 @@ backend and device, and other numbers on another backend: the laws are the same,
 are not.  On torch, jax and cupy a float32 run draws float32 numbers (on numpy it rounds the
 float64 draws): float32 and float64 runs of one seed agree in law there, not to rounding.
 
-**What each backend lacks.**  ``erf``, ``sigmoid`` and ``gelu`` need special functions the array
-API does not have: torch, jax and cupy provide them, ``array_api_strict`` does not (a program
-using them is refused there, naming the builtin).  Every distribution runs on every backend
+**What each backend lacks.**  ``erf`` and ``gelu`` need special functions the array API does
+not have (their records' ``special``): torch, jax and cupy provide them, ``array_api_strict``
+does not (a program using them is refused there, naming the builtin).  ``sigmoid`` uses the
+library's ``expit`` where it has one, else an array-API form.  Every distribution runs on every backend
 (``orthogonal`` through ``xp.linalg.qr``).  numpy runs on the CPU only, cupy on CUDA only.
 """
 from __future__ import annotations
@@ -36,6 +37,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..builtins import BUILTINS
 from ..distributions.family import random_signs
 
 NUMPY, TORCH, JAX, CUPY = "numpy", "torch", "jax", "cupy"
@@ -49,8 +51,6 @@ DEVICES: tuple[str, ...] = ("cpu", "cuda")
 #: the pip extra that installs each library
 EXTRAS = {TORCH: "tensorprog[torch]", JAX: "tensorprog[jax]", CUPY: "tensorprog[cupy]",
           STRICT: "array-api-strict"}
-#: the special function each builtin needs beyond the array API
-SPECIAL_OF = {"erf": "erf", "sigmoid": "expit", "gelu": "ndtr"}
 
 
 class BackendError(ValueError):
@@ -227,43 +227,15 @@ class CupyStream(Stream):
 
 # ================================================================================ builtins
 def array_builtins(xp, special: dict[str, Callable]) -> dict[str, Callable]:
-    """The builtin nonlinearities written with the array-API namespace ``xp`` (and the backend's
-    ``special`` functions erf, ndtr, expit where it has them), on arrays; a second argument
+    """The builtin nonlinearities written with the array-API namespace ``xp``, from each builtin
+    record's ``array`` facet (and the backend's ``special`` functions erf, ndtr, expit where it
+    has them: a builtin needing one the backend lacks is left out), on arrays; a second argument
     may be a Python number."""
-    def like(x, a):
-        return a if not isinstance(a, (int, float)) else xp.full(x.shape, float(a), dtype=x.dtype,
-                                                                  device=xp_device(x))
-
-    table: dict[str, Callable] = {
-        "relu": lambda x: xp.maximum(x, xp.zeros_like(x)),
-        "step": lambda x: xp.astype(x > 0, x.dtype),
-        "abs": xp.abs, "sign": xp.sign, "tanh": xp.tanh, "exp": xp.exp, "log": xp.log,
-        "sqrt": xp.sqrt, "sin": xp.sin, "cos": xp.cos,
-        "softplus": lambda x: xp.logaddexp(xp.zeros_like(x), x),
-        "leaky_relu": lambda x, a: xp.where(x > 0, x, like(x, a) * x),
-        "min": lambda x, y: _pair(xp.minimum, like, x, y),
-        "max": lambda x, y: _pair(xp.maximum, like, x, y),
-    }
-    if "erf" in special:
-        table["erf"] = special["erf"]
-    if "expit" in special:
-        table["sigmoid"] = special["expit"]
-    if "ndtr" in special:
-        ndtr = special["ndtr"]
-        table["gelu"] = lambda x: x * ndtr(x)
+    table: dict[str, Callable] = {}
+    for name, b in BUILTINS.items():
+        if b.special is None or b.special in special:
+            table[name] = getattr(xp, b.array) if isinstance(b.array, str) else b.array(xp, special)
     return table
-
-
-def _pair(f: Callable, like: Callable, x, y):
-    """``f(x, y)`` with a Python-number operand made an array like the other one."""
-    if isinstance(x, (int, float)):
-        return f(like(y, x), y)
-    return f(x, like(x, y))
-
-
-def xp_device(x):
-    """The device of the array ``x`` (``x.device``: the standard's attribute)."""
-    return getattr(x, "device", None)
 
 
 # ================================================================================ backends
@@ -310,7 +282,8 @@ class Backend:
     def lacks(self, builtin: str) -> bool:
         """Whether the builtin cannot run here (it needs a special function the backend lacks;
         numpy runs :data:`~tensorprog.builtins.BUILTINS` itself)."""
-        return not self.is_numpy and builtin in SPECIAL_OF and SPECIAL_OF[builtin] not in self.special
+        need = BUILTINS[builtin].special
+        return not self.is_numpy and need is not None and need not in self.special
 
     def free_memory(self) -> int | None:
         """Free bytes of the device (None: host memory, planned as for numpy)."""

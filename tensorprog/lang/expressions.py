@@ -262,7 +262,7 @@ class Expressions:
         builtin = BUILTINS.get(node.func)
         if builtin is None:
             raise located(TPNameError, node, f"unknown function '{node.func}'")
-        args = self.call_args(node, builtin.arity)
+        args = self.call_args(node, builtin.arity, builtin.defaults)
         if all(isinstance(a, float) for a in args):
             with np.errstate(all="ignore"):
                 return self.checked_const(node, builtin.numpy(*[np.float64(a) for a in args]))
@@ -273,17 +273,21 @@ class Expressions:
                 except ValueError as err:
                     raise located(TPValueError, node, f"{node.func}(): shapes do not match ({err})") from None
                 return self.checked_const(node, value)
-        parts = [runtime(arg_node, a) for arg_node, a in zip(node.args, args)]
+        arg_nodes = list(node.args) + [node] * (len(args) - len(node.args))      # defaults: at the call
+        parts = [runtime(arg_node, a) for arg_node, a in zip(arg_nodes, args)]
         return self.combine(node, ir.Call(builtin.name, tuple(p.fn for p in parts)), parts)
 
-    def call_args(self, node: S.Call, arity: int) -> list[Value]:
-        """The values of a call's ``arity`` positional arguments (keywords refused)."""
+    def call_args(self, node: S.Call, arity: int, defaults: tuple[float, ...] = ()) -> list[Value]:
+        """The values of a call's ``arity`` positional arguments (keywords refused); the last
+        ``len(defaults)`` may be left out, and are then these values."""
         if node.kwargs:
             raise located(TPTypeError, node, f"{node.func}() takes no keyword arguments")
-        if len(node.args) != arity:
-            raise located(TPTypeError, node, f"{node.func}() takes {arity} argument"
+        least = arity - len(defaults)
+        if not least <= len(node.args) <= arity:
+            takes = f"{least} or {arity}" if defaults else f"{arity}"
+            raise located(TPTypeError, node, f"{node.func}() takes {takes} argument"
                           f"{'s' if arity > 1 else ''}, got {len(node.args)}")
-        return [self.ev(a) for a in node.args]
+        return [self.ev(a) for a in node.args] + list(defaults[len(node.args) - least:])
 
     def call_mean(self, node: S.Call) -> Value:
         """``mean(v)`` = (1/n) Σ_α v_α: a Moment of the vector expression."""

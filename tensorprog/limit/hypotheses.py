@@ -32,7 +32,8 @@ from ..expect.analysis import BOUNDED, LINEAR, bounded_above, growth
 from ..expect.budget import Budget
 from ..expect.engine import Estimate
 from .finiteness import real_params
-from ..symbolic.heads import AbsF, Gelu, LeakyRelu, Relu, Softplus, NON_SMOOTH_HEADS
+from ..builtins import LINEAR as LINEAR_GROWTH
+from ..symbolic.heads import NON_SMOOTH_HEADS, record_of
 
 _BATCH_SYMBOL = re.compile(r"b_\d+")
 _POLY_MESSAGE = ("a vector whose Z grows faster than any polynomial (exp, or a power with a random "
@@ -236,11 +237,9 @@ def _slope(e: sp.Expr, u: sp.Symbol) -> float:
             else:
                 return math.inf                          # a random, unbounded coefficient
         return coeff * _slope(factors[0], u) if len(factors) == 1 else math.inf
-    if isinstance(e, (Relu, AbsF, sp.Abs, Softplus, Gelu)):
+    if isinstance(e, sp.Abs):
         return _slope(e.args[0], u)
-    if isinstance(e, LeakyRelu):
-        a = e.args[1]
-        return max(1.0, abs(float(a))) * _slope(e.args[0], u) if a.is_number else math.inf
-    if isinstance(e, (sp.Max, sp.Min)):
-        return max(_slope(a, u) for a in e.args)
+    rec = record_of(e)
+    if rec is not None and rec.growth == LINEAR_GROWTH:                # the builtin's record: its slope
+        return rec.slope(lambda a: _slope(a, u), *e.args)
     return 0.0 if growth(e, u) < 1 else math.inf

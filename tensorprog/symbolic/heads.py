@@ -1,13 +1,14 @@
-"""The sympy heads of the builtins: each builtin's infinite-width form, next to the numpy one.
+"""The sympy heads of the builtins: each builtin record's infinite-width form, made sympy here.
 
 The compiler writes Z^{φ(x)} = φ(Z^x) with ``HEADS[name]``, the sympy function of the builtin
-``name`` of :data:`tensorprog.builtins.BUILTINS`; its derivative comes from the sympy class
-(``fdiff``), so ``diff`` in a program and the Ż terms of the Master Theorem share one rule.
+``name`` of :data:`tensorprog.builtins.BUILTINS`: a sympy function (``tanh``), or a
+``sympy.Function`` subclass made from the record's :class:`~tensorprog.builtins.Head` spec
+(:func:`make_head`), whose derivative (``fdiff``) is the one ``diff`` and the Ż terms of the
+Master Theorem use.
 
-The non-smooth builtins are sympy ``Function`` subclasses of our own (``Relu``,
-``Step``...), so the expectation engine can recognise the arc-cosine family by
-its head.  ``Step' = Delta`` (the Dirac mass): E[Delta(Z)·g] is evaluated by the
-expectation engine through the Gaussian density at 0.
+The non-smooth builtins are such subclasses (``Relu``, ``Step``...), so the expectation engine can
+recognise the arc-cosine family by its head.  ``Step' = Delta`` (the Dirac mass): E[Delta(Z)·g]
+is evaluated by the expectation engine through the Gaussian density at 0.
 """
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ from typing import Callable
 
 import numpy as np
 import sympy as sp
+from sympy.core.function import ArgumentIndexError
 
-from ..builtins import BUILTINS
+from ..builtins import BUILTINS, Builtin, Head
 
 
 class Delta(sp.Function):
@@ -40,134 +42,74 @@ def positive_factor(x: sp.Expr) -> tuple[sp.Expr, sp.Expr] | None:
     return sp.Mul(*p), sp.Mul(*[f for f in x.args if f not in p])
 
 
-class Step(sp.Function):
-    """step(x) = 1 for x > 0, else 0; the derivative of relu."""
-    nargs = 1
+#: our own heads by class name (Delta and one per :class:`Head` spec), filled below
+CLASSES: dict[str, type] = {"Delta": Delta}
+
+
+class Names:
+    """The namespace the records' sympy facets are written in: our heads by class name, then sympy."""
+
+    def __getattr__(self, name: str):
+        got = CLASSES.get(name)
+        return got if got is not None else getattr(sp, name)
+
+
+NAMES = Names()
+
+
+def make_head(spec: Head, b: Builtin) -> type:
+    """The ``sympy.Function`` subclass of a head spec: ``eval`` gives the value at numeric arguments
+    and pulls positive factors out of a homogeneous head; ``fdiff`` the spec's derivatives."""
 
     def fdiff(self, argindex=1):
-        return Delta(self.args[0])
+        if not 1 <= argindex <= len(spec.derivative):
+            raise ArgumentIndexError(self, argindex)
+        return spec.derivative[argindex - 1](NAMES, *self.args)
 
-    @classmethod
-    def eval(cls, x):
-        if x.is_number and x.is_comparable:
-            return sp.Integer(1) if x > 0 else sp.Integer(0)
-        if pf := positive_factor(x):         # step(p·y) = step(y) for p > 0
-            return cls(pf[1])
+    def evaluate(cls, *args):
+        if all(a.is_number and a.is_comparable for a in args):
+            return spec.value(NAMES, *args)
+        if spec.homogeneous is not None and (pf := positive_factor(args[0])):
+            inner = cls(pf[1], *args[1:])
+            return inner if spec.homogeneous == 0 else pf[0] * inner
 
-
-class Relu(sp.Function):
-    """relu(x) = max(x, 0) = x·step(x)."""
-    nargs = 1
-
-    def fdiff(self, argindex=1):
-        return Step(self.args[0])
-
-    @classmethod
-    def eval(cls, x):
-        if x.is_number and x.is_comparable:
-            return x if x > 0 else sp.Integer(0)
-        if pf := positive_factor(x):         # relu(p·y) = p·relu(y) for p > 0
-            return pf[0] * cls(pf[1])
+    return type(spec.cls, (sp.Function,), {"nargs": b.arity, "fdiff": fdiff, "eval": classmethod(evaluate),
+                                            "__doc__": b.doc, "__module__": __name__})
 
 
-class Sign(sp.Function):
-    """sign(x) ∈ {−1, 0, 1} = step(x) − step(−x)."""
-    nargs = 1
-
-    def fdiff(self, argindex=1):
-        return 2 * Delta(self.args[0])
-
-    @classmethod
-    def eval(cls, x):
-        if x.is_number and x.is_comparable:
-            return sp.sign(x)
-        if pf := positive_factor(x):
-            return cls(pf[1])
-
-
-class AbsF(sp.Function):
-    """abs(x) = relu(x) + relu(−x)."""
-    nargs = 1
-
-    def fdiff(self, argindex=1):
-        return Sign(self.args[0])
-
-    @classmethod
-    def eval(cls, x):
-        if x.is_number and x.is_comparable:
-            return abs(x)
-        if pf := positive_factor(x):
-            return pf[0] * cls(pf[1])
-
-
-class LeakyRelu(sp.Function):
-    """leaky_relu(x, a) = x for x > 0, a·x otherwise = relu(x) − a·relu(−x)."""
-    nargs = 2
-
-    def fdiff(self, argindex=1):
-        x, a = self.args
-        if argindex == 1:
-            return Step(x) + a * Step(-x)
-        return -Relu(-x)
-
-    @classmethod
-    def eval(cls, x, a):
-        if x.is_number and x.is_comparable and a.is_number and a.is_comparable:
-            return x if x > 0 else a * x
-        if pf := positive_factor(x):
-            return pf[0] * cls(pf[1], a)
-
-
-class Sigmoid(sp.Function):
-    """sigmoid(x) = 1/(1 + e^{−x})."""
-    nargs = 1
-
-    def fdiff(self, argindex=1):
-        s = Sigmoid(self.args[0])
-        return s * (1 - s)
-
-    @classmethod
-    def eval(cls, x):
-        if x.is_number and x.is_comparable:
-            return 1 / (1 + sp.exp(-x))
-
-
-class Softplus(sp.Function):
-    """softplus(x) = log(1 + e^x)."""
-    nargs = 1
-
-    def fdiff(self, argindex=1):
-        return Sigmoid(self.args[0])
-
-    @classmethod
-    def eval(cls, x):
-        if x.is_number and x.is_comparable:
-            return sp.log(1 + sp.exp(x))
-
-
-class Gelu(sp.Function):
-    """gelu(x) = x·Φ(x) = x·(1 + erf(x/√2))/2 (the exact, not the tanh, form)."""
-    nargs = 1
-
-    def fdiff(self, argindex=1):
-        x = self.args[0]
-        return (1 + sp.erf(x / sp.sqrt(2))) / 2 + x * sp.exp(-x**2 / 2) / sp.sqrt(2 * sp.pi)
-
-    @classmethod
-    def eval(cls, x):
-        if x.is_number and x.is_comparable:
-            return x * (1 + sp.erf(x / sp.sqrt(2))) / 2
+def _head(b: Builtin):
+    """The builtin's sympy head; one of our own is also a module attribute under its class name
+    (where ``__module__`` says it is), so that pickle finds it by reference in a worker process."""
+    if isinstance(b.head, str):
+        return getattr(sp, b.head)
+    CLASSES[b.head.cls] = globals()[b.head.cls] = make_head(b.head, b)
+    return CLASSES[b.head.cls]
 
 
 #: builtin name -> sympy head (Z^{name(x)} = HEADS[name](Z^x))
-HEADS: dict[str, Callable] = {
-    "relu": Relu, "step": Step, "abs": AbsF, "sign": Sign, "tanh": sp.tanh, "erf": sp.erf,
-    "sigmoid": Sigmoid, "exp": sp.exp, "log": sp.log, "sqrt": sp.sqrt, "sin": sp.sin, "cos": sp.cos,
-    "softplus": Softplus, "gelu": Gelu, "leaky_relu": LeakyRelu, "min": sp.Min, "max": sp.Max,
-}
-assert HEADS.keys() == BUILTINS.keys(), "every builtin needs a sympy head"
+HEADS: dict[str, Callable] = {name: _head(b) for name, b in BUILTINS.items()}
+#: sympy head -> its builtin record
+RECORDS: dict[object, Builtin] = {HEADS[name]: b for name, b in BUILTINS.items()}
 
-NON_SMOOTH_HEADS = (Relu, Step, Sign, AbsF, LeakyRelu, Delta, sp.Min, sp.Max)
+
+def record_of(expr: sp.Basic) -> Builtin | None:
+    """The builtin record of an expression's head (None: not a builtin's head)."""
+    return RECORDS.get(expr.func)
+
+
+def heads_where(test: Callable[[Builtin], bool]) -> tuple:
+    """The heads of the builtins whose records pass ``test`` (for ``isinstance`` and ``atoms``)."""
+    return tuple(HEADS[name] for name, b in BUILTINS.items() if test(b))
+
+
+# our heads by name (module attributes already, by ``_head``; named here for readers and linters),
+# as the exact rules of the expectation engine import them
+Relu, Step, Sign, AbsF, LeakyRelu = (CLASSES[c] for c in ("Relu", "Step", "Sign", "AbsF", "LeakyRelu"))
+Sigmoid, Softplus, Gelu = (CLASSES[c] for c in ("Sigmoid", "Softplus", "Gelu"))
+Silu, Elu, Selu, Mish, Softsign = (CLASSES[c] for c in ("Silu", "Elu", "Selu", "Mish", "Softsign"))
+
+#: the heads that are not smooth (kinks or jumps), as the non-Gaussian Master Theorem needs
+NON_SMOOTH_HEADS = heads_where(lambda b: b.kinks is not None) + (Delta,)
 
 
 def _delta(x):

@@ -34,8 +34,9 @@ offending equation):
 * each W_l is an n x n matrix of law ``normal(var=sigma_l^2)`` used once in the chain, never
   transposed (the proof conditions on g^l and uses that A^l phi(g^l) is exactly Gaussian, so
   non-Gaussian laws are refused too);
-* phi_l and chi are built from the identity, relu, tanh, erf, sigmoid, softplus, leaky_relu(., a)
-  with a >= 0, constants, +, −, * and / by constants and composition, vanish at 0 and are monotone
+* phi_l and chi are built from the identity, the builtins with a ``monotone`` rule in their
+  records (relu, tanh, erf, sigmoid, softplus, selu, softsign, leaky_relu(., a) and elu(., a)
+  with a >= 0), constants, +, −, * and / by constants and composition, vanish at 0 and are monotone
   (non-decreasing or non-increasing) — decided by syntactic rules on the expression, which also
   give the Lipschitz constant (an upper bound: exact for a single builtin times a constant).
 

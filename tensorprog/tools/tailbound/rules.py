@@ -1,10 +1,10 @@
 """The syntactic function rules of the tail bound (Theorem 4.3.1, Golikov's thesis, ch. 4).
 
 The class needs phi_l and chi lambda-Lipschitz, monotone and zero at 0.  They are decided
-on the expression f(x) of one variable, bottom-up: builtins (relu, tanh, erf, sigmoid,
-softplus: Lipschitz constant and direction from a table; leaky_relu(., a) with a >= 0:
-max(1, a)), constants, composition, +, − (directions must agree), * and / by constants
-(|c| Lip f, direction times sign c).  The Lipschitz constant is an upper bound, exact for a
+on the expression f(x) of one variable, bottom-up: builtins (the Lipschitz constant and
+direction of each builtin record's ``monotone`` rule: relu, tanh, erf, sigmoid, softplus,
+selu, softsign; leaky_relu(., a) and elu(., a) with a >= 0: max(1, a)), constants, composition, +, − (directions must
+agree), * and / by constants (|c| Lip f, direction times sign c).  The Lipschitz constant is an upper bound, exact for a
 single builtin times a constant.  Anything else (a product of two functions of x, a power,
 a second variable, ...) is outside the rules, with the reason.
 """
@@ -19,16 +19,6 @@ import numpy as np
 from ... import ir
 from ...builtins import BUILTINS
 from ...finite.evaluate import eval_fn
-
-#: builtin -> (Lipschitz constant, direction: +1 non-decreasing, value at 0)
-_MONOTONE_BUILTINS = {
-    "relu": (1.0, +1, 0.0),
-    "tanh": (1.0, +1, 0.0),
-    "erf": (2.0 / math.sqrt(math.pi), +1, 0.0),
-    "sigmoid": (0.25, +1, 0.5),
-    "softplus": (1.0, +1, math.log(2.0)),
-}
-
 
 @dataclass(frozen=True)
 class FnInfo:
@@ -58,22 +48,22 @@ def _neg(a: FnInfo) -> FnInfo:
 
 
 def _call(node: ir.Call, args: list[FnInfo]) -> FnInfo:
-    """g(f): Lip g · Lip f and dir g · dir f for a monotone builtin g; leaky_relu(f, a), a ≥ 0:
-    max(1, a) Lip f; a builtin of constants: the constant."""
+    """g(f, c...): Lip g · Lip f and dir g · dir f for a builtin g whose record's ``monotone`` rule
+    gives (Lip g, dir g) at the constants c (leaky_relu(f, a), a ≥ 0: max(1, a)); a builtin of
+    constants: the constant."""
     bad = _first_bad(args)
     if bad:
         return bad
     if all(a.const is not None for a in args):
         value = float(BUILTINS[node.name].numpy(*(np.float64(a.const) for a in args)))
         return FnInfo(value, 0.0, 0)
-    if node.name in _MONOTONE_BUILTINS and len(args) == 1:
-        lip, d, _ = _MONOTONE_BUILTINS[node.name]
+    rule = BUILTINS[node.name].monotone
+    if rule is not None and args[0].const is None and all(a.const is not None for a in args[1:]):
+        got = rule(*(a.const for a in args[1:]))
+        if isinstance(got, str):
+            return _bad(got)
+        lip, d = got
         return FnInfo(None, lip * args[0].lip, d * args[0].direction)
-    if node.name == "leaky_relu" and args[1].const is not None and args[0].const is None:
-        a = args[1].const
-        if a < 0:
-            return _bad(f"leaky_relu with a negative slope ({a:g}) is not monotone")
-        return FnInfo(None, max(1.0, a) * args[0].lip, args[0].direction)
     return _bad(f"{node.name} is outside the rules (not Lipschitz, not monotone, or unknown)")
 
 
