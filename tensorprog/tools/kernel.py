@@ -26,11 +26,12 @@ import numpy as np
 
 from .. import distributions as D
 from .. import ir
+from ..arguments import usage, whole
 from ..expect.budget import DEFAULT
 from ..errors import TPUsageError
 from ..finite.exec_options import UNSET, resolve
 from ..finite.executor import Executor
-from ..finite.plan import plan_run
+from ..finite.plan import RunSpec, run_plan
 from ..finite.run import map_trials
 from ..limit.replay_store import warn as store_warning
 from ..limit.symbolic_params import relower
@@ -328,8 +329,7 @@ def finite_kernel(program: ir.Program, X: np.ndarray, n: int, trials: int = 1, s
     variance) becomes that of all N inputs at once: x = A·z with A Aᵀ = s·q + b·11ᵀ (q = X Xᵀ/d),
     so every pair (i, j) is N(0, s·[[q_ii, q_ij], [q_ij, q_jj]] + b), as in the limit.  That N×N
     matrix is PSD when b ≥ 0; a b < 0 that makes it indefinite is a TPUsageError."""
-    if isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or trials < 1:
-        raise TPUsageError(f"trials must be a positive integer, not {trials!r}")
+    usage(lambda: whole(trials, "trials", 1), program.file)
     X = inputs_array(X)
     N = X.shape[0]
     check_memory(finite_bytes(N, n, trials, len(program.outputs)),
@@ -339,8 +339,7 @@ def finite_kernel(program: ir.Program, X: np.ndarray, n: int, trials: int = 1, s
     q, i, j = _pairs(X)
     factor = inputs_factor(s, b, q, program.file)
     opts = resolve(jobs=jobs, backend=backend, device=device, scheduler=scheduler)   # as for execute
-    plan = plan_run(tmpl, n, seed, dtype, matrix_dist, blocked=opts.blocked, block_rows=opts.block_rows,
-                    backend=opts.backend, device=opts.device, conditional=opts.conditional)
+    plan = run_plan(tmpl, RunSpec.checked(tmpl.file, n, seed, dtype, matrix_dist), opts)
     trial = functools.partial(_kernel_trial, g=g, factor=factor, i=i, j=j, N=N,
                               chunk=max(1, max_elements // n))
     runs = map_trials(plan, trial, trials, opts.jobs, opts.progress, desc="kernel trials",
@@ -439,7 +438,7 @@ def kernel(program, X, *, n: int | None = None, trials: int = 1, seed: int = 0,
     sched = resolve(scheduler=scheduler).scheduler
     if n is None:
         if matrix_dist:
-            from ..limit.matrix_laws import with_matrix_family
+            from ..distributions.swap import with_matrix_family
             base = with_matrix_family(base, matrix_dist)
         if out is None and sched is None:
             return limit_kernel(base, X, tol=tol, params=merged, max_qmc_points=max_qmc_points)

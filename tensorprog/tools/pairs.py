@@ -40,6 +40,7 @@ import numpy as np
 from .. import ir
 from ..errors import TPUsageError
 from ..expect.budget import Budget
+from ..limit.accuracy import METHOD_RANK
 from ..limit.compiler import compile_program
 from ..limit.replay import Replay, record
 from ..limit.replay_store import ReplayStore, warn
@@ -59,7 +60,6 @@ KINDS = {SAME: "same", OPPOSITE: "opposite", PARALLEL: "parallel", REST: "rest"}
 #: pairs a band compiles one at a time (parallel rows of unequal norms, pairs where a replay does
 #: not hold): beyond this many, one batch
 ONE_BY_ONE = 256
-RANK = {"exact": 0, "quadrature": 1, "qmc": 2}
 
 
 @dataclass(frozen=True)
@@ -277,7 +277,7 @@ def limit_band(spec: LimitSpec, rows: tuple[int, int], values: dict[str, np.ndar
         for name in spec.names:
             methods[name].add(got_methods[name])
         warnings += [w for w in got_warnings if w not in warnings]
-    return BandResult({n: max(m or {"exact"}, key=RANK.__getitem__) for n, m in methods.items()}, warnings)
+    return BandResult({n: max(m or {"exact"}, key=METHOD_RANK.__getitem__) for n, m in methods.items()}, warnings)
 
 
 def block_values(spec: LimitSpec, block: tuple[int, int, int, int], rows: tuple[int, int], diag: np.ndarray,
@@ -345,7 +345,7 @@ def pair_values(spec: LimitSpec, kind: str, i: np.ndarray, j: np.ndarray, rows: 
         for name in spec.names:
             methods[name].add(got_methods[name])
         warnings += [w for w in got_warnings if w not in warnings]
-    return {n: max(m, key=RANK.__getitem__) for n, m in methods.items()}, warnings
+    return {n: max(m, key=METHOD_RANK.__getitem__) for n, m in methods.items()}, warnings
 
 
 def compile_pairs(spec: LimitSpec, kind: str, i: np.ndarray, j: np.ndarray, rows: tuple[int, int],
@@ -370,4 +370,4 @@ def compile_pairs(spec: LimitSpec, kind: str, i: np.ndarray, j: np.ndarray, rows
             errors[name][target] = v.error
             methods[name].add(v.method)
         warnings += [w for w in lim.warnings if w not in warnings]
-    return {n: max(m, key=RANK.__getitem__) for n, m in methods.items()}, warnings
+    return {n: max(m, key=METHOD_RANK.__getitem__) for n, m in methods.items()}, warnings
