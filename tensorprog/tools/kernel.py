@@ -34,10 +34,10 @@ from ..finite.exec_options import UNSET, resolve
 from ..finite.executor import Executor
 from ..finite.plan import RunSpec, run_plan
 from ..finite.run import map_trials
+from ..lang.reads import inputs_digest
 from ..limit.replay_store import warn as store_warning
 from ..limit.symbolic_params import relower
 from . import pairs
-from ..lang.reads import inputs_digest
 from .caches import Memo
 from .kernel_dir import MANIFEST, make_directory
 from .pairs import LimitSpec, first_layer_cov, gram
