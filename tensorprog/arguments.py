@@ -8,13 +8,16 @@ keeps its contract); :func:`usage` turns a check into a :class:`~tensorprog.erro
 
 * :func:`whole`: an integer (Python or numpy, never a bool, never a float such as 64.5 or 64.0)
   at least ``minimum``;
-* :func:`positive_finite`: a real number (never a bool) with 0 < value < ∞ (NaN refused).
+* :func:`positive_finite`: a real number (never a bool) with 0 < value < ∞ (NaN refused);
+* :func:`float_dtype`: a dtype of finite-width arithmetic, float64 or float32 (as numpy spells it).
 """
 from __future__ import annotations
 
 import math
 import numbers
 from typing import Callable, TypeVar
+
+import numpy as np
 
 from .errors import TPUsageError
 
@@ -39,6 +42,17 @@ def positive_finite(value: object, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (0 < value < math.inf):
         raise ArgumentError(f"{what} must be a positive finite number, not {value!r}")
     return float(value)
+
+
+def float_dtype(value: object, what: str = "dtype") -> np.dtype:
+    """``value`` as a numpy dtype, if it is float64 or float32 (``np.dtype(value)``; None is float64)."""
+    try:
+        dtype = np.dtype(value)
+    except TypeError:
+        raise ArgumentError(f"{what} must be float64 or float32, not {value!r}") from None
+    if dtype not in (np.float64, np.float32):
+        raise ArgumentError(f"{what} must be float64 or float32, not {dtype}")
+    return dtype
 
 
 def usage(check: Callable[[], T], file: str = "<string>") -> T:

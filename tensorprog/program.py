@@ -80,7 +80,7 @@ class Program:
         if particles is not None or replicas is not None:
             raise TPUsageError("--particles and --replicas apply to --method particles only", file=self.ir.file)
         from .limit.compiler import compile_program
-        from .limit.matrix_laws import with_matrix_family
+        from .distributions.swap import with_matrix_family
         program = with_matrix_family(self.ir, matrix_dist) if matrix_dist else self.ir
         if not symbolic:
             return compile_program(program, budget=limits)

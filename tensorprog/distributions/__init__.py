@@ -68,6 +68,8 @@ The implementation is split by responsibility; this module re-exports its public
   (``draw_dtype=np.float64``: a float32 sample draws the numbers of the float64 one, so
   float32 and float64 runs of a seed agree);
 * :mod:`.blocked`: matrices regenerated row block by row block (:data:`BLOCKABLE` families).
+* :mod:`.swap`: :func:`~.swap.with_matrix_family`, a program with every matrix law swapped
+  (``--matrix-dist``), for both back ends.
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ The pipeline, one module per stage:
 * :mod:`.exec_options`: :class:`ExecOptions` (``jobs``, ``blocked``, ``progress``,
   ``block_rows``, ``backend``, ``device``) and :func:`options`, their defaults for a block of code
   (``with tensorprog.finite.options(jobs=2): ...``);
-* :mod:`.plan`: :func:`~.plan.plan_run`, everything decided before a trial runs: sizes,
+* :mod:`.plan`: :func:`~.plan.run_plan`, everything decided before a trial runs: sizes,
   laws, the schedule (:mod:`.schedule`: which equations run together, when arrays die)
   and dense or blocked matrices (:mod:`.memory`);
 * :mod:`.executor`: the interpreter of a plan, trial by trial, with a rule per equation

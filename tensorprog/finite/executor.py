@@ -1,6 +1,6 @@
 """The executor: a small interpreter of the IR at finite width, one trial at a time, on an array backend.
 
-It interprets a :class:`~.plan.RunPlan` (built by :func:`~.plan.plan_run`: sizes, laws,
+It interprets a :class:`~.plan.RunPlan` (built by :func:`~.plan.run_plan`: sizes, laws,
 schedule, memory mode), step by step: a step is one function equation, whose value is
 given by the rule of its kind (:data:`FUNCTION_RULES`), or a batch of MatMuls on one
 matrix, run as one GEMM ``W [x¹ … x^B]``; arrays are freed after their last reader.

@@ -31,7 +31,7 @@ The pipeline, one module per stage; this one is the entry (:func:`execute`,
 
 * :mod:`.exec_options`: :class:`ExecOptions` and :func:`options` (``jobs``, ``blocked``,
   ``progress``, ``block_rows``: explicit > ``options`` block > default);
-* :mod:`.plan`: :func:`plan_run`, the :class:`RunPlan` decided before a trial runs (with
+* :mod:`.plan`: :func:`~.plan.run_plan`, the :class:`RunPlan` decided before a trial runs (with
   :mod:`.schedule` and :mod:`.memory`);
 * :mod:`.executor`: :class:`Executor`, the interpreter of a plan, trial by trial (the hot loop);
 * :mod:`.workers` and :mod:`.parallel`: trials in worker processes; :mod:`.cluster`: trials
@@ -54,7 +54,7 @@ from .cluster import check_scheduler, map_items
 from .exec_options import UNSET, resolve
 from .executor import Executor
 from .parallel import cpu_count, imap_unordered
-from .plan import RunPlan, plan_run
+from .plan import RunPlan, RunSpec, run_plan
 from .progress import ProgressBar
 from .workers import Failure, TrialRunner, resolve_jobs
 
@@ -138,9 +138,7 @@ def execute(program: ir.Program, n: int, trials: int = 1, seed: int = 0,
     usage(lambda: whole(trials, "trials", 1), program.file)
     opts = resolve(jobs=jobs, blocked=blocked, progress=progress, block_rows=block_rows, backend=backend,
                    device=device, scheduler=scheduler, conditional=conditional)
-    plan = plan_run(program, n, seed, dtype, matrix_dist, memory_limit, blocked=opts.blocked,
-                    block_rows=opts.block_rows, backend=opts.backend, device=opts.device,
-                    conditional=opts.conditional)
+    plan = run_plan(program, RunSpec.checked(program.file, n, seed, dtype, matrix_dist, memory_limit), opts)
     per_trial = map_trials(plan, run_one, trials, opts.jobs, opts.progress, scheduler=opts.scheduler)
     result = ExecResult(n, trials, seed, dtype=plan.dtype.name, matrix_dist=matrix_dist,
                         blocked=plan.blocked, backend=plan.backend, device=plan.device,

@@ -19,7 +19,8 @@ import sympy as sp
 from ..expect.batch import ClosedFormTrace, expect_batch, method_kinds
 from ..expect.budget import Budget
 from ..expect.engine import expect
-from .result import METHOD_RANK, LimitValue
+from .accuracy import METHOD_RANK, VALUE_ROUNDING
+from .result import LimitValue
 from ..symbolic.evaluate import evaluate
 
 
@@ -159,5 +160,5 @@ class Batch:
         error = np.zeros(self.P)
         for e in estimates:                     # in place: a scalar at depth rests on many estimates
             error += e.error
-        error += 4e-16 * np.abs(v)
+        error += VALUE_ROUNDING * np.abs(v)
         return LimitValue(v, error, method, None)

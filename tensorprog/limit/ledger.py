@@ -26,6 +26,7 @@ from .batch import Batch, BatchEstimate
 from .finiteness import Finiteness
 from .hypotheses import Hypotheses
 from .indices import IndexSet
+from .accuracy import VALUE_ROUNDING
 from .result import LimitValue, summarize
 
 #: closed forms in param symbols larger than this (sympy operation count) become numbers
@@ -43,7 +44,7 @@ def scalar_limit(value: sp.Expr, estimates: Sequence[Estimate], *, symbolic: boo
     out = summarize(value, estimates, symbolic, dict(params))
     if propagated is None:
         return out
-    return LimitValue(out.value, propagated + 4e-16 * (abs(out.value) + 1), out.method, out.exact)
+    return LimitValue(out.value, propagated + VALUE_ROUNDING * (abs(out.value) + 1), out.method, out.exact)
 
 
 #: float64 rounding charged to every expectation evaluated in floating point, relative to its value

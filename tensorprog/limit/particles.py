@@ -43,6 +43,7 @@ import numpy as np
 
 from .. import ir
 from ..errors import TPUsageError
+from .accuracy import VALUE_ROUNDING
 
 #: the two-sided coverage of the statistical term (±2.58σ for a Gaussian, about ±3 standard
 #: errors at the Student quantile of 16 replicas)
@@ -204,7 +205,7 @@ def extrapolate(large: tuple[float, float, int], small: tuple[float, float, int]
     dof = se ** 4 / parts if parts > 0 else math.inf
     statistical = student_quantile(dof) * se
     bias = abs(v_n - v_s) * b
-    rounding = 4e-16 * abs(value)          # (cancellations inside a replica are in its spread)
+    rounding = VALUE_ROUNDING * abs(value)          # (cancellations inside a replica are in its spread)
     return ParticleValue(value, statistical + bias + rounding, statistical, bias, se, dof)
 
 

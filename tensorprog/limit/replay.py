@@ -6,7 +6,7 @@ F(C) over the covariance C of its linear forms, each Cᵢⱼ = Σ_g Σ_h a_ig a_
 in earlier numbers.  Chained, the outputs are one expression DAG in the initial covariance
 entries of a pair — a = Σ₀₀ (its first input's variance), b = Σ₁₁ (the second's), c = Σ₀₁;
 :class:`Replay` compiles it (and the errors: float rounding ROUNDING·(|E| + max_i Cᵢᵢ) per
-expectation, summed over what each output rests on, plus 4e-16·|value|, as in the compile) into
+expectation, summed over what each output rests on, plus VALUE_ROUNDING·|value|, as in the compile) into
 one :class:`..symbolic.grid.GridTape`, where everything that depends on a alone (or b alone) —
 an input's variance chain through the layers, most of the error charges — is computed once per
 input and only the rest once per pair.
@@ -27,6 +27,7 @@ import sympy as sp
 from sympy.core.operations import AssocOp
 
 from ..symbolic.grid import GridTape, Workspace
+from .accuracy import VALUE_ROUNDING
 from .ledger import ROUNDING
 
 
@@ -125,7 +126,7 @@ class Builder:
             charged = (sp.Mul(sp.Float(ROUNDING), sp.Add(*parts, evaluate=False), evaluate=False)
                        if parts else sp.Integer(0))
             values.append(value)
-            errors.append(sp.Add(charged, sp.Float(4e-16) * sp.Abs(value, evaluate=False), evaluate=False))
+            errors.append(sp.Add(charged, sp.Float(VALUE_ROUNDING) * sp.Abs(value, evaluate=False), evaluate=False))
         consts = [(e, v) for e, v in self.constants if not self.settled(e, v)]
         checks = [e for e, _ in consts]
         ties: list[int] = []
@@ -169,7 +170,7 @@ class Builder:
     def expectation(self, k: int) -> tuple[sp.Expr, tuple[sp.Expr, sp.Expr]]:
         """(value, charge) of estimate k: F over its forms' covariance, and its error in units of
         ROUNDING, |F| + max_i |Cᵢᵢ|, as its two terms (the error of an output is ROUNDING·Σ charges
-        + 4e-16·|value|; the terms of all charges are summed flat, so that the tape can add the
+        + VALUE_ROUNDING·|value|; the terms of all charges are summed flat, so that the tape can add the
         terms of one input before the pairs' — :mod:`..symbolic.grid`)."""
         note = self.batch.notes.get(k)
         est = self.compiled.estimates[k]

@@ -38,6 +38,7 @@ import tempfile
 import warnings
 from functools import lru_cache
 from pathlib import Path
+from typing import NamedTuple
 
 from .replay import Replay
 
@@ -45,6 +46,12 @@ from .replay import Replay
 FORMAT = 2
 #: the mode of the directories the store makes and accepts (this user only)
 PRIVATE = 0o700
+
+
+class Recorded(NamedTuple):
+    """A pair class's replay, with the warnings of the batch compile it was recorded from."""
+    replay: Replay
+    warnings: list[str]
 
 
 class StoreWarning(UserWarning):
@@ -152,21 +159,21 @@ class ReplayStore:
         return None if self.directory is None else self.directory / f"{key}.json"
 
     def load(self, key: str):
-        """(Replay, warnings), None (the template is not replayable), or False (not stored)."""
+        """The :class:`Recorded` replay, None (the template is not replayable), or False (not stored)."""
         data = self.load_data(key)
         if data is None:
             return False
         try:
             if data["replay"] is None:
                 return None
-            return Replay.from_json(data["replay"]), [str(w) for w in data["warnings"]]
+            return Recorded(Replay.from_json(data["replay"]), [str(w) for w in data["warnings"]])
         except (ValueError, KeyError, TypeError):
             return False
 
     def save(self, key: str, found) -> None:
-        """Keep ``found`` — (Replay, warnings) or None — under ``key`` (atomically; best effort)."""
-        self.save_data(key, {"replay": None if found is None else found[0].to_json(),
-                             "warnings": [] if found is None else list(found[1])})
+        """Keep ``found`` — a :class:`Recorded` or None — under ``key`` (atomically; best effort)."""
+        self.save_data(key, {"replay": None if found is None else found.replay.to_json(),
+                             "warnings": [] if found is None else list(found.warnings)})
 
     def load_data(self, key: str) -> dict | None:
         """The JSON object stored under ``key`` by this code (None: nothing usable there)."""

@@ -12,9 +12,8 @@ import sympy as sp
 from .. import ir
 from ..expect.laws import as_number
 from ..npz import save_npz
+from .accuracy import METHOD_RANK, VALUE_ROUNDING
 
-#: methods from most to least exact: a result's method is the largest rank among its estimates
-METHOD_RANK = {"exact": 0, "quadrature": 1, "qmc": 2, "particles": 3}
 
 
 @dataclass(frozen=True)
@@ -75,7 +74,7 @@ def summarize(value: sp.Expr, estimates: Sequence, symbolic: bool, params: dict 
     number = complex(sp.N(point, 17))
     method = max((e.method for e in estimates), key=METHOD_RANK.__getitem__, default="exact")
     # rounding: relative to the value, and to O(1) terms that may have cancelled in it
-    error = sum(e.error for e in estimates) + 4e-16 * (abs(number.real) + 1)
+    error = sum(e.error for e in estimates) + VALUE_ROUNDING * (abs(number.real) + 1)
     exact = None
     if method == "exact" and symbolic:
         exact = sp.nsimplify(value) if value.is_Float else (

@@ -33,7 +33,7 @@ from ..arguments import usage, whole
 from ..errors import TPUsageError
 from ..finite.cluster import client_for
 from ..finite.exec_options import UNSET, Unset, resolve
-from ..finite.plan import plan_run
+from ..finite.plan import RunSpec, run_plan
 from ..finite.progress import ProgressBar
 
 #: a bias counts as resolved where |mean − limit| > RESOLVED_SIGMAS · sem + limit error
@@ -191,17 +191,13 @@ def converge(program, widths: Sequence[int], trials: int = 8, seed: int = 0,
     per trial, bit-identical to the local run.  ``tol`` and ``max_qmc_points`` are the limit's
     budget per expectation, as for ``Program.compile`` (None: the defaults)."""
     widths = check_widths(widths)
-    usage(lambda: (whole(trials, "trials", 1), whole(seed, "the seed", 0)), program.ir.file)
     file = program.ir.file
-    try:
-        dtype_name = np.dtype(dtype).name
-    except TypeError:
-        raise TPUsageError(f"dtype must be float64 or float32, not {dtype!r}", file=file) from None
-    # fail fast, before the small widths run: the law, the dtype and the memory of the largest width
+    usage(lambda: whole(trials, "trials", 1), file)
+    # fail fast, before the small widths run: the seed, the law, the dtype and the memory of the largest width
+    largest = RunSpec.checked(file, widths[-1], seed, dtype, matrix_dist, memory_limit)
+    dtype_name = largest.dtype.name
     opts = resolve(backend=backend, device=device, scheduler=scheduler)   # as for execute
-    plan_run(program.ir, widths[-1], 0, dtype, matrix_dist, memory_limit, blocked=opts.blocked,
-             block_rows=opts.block_rows, backend=opts.backend, device=opts.device,
-             conditional=opts.conditional)
+    run_plan(program.ir, largest, opts)
     if opts.scheduler is not None:
         client_for(opts.scheduler)                        # an unreachable scheduler: fail now
     if limit is None:

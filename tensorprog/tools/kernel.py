@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import numbers
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,15 +27,18 @@ import numpy as np
 
 from .. import distributions as D
 from .. import ir
+from ..arguments import usage, whole
 from ..expect.budget import DEFAULT
 from ..errors import TPUsageError
 from ..finite.exec_options import UNSET, resolve
 from ..finite.executor import Executor
-from ..finite.plan import plan_run
+from ..finite.plan import RunSpec, run_plan
 from ..finite.run import map_trials
+from ..lang.reads import inputs_digest
 from ..limit.replay_store import warn as store_warning
 from ..limit.symbolic_params import relower
 from . import pairs
+from .caches import Memo
 from .kernel_dir import MANIFEST, make_directory
 from .pairs import LimitSpec, first_layer_cov, gram
 from .tiles import (TILE_PAIRS, check_memory, inputs_array, is_directory, large_summary, limit_tiles,
@@ -171,28 +175,40 @@ def finite_rows(X: np.ndarray, file: str) -> np.ndarray:
     return X
 
 
-def affine_template(program: ir.Program, params: dict | None = None) -> tuple[ir.Program, int, float, float]:
+def affine_template(program: ir.Program, params: dict | None = None,
+                    memo: Memo | None = None) -> tuple[ir.Program, int, float, float]:
     """(IR, index of the input group, scale s, shift b): q11, q12, q22 enter the program only as the
     covariance s·[[q11, q12], [q12, q22]] + b of one pair of initial vectors (b: a first-layer bias's
     variance, added to every entry).  Found by unrolling the template at the probe values of q: the
-    IR must not move, and the pair's covariance must be that affine function at every probe."""
+    IR must not move, and the pair's covariance must be that affine function at every probe.
+    ``memo``: the findings by :func:`template_inputs` (default: :data:`TEMPLATES`)."""
     params = {k: v for k, v in (params or program.params).items() if k not in Q_NAMES}
     missing = [q for q in Q_NAMES if q not in program.params]
     if missing:
         raise TPUsageError(f"a kernel template declares params q11, q12, q22 (missing: {', '.join(missing)})",
                            file=program.file)
-    try:
-        key = hash((program.source, program.file, str(program.base_dir), tuple(sorted(params.items()))))
-    except TypeError:
-        key = None
-    if key is not None and key in TEMPLATES:
-        return TEMPLATES[key]
-    found = _affine_template(program, params)
-    if key is not None:
-        TEMPLATES[key] = found
-        while len(TEMPLATES) > MAX_TEMPLATES:
-            TEMPLATES.popitem(last=False)
+    memo = Memo(TEMPLATES, MAX_TEMPLATES) if memo is None else memo
+    inputs = template_inputs(program, params)
+    key = None if inputs is None else (program.file, str(program.base_dir), inputs)   # (named in the IR found)
+    found = memo.get(key) if key is not None else None
+    if found is None:
+        found = _affine_template(program, params)
+        if key is not None:
+            memo.put(key, found)
     return found
+
+
+def template_inputs(program: ir.Program, params: dict) -> str | None:
+    """A digest of what a template's lowering depends on: its text, the bytes of every file it
+    loads (:func:`~tensorprog.lang.reads.inputs_digest`) and ``params`` but q; None when that is
+    not known (no source, a ``load`` of a computed name, a param that is not a number)."""
+    if not program.source:
+        return None
+    digest = inputs_digest(program.source, program.file, str(program.base_dir))
+    rest = sorted((k, v) for k, v in params.items() if k not in Q_NAMES)
+    if digest is None or not all(isinstance(v, numbers.Real) for _, v in rest):
+        return None
+    return hashlib.sha256(repr((digest, rest)).encode()).hexdigest()
 
 
 def _affine_template(program: ir.Program, params: dict) -> tuple[ir.Program, int, float, float]:
@@ -218,8 +234,9 @@ def limit_template(program: ir.Program, params: dict) -> tuple[ir.Program, int, 
     template's own IR serves when it is the probes' IR but for that covariance.  The finding
     (group, s, b) is kept in the replay store, so that a new process lowers the template once
     instead of once per probe."""
+    store = pairs.default_cache().store
     key = template_key(program, params)
-    data = pairs.STORE.load_data(key) if key is not None else None
+    data = store.load_data(key) if key is not None else None
     if data is not None:
         found = stored_finding(program, data)
         if found is not None:
@@ -230,7 +247,7 @@ def limit_template(program: ir.Program, params: dict) -> tuple[ir.Program, int, 
     if not same_but_covariance(program, tmpl, g):
         return tmpl, g, s, b
     if key is not None:
-        pairs.STORE.save_data(key, {"group": g, "scale": s, "shift": b})
+        store.save_data(key, {"group": g, "scale": s, "shift": b})
     return program, g, s, b
 
 
@@ -256,13 +273,10 @@ def stored_finding(program: ir.Program, data: dict) -> tuple[ir.Program, int, fl
 
 
 def template_key(program: ir.Program, params: dict) -> str | None:
-    """The store key of a template's finding: its text and its params but q (None for a template
-    that reads files, whose IR the text alone does not decide)."""
-    source = program.source or ""
-    if not source or "load" in source:
-        return None
-    rest = sorted((k, v) for k, v in params.items() if k not in Q_NAMES)
-    return "template-" + hashlib.sha256(repr((source, rest)).encode()).hexdigest()
+    """The store key of a template's finding: :func:`template_inputs` (its text, the files it
+    loads and its params but q), or None where those are not known."""
+    inputs = template_inputs(program, params)
+    return None if inputs is None else "template-" + inputs
 
 
 def same_but_covariance(a: ir.Program, b: ir.Program, g: int) -> bool:
@@ -308,7 +322,7 @@ def limit_kernel(program: ir.Program, X: np.ndarray, tol: float = DEFAULT.tol, p
                               None, TILE_PAIRS, None, max_qmc_points)
 
 
-#: affine_template's findings by (source, file, params)
+#: the process's affine_template findings by (file, :func:`template_inputs`), at most MAX_TEMPLATES
 TEMPLATES: OrderedDict = OrderedDict()
 MAX_TEMPLATES = 32
 
@@ -328,8 +342,7 @@ def finite_kernel(program: ir.Program, X: np.ndarray, n: int, trials: int = 1, s
     variance) becomes that of all N inputs at once: x = A·z with A Aᵀ = s·q + b·11ᵀ (q = X Xᵀ/d),
     so every pair (i, j) is N(0, s·[[q_ii, q_ij], [q_ij, q_jj]] + b), as in the limit.  That N×N
     matrix is PSD when b ≥ 0; a b < 0 that makes it indefinite is a TPUsageError."""
-    if isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or trials < 1:
-        raise TPUsageError(f"trials must be a positive integer, not {trials!r}")
+    usage(lambda: whole(trials, "trials", 1), program.file)
     X = inputs_array(X)
     N = X.shape[0]
     check_memory(finite_bytes(N, n, trials, len(program.outputs)),
@@ -339,8 +352,7 @@ def finite_kernel(program: ir.Program, X: np.ndarray, n: int, trials: int = 1, s
     q, i, j = _pairs(X)
     factor = inputs_factor(s, b, q, program.file)
     opts = resolve(jobs=jobs, backend=backend, device=device, scheduler=scheduler)   # as for execute
-    plan = plan_run(tmpl, n, seed, dtype, matrix_dist, blocked=opts.blocked, block_rows=opts.block_rows,
-                    backend=opts.backend, device=opts.device, conditional=opts.conditional)
+    plan = run_plan(tmpl, RunSpec.checked(tmpl.file, n, seed, dtype, matrix_dist), opts)
     trial = functools.partial(_kernel_trial, g=g, factor=factor, i=i, j=j, N=N,
                               chunk=max(1, max_elements // n))
     runs = map_trials(plan, trial, trials, opts.jobs, opts.progress, desc="kernel trials",
@@ -439,7 +451,7 @@ def kernel(program, X, *, n: int | None = None, trials: int = 1, seed: int = 0,
     sched = resolve(scheduler=scheduler).scheduler
     if n is None:
         if matrix_dist:
-            from ..limit.matrix_laws import with_matrix_family
+            from ..distributions.swap import with_matrix_family
             base = with_matrix_family(base, matrix_dist)
         if out is None and sched is None:
             return limit_kernel(base, X, tol=tol, params=merged, max_qmc_points=max_qmc_points)

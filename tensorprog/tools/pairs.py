@@ -34,16 +34,19 @@ import dataclasses
 import hashlib
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
 from .. import ir
 from ..errors import TPUsageError
 from ..expect.budget import Budget
+from ..limit.accuracy import METHOD_RANK
 from ..limit.compiler import compile_program
 from ..limit.replay import Replay, record
-from ..limit.replay_store import ReplayStore, warn
+from ..limit.replay_store import Recorded, ReplayStore, warn
 from ..symbolic.grid import Workspace
+from .caches import MISSING, Memo, ReplayCache
 
 #: rows and columns of a block (≤ 32 K entries: a tape's working arrays stay in cache)
 ROW_BLOCK = 32
@@ -59,7 +62,6 @@ KINDS = {SAME: "same", OPPOSITE: "opposite", PARALLEL: "parallel", REST: "rest"}
 #: pairs a band compiles one at a time (parallel rows of unequal norms, pairs where a replay does
 #: not hold): beyond this many, one batch
 ONE_BY_ONE = 256
-RANK = {"exact": 0, "quadrature": 1, "qmc": 2}
 
 
 @dataclass(frozen=True)
@@ -87,11 +89,38 @@ class LimitSpec:
         return [o.name for o in self.program.outputs]
 
 
-@dataclass
+@dataclass(frozen=True)
 class BandResult:
-    """Methods and warnings of a band (its values are written into the caller's arrays)."""
+    """Methods and warnings of a band, or of some of its pairs (their values are written into
+    the caller's arrays): each output's least exact method (:data:`~tensorprog.limit.accuracy.METHOD_RANK`)."""
     methods: dict[str, str]
     warnings: list[str] = field(default_factory=list)
+
+
+class Pairs(NamedTuple):
+    """Pairs (i[k], j[k]) of rows of the data."""
+    i: np.ndarray
+    j: np.ndarray
+
+
+class Block(NamedTuple):
+    """A block of a band: rows [row_start, row_stop) by columns [col_start, col_stop)."""
+    row_start: int
+    row_stop: int
+    col_start: int
+    col_stop: int
+
+
+class Leftover(NamedTuple):
+    """Pairs of a block left for after the blocks: their class code and the pairs."""
+    code: int
+    pairs: Pairs
+
+
+def least_exact(methods: dict[str, set[str]], warnings: list[str]) -> BandResult:
+    """The :class:`BandResult` of each output's methods ("exact" for an output with none)."""
+    return BandResult({n: max(m or {"exact"}, key=METHOD_RANK.__getitem__) for n, m in methods.items()},
+                      warnings)
 
 
 def gram(X: np.ndarray) -> np.ndarray:
@@ -135,10 +164,17 @@ def classes(qii: np.ndarray, qjj: np.ndarray, qij: np.ndarray, i: np.ndarray, j:
 
 # ---- replays, by template and class ------------------------------------------------------------
 
-#: replays by key (see :func:`replay_key`): (Replay, warnings), or None (not replayable)
+#: the process's replays in memory by key (see :func:`replay_key`): a Recorded, or None (not
+#: replayable); with :data:`STORE`, the default :class:`~.caches.ReplayCache` (:func:`default_cache`)
 REPLAYS: OrderedDict = OrderedDict()
 MAX_REPLAYS = 32
 STORE = ReplayStore.from_environment()
+
+
+def default_cache() -> ReplayCache:
+    """The process's replay cache: :data:`REPLAYS` (at most :data:`MAX_REPLAYS`) and :data:`STORE`,
+    as they are now (a caller may replace either)."""
+    return ReplayCache(Memo(REPLAYS, MAX_REPLAYS), STORE)
 
 
 def replay_key(spec: LimitSpec, kind: str) -> str:
@@ -151,36 +187,37 @@ def replay_key(spec: LimitSpec, kind: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def replay_for(spec: LimitSpec, kind: str, pairs: tuple[np.ndarray, np.ndarray] | None = None):
-    """(Replay, warnings) of the class ``kind`` — from memory, from the disk store, or recorded now
+def replay_for(spec: LimitSpec, kind: str, pairs: Pairs | None = None,
+               cache: ReplayCache | None = None) -> Recorded | None:
+    """The :class:`Recorded` replay of the class ``kind`` — from ``cache`` (default:
+    :func:`default_cache`) in memory, then on disk, or recorded now
     on ``pairs`` (pairs (i, j) of the class) — or None where the template cannot be replayed, or
     nothing is known and there are no pairs to record on.  A record that does not hold on
     ``pairs`` (it took a number of other data for a constant) is recorded again on them.  A record
     loaded from the store is used only if it agrees with a fresh compile of a few of ``pairs``
     (:func:`agrees_with_compile`); else it is recorded again, with a StoreWarning."""
+    cache = default_cache() if cache is None else cache
+    pairs = None if pairs is None else Pairs(*pairs)
     key = replay_key(spec, kind)
-    have_pairs = pairs is not None and len(pairs[0]) > 0
-    found = REPLAYS.get(key, False)
-    stored = found is False
+    have_pairs = pairs is not None and len(pairs.i) > 0
+    found = cache.in_memory(key)
+    stored = found is MISSING
     if stored:
-        found = STORE.load(key)
+        found = cache.on_disk(key)
         if found and not have_pairs:              # nothing to check it on: not used
-            found = False
-    if found and have_pairs and not holds_on(spec, found[0], *pairs):
-        found = False
-    elif found and stored and not agrees_with_compile(spec, found[0], *pairs):
+            found = MISSING
+    if found and have_pairs and not holds_on(spec, found.replay, *pairs):
+        found = MISSING
+    elif found and stored and not agrees_with_compile(spec, found.replay, *pairs):
         warn(f"the stored record of the class '{kind}' ({key[:12]}…) disagrees with a fresh compile of "
              "its pairs: ignored, recorded again")
-        found = False
-    if found is False:
+        found = MISSING
+    recorded = found is MISSING
+    if recorded:
         if not have_pairs:
             return None
         found = record_class(spec, pairs)
-        STORE.save(key, found)
-    REPLAYS[key] = found
-    REPLAYS.move_to_end(key)
-    while len(REPLAYS) > MAX_REPLAYS:
-        REPLAYS.popitem(last=False)
+    cache.keep(key, found, save=recorded)
     return found
 
 
@@ -211,14 +248,14 @@ def agrees_with_compile(spec: LimitSpec, replay: Replay, i: np.ndarray, j: np.nd
     return True
 
 
-def record_class(spec: LimitSpec, pairs: tuple[np.ndarray, np.ndarray]):
-    """(Replay, warnings) recorded by a batch compile on up to RECORD_PAIRS of ``pairs``, or None."""
+def record_class(spec: LimitSpec, pairs: Pairs) -> Recorded | None:
+    """The replay recorded by a batch compile on up to RECORD_PAIRS of ``pairs``, or None."""
     i, j = pairs
     pick = np.unique(np.linspace(0, len(i) - 1, min(len(i), RECORD_PAIRS)).round().astype(int))
     compiled = compile_program(spec.program, budget=spec.budget,
                                batch_covs={spec.group: pair_covs(spec, i[pick], j[pick])})
     replay = record(compiled, spec.names)
-    return None if replay is None else (replay, list(compiled.limit().warnings))
+    return None if replay is None else Recorded(replay, list(compiled.limit().warnings))
 
 
 def pair_covs(spec: LimitSpec, i: np.ndarray, j: np.ndarray) -> np.ndarray:
@@ -232,60 +269,62 @@ def first_layer_cov(s: float, b: float, q11, q12, q22) -> np.ndarray:
     return np.stack([np.stack([s * q11 + b, s * q12 + b], -1), np.stack([s * q12 + b, s * q22 + b], -1)], -2)
 
 
-def rest_candidates(spec: LimitSpec) -> tuple[np.ndarray, np.ndarray]:
+def rest_candidates(spec: LimitSpec) -> Pairs:
     """Pairs i < j of the rest class to record its replay on: drawn with a fixed seed over the
     whole data (the same whichever band asks)."""
     N = spec.X.shape[0]
     if N < 2:
-        return np.zeros(0, int), np.zeros(0, int)
+        return Pairs(np.zeros(0, int), np.zeros(0, int))
     draw = np.random.default_rng(0).integers(0, N, (2, 8 * RECORD_PAIRS))
     i, j = np.minimum(*draw), np.maximum(*draw)
     keep = i < j
     i, j = i[keep], j[keep]
     q = (gram_pairs(spec.X, i, i), gram_pairs(spec.X, j, j), gram_pairs(spec.X, i, j))
     rest = classes(*q, i, j) == REST
-    return i[rest][:RECORD_PAIRS], j[rest][:RECORD_PAIRS]
+    return Pairs(i[rest][:RECORD_PAIRS], j[rest][:RECORD_PAIRS])
 
 
 # ---- a band ------------------------------------------------------------------------------------
 
 def limit_band(spec: LimitSpec, rows: tuple[int, int], values: dict[str, np.ndarray],
-               errors: dict[str, np.ndarray]) -> BandResult:
+               errors: dict[str, np.ndarray], cache: ReplayCache | None = None) -> BandResult:
     """The limit kernels of the pairs (i, j), r0 ≤ i < r1, j ≥ i, written into ``values[name]``
-    and ``errors[name]`` (arrays (r1 − r0, N − r0): entry (i − r0, j − r0)); see the module doc."""
+    and ``errors[name]`` (arrays (r1 − r0, N − r0): entry (i − r0, j − r0)); see the module doc.
+    ``cache``: the replays (default: :func:`default_cache`)."""
+    cache = default_cache() if cache is None else cache
     r0, r1 = rows
     N = spec.X.shape[0]
     diag = gram_pairs(spec.X, np.arange(N), np.arange(N))
-    rest = replay_for(spec, "rest", rest_candidates(spec))
+    rest = replay_for(spec, "rest", rest_candidates(spec), cache)
     width = max(COL_BLOCK, ROW_BLOCK * COL_BLOCK // min(ROW_BLOCK, r1 - r0))    # a band of few rows: wider
-    blocks = [(i0, min(r1, i0 + ROW_BLOCK), j0, min(N, j0 + width))
+    blocks = [Block(i0, min(r1, i0 + ROW_BLOCK), j0, min(N, j0 + width))
               for i0 in range(r0, r1, ROW_BLOCK) for j0 in range(i0, N, width)]
 
     s, b = spec.scale, spec.shift
-    sides = rest[0].tape.sides([s * diag[r0:r1, None] + b], [s * diag[None, r0:] + b]) if rest else None
+    sides = rest.replay.tape.sides([s * diag[r0:r1, None] + b], [s * diag[None, r0:] + b]) if rest else None
     work = Workspace()
     leftovers = [block_values(spec, block, rows, diag, rest, sides, values, errors, work) for block in blocks]
     methods = {name: {"exact"} for name in spec.names} if rest is not None else {name: set() for name in spec.names}
-    warnings = list(rest[1]) if rest is not None else []
+    warnings = list(rest.warnings) if rest is not None else []
     for code in (SAME, OPPOSITE, PARALLEL, REST):
-        parts = [(i, j) for got in leftovers for c, i, j in got if c == code]
+        parts = [left.pairs for got in leftovers for left in got if left.code == code]
         if not parts:
             continue
-        i = np.concatenate([p[0] for p in parts])
-        j = np.concatenate([p[1] for p in parts])
-        got_methods, got_warnings = pair_values(spec, KINDS[code], i, j, rows, values, errors)
+        i = np.concatenate([p.i for p in parts])
+        j = np.concatenate([p.j for p in parts])
+        got = pair_values(spec, KINDS[code], Pairs(i, j), rows, values, errors, cache)
         for name in spec.names:
-            methods[name].add(got_methods[name])
-        warnings += [w for w in got_warnings if w not in warnings]
-    return BandResult({n: max(m or {"exact"}, key=RANK.__getitem__) for n, m in methods.items()}, warnings)
+            methods[name].add(got.methods[name])
+        warnings += [w for w in got.warnings if w not in warnings]
+    return least_exact(methods, warnings)
 
 
-def block_values(spec: LimitSpec, block: tuple[int, int, int, int], rows: tuple[int, int], diag: np.ndarray,
-                 rest, sides: dict | None, values: dict[str, np.ndarray], errors: dict[str, np.ndarray],
-                 work: Workspace) -> list:
+def block_values(spec: LimitSpec, block: Block, rows: tuple[int, int], diag: np.ndarray,
+                 rest: Recorded | None, sides: dict | None, values: dict[str, np.ndarray],
+                 errors: dict[str, np.ndarray], work: Workspace) -> list[Leftover]:
     """One block: the rest class by its replay (its per-input part ``sides`` computed once for
-    the band), written in place; returns the pairs left over, as (class code, i, j) — the other
-    classes, and the rest where there is no replay or it does not hold."""
+    the band), written in place; returns the pairs left over — the other classes, and the rest
+    where there is no replay or it does not hold."""
     i0, i1, j0, j1 = block
     i, j = np.arange(i0, i1)[:, None], np.arange(j0, j1)[None, :]
     q = gram_block(spec.X, slice(i0, i1), slice(j0, j1))
@@ -296,15 +335,15 @@ def block_values(spec: LimitSpec, block: tuple[int, int, int, int], rows: tuple[
     if rest is not None and (code == REST).any():
         s, b = spec.scale, spec.shift
         target = (slice(i0 - rows[0], i1 - rows[0]), slice(j0 - rows[0], j1 - rows[0]))
-        got_values, got_errors, valid = rest[0](None, None, s * q + b, work, rest[0].tape.cut(sides, *target))
-        for name, v, e in zip(rest[0].names, got_values, got_errors):
+        got_values, got_errors, valid = rest.replay(None, None, s * q + b, work, rest.replay.tape.cut(sides, *target))
+        for name, v, e in zip(rest.replay.names, got_values, got_errors):
             values[name][target] = v
             errors[name][target] = e
         code = np.where((code == REST) & ~valid, -1, code)       # the rest where the record fails
     for c in (SAME, OPPOSITE, PARALLEL, REST if rest is None else -1):
         where = np.nonzero(code == c)
         if len(where[0]):
-            left.append((REST if c == -1 else c, where[0] + i0, where[1] + j0))
+            left.append(Leftover(REST if c == -1 else c, Pairs(where[0] + i0, where[1] + j0)))
     return left
 
 
@@ -322,38 +361,41 @@ def check_covariances(spec: LimitSpec, qii: np.ndarray, qjj: np.ndarray, qij: np
                            file=spec.program.file)
 
 
-def pair_values(spec: LimitSpec, kind: str, i: np.ndarray, j: np.ndarray, rows: tuple[int, int],
-                values: dict[str, np.ndarray], errors: dict[str, np.ndarray]) -> tuple[dict, list]:
-    """Pairs (i, j) of one class, written in place: x ≡ ±y by the class's replay where it holds;
+def pair_values(spec: LimitSpec, kind: str, pairs: Pairs, rows: tuple[int, int],
+                values: dict[str, np.ndarray], errors: dict[str, np.ndarray],
+                cache: ReplayCache | None = None) -> BandResult:
+    """Pairs of one class, written in place: x ≡ ±y by the class's replay where it holds;
     the rest of them, parallel pairs and the rest class's leftovers (where its replay does not
-    hold) by :func:`compile_pairs`.  (methods, warnings)."""
+    hold) by :func:`compile_pairs`."""
+    i, j = pairs
     methods = {name: {"exact"} for name in spec.names}
     warnings: list[str] = []
     if kind in ("same", "opposite"):
-        replay = replay_for(spec, kind, (i, j))
-        if replay is not None:
+        found = replay_for(spec, kind, Pairs(i, j), cache)
+        if found is not None:
             covs = pair_covs(spec, i, j)
-            got_values, got_errors, valid = replay[0](covs[:, 0, 0], covs[:, 1, 1], covs[:, 0, 1])
+            got_values, got_errors, valid = found.replay(covs[:, 0, 0], covs[:, 1, 1], covs[:, 0, 1])
             target = (i[valid] - rows[0], j[valid] - rows[0])
-            for name, v, e in zip(replay[0].names, got_values, got_errors):
+            for name, v, e in zip(found.replay.names, got_values, got_errors):
                 values[name][target] = np.broadcast_to(v, valid.shape)[valid]
                 errors[name][target] = np.broadcast_to(e, valid.shape)[valid]
-            warnings += [w for w in replay[1] if w not in warnings]
+            warnings += [w for w in found.warnings if w not in warnings]
             i, j = i[~valid], j[~valid]
     if len(i):
-        got_methods, got_warnings = compile_pairs(spec, kind, i, j, rows, values, errors)
+        got = compile_pairs(spec, kind, Pairs(i, j), rows, values, errors)
         for name in spec.names:
-            methods[name].add(got_methods[name])
-        warnings += [w for w in got_warnings if w not in warnings]
-    return {n: max(m, key=RANK.__getitem__) for n, m in methods.items()}, warnings
+            methods[name].add(got.methods[name])
+        warnings += [w for w in got.warnings if w not in warnings]
+    return least_exact(methods, warnings)
 
 
-def compile_pairs(spec: LimitSpec, kind: str, i: np.ndarray, j: np.ndarray, rows: tuple[int, int],
-                  values: dict[str, np.ndarray], errors: dict[str, np.ndarray]) -> tuple[dict, list]:
+def compile_pairs(spec: LimitSpec, kind: str, pairs: Pairs, rows: tuple[int, int],
+                  values: dict[str, np.ndarray], errors: dict[str, np.ndarray]) -> BandResult:
     """Pairs by the batch compile, written in place: one at a time up to :data:`ONE_BY_ONE` of
     them (so their bits do not depend on which pairs share a band; and a parallel pair, y = λx,
     is exact only alone: a batch sees correlation 1 only to rounding, and its closed forms lose
-    half their digits there), else as one batch.  (methods, warnings)."""
+    half their digits there), else as one batch."""
+    i, j = pairs
     covs = pair_covs(spec, i, j)
     groups = [slice(k, k + 1) for k in range(len(i))] if len(i) <= ONE_BY_ONE else [slice(None)]
     methods: dict[str, set[str]] = {name: set() for name in spec.names}
@@ -370,4 +412,4 @@ def compile_pairs(spec: LimitSpec, kind: str, i: np.ndarray, j: np.ndarray, rows
             errors[name][target] = v.error
             methods[name].add(v.method)
         warnings += [w for w in lim.warnings if w not in warnings]
-    return {n: max(m, key=RANK.__getitem__) for n, m in methods.items()}, warnings
+    return least_exact(methods, warnings)

@@ -29,6 +29,7 @@ from ..errors import TPLimitError, TPUsageError
 from ..finite.cluster import check_scheduler, stream_items
 from ..finite.memory import default_limit
 from ..finite.progress import ProgressBar
+from ..limit.accuracy import METHOD_RANK
 from .kernel_dir import KernelDir, Manifest, TileEntry, digest, io_error, make_directory, tile_digest
 from .pairs import LimitSpec, limit_band
 
@@ -38,7 +39,6 @@ TILE_PAIRS = 1 << 19
 BAND_ELEMENTS = 1 << 24
 #: side of the square blocks an in-memory kernel is mirrored by
 MIRROR_BLOCK = 256
-RANK = {"exact": 0, "quadrature": 1, "qmc": 2}
 
 
 def inputs_array(X: np.ndarray) -> np.ndarray:
@@ -267,7 +267,7 @@ def limit_tiles(spec: LimitSpec, out: str | Path | None = None, tile_pairs: int 
 
 def merge_methods(old: dict[str, str], new: dict[str, str]) -> dict[str, str]:
     """Per output, the least exact of two methods (exact < quadrature < qmc)."""
-    return {name: max(old.get(name, "exact"), new.get(name, "exact"), key=RANK.__getitem__)
+    return {name: max(old.get(name, "exact"), new.get(name, "exact"), key=METHOD_RANK.__getitem__)
             for name in {**old, **new}}
 
 
