@@ -217,29 +217,36 @@ class Structure:
 
 
 def structures(lowerer: Lowerer, axes: Sequence[Axis], seed: int = 0) -> list[Structure]:
-    """The grid's points sorted into structures, with their leaves (:func:`leaf_arrays`)."""
+    """The grid's points sorted into structures, with their leaves (:func:`leaf_arrays`).
+
+    Each axis's values are first split into classes by the structure they give (the other params
+    at their first values): ``sb = 0`` (no bias vector) against ``sb > 0``, or every depth apart.
+    Each product of classes is then one structure if its lines and check points say so."""
     shape = tuple(len(a.values) for a in axes)
-    index = np.indices(shape).reshape(len(axes), -1).T           # (P, k): the grid index of each point
     first = {a.name: a.values[0] for a in axes}
-    key0, _, _ = lowerer.split_at(first)
-    structural = [i for i, a in enumerate(axes)
-                  if any(lowerer.split_at({**first, a.name: v})[0] != key0 for v in np.unique(a.values[1:]))]
-    free = [i for i in range(len(axes)) if i not in structural]
+    classes = []
+    for a in axes:
+        keys: dict[Hashable, list[int]] = {}
+        for j, v in enumerate(a.values):
+            keys.setdefault(lowerer.split_at({**first, a.name: v})[0], []).append(j)
+        classes.append([np.array(js) for js in keys.values()])
     out: list[Structure] = []
-    for combo in itertools.product(*(range(shape[i]) for i in structural)):
-        mask = np.all(index[:, structural] == np.array(combo, dtype=int), axis=1) if structural else \
-            np.ones(len(index), bool)
-        points = np.nonzero(mask)[0]
-        fixed = {axes[i].name: axes[i].values[j] for i, j in zip(structural, combo)}
-        out += _combo(lowerer, axes, free, fixed, points, index, seed)
+    for combo in itertools.product(*classes):
+        sub = [Axis(a.name, a.values[js]) for a, js in zip(axes, combo)]
+        local = np.indices(tuple(len(js) for js in combo)).reshape(len(axes), -1).T
+        glob = np.ravel_multi_index(tuple(js[local[:, i]] for i, js in enumerate(combo)), shape)
+        for s in _combo(lowerer, sub, np.arange(len(local)), local, seed):
+            s.points = glob[s.points]
+            out.append(s)
     return out
 
 
-def _combo(lowerer: Lowerer, axes: Sequence[Axis], free: list[int], fixed: dict, points: np.ndarray,
-           index: np.ndarray, seed: int) -> list[Structure]:
-    """The points with the structural params at ``fixed``: one structure, its leaves read from
-    lowerings along the free axes when that is checked to be right, else every point lowered."""
-    base = {**{a.name: a.values[0] for a in axes}, **fixed}
+def _combo(lowerer: Lowerer, axes: Sequence[Axis], points: np.ndarray, index: np.ndarray,
+           seed: int) -> list[Structure]:
+    """The points of a (sub)grid: one structure, its leaves read from lowerings along each axis
+    when that is checked to be right, else every point lowered and grouped by structure."""
+    base = {a.name: a.values[0] for a in axes}
+    free = range(len(axes))
     key, leaves0, low = lowerer.split_at(base)
     lines = {i: [lowerer.split_at({**base, axes[i].name: v}) for v in axes[i].values] for i in free}
     if all(k == key for line in lines.values() for k, _, _ in line):
