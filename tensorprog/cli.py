@@ -324,8 +324,10 @@ def cmd_kernel(args) -> str:
 
 
 def cmd_sweep(args) -> str:
-    from .tools.sweep import sweep_command
-    result = sweep_command(args.file, args.defines, args.contour, n=args.width, trials=args.trials, seed=args.seed,
+    from .program import load
+    from .tools.sweep import split_defines, sweep_command
+    swept, fixed = split_defines(args.defines, args.file)
+    result = sweep_command(load(args.file, **fixed), swept, args.contour, n=args.width, trials=args.trials, seed=args.seed,
                            matrix_dist=args.matrix_dist, dtype=args.dtype, jobs=args.jobs,
                            scheduler=args.scheduler, tol=args.tol, max_qmc_points=args.max_qmc_points,
                            out=args.out, plot=args.plot)

@@ -377,12 +377,14 @@ class FiniteSpec:
 def run_block(spec: FiniteSpec, block: list[tuple[int, tuple[float, ...]]]) -> list[tuple[int, dict]]:
     """Worker side: each point (flat index, swept values) of a block run at width n, trials seeds:
     {output: (mean, standard error)}."""
-    from ..program import parse
-    out = []
+    from ..finite.run import execute
+    from ..lang.lower import lower
+    from ..lang.parser import parse_text
+    module, out = parse_text(spec.source, spec.file), []
     for p, vals in block:
         params = {**dict(spec.base), **dict(zip(spec.names, vals))}
-        prog = parse(spec.source, file=spec.file, base_dir=spec.base_dir, **params)
-        res = prog.execute(spec.n, spec.trials, spec.seed, spec.matrix_dist, spec.dtype, jobs=1, scheduler=None)
+        low = lower(module, params, file=spec.file, source=spec.source, base_dir=spec.base_dir)
+        res = execute(low, spec.n, spec.trials, spec.seed, spec.matrix_dist, spec.dtype, jobs=1, scheduler=None)
         out.append((p, {k: (float(o.mean), float(o.sem)) for k, o in res.entries.items()}))
     return out
 
@@ -459,17 +461,20 @@ def parse_contours(texts: Sequence[str], outputs: Sequence[str], file: str) -> d
     return out
 
 
-def sweep_command(path: str, defines: Sequence[str], contours: Sequence[str] = (), *, n: int | None = None,
+def split_defines(defines: Sequence[str], path: str) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+    """``-D`` texts as ({swept param: values}, {fixed param: value})."""
+    parsed = [parse_axis(t, path) for t in defines]
+    return ({a.name: a.values for a in parsed if isinstance(a, Axis)},
+            {p[0]: p[1] for p in parsed if isinstance(p, tuple)})
+
+
+def sweep_command(program, swept: Mapping[str, np.ndarray], contours: Sequence[str] = (), *, n: int | None = None,
                   trials: int = 1, seed: int = 0, matrix_dist: str | None = None, dtype: str = "float64",
                   jobs: int = 1, scheduler: object = None, tol: float | None = None,
                   max_qmc_points: int | None = None, out: str | None = None, plot: str | None = None) -> SweepResult:
-    """``tpc sweep``: the ``-D`` texts split into swept axes and fixed params, the program loaded
-    with the fixed ones, swept, and saved / plotted (options checked before the run)."""
-    from ..program import load
-    parsed = [parse_axis(t, path) for t in defines]
-    fixed = {p[0]: p[1] for p in parsed if isinstance(p, tuple)}
-    swept = {a.name: a.values for a in parsed if isinstance(a, Axis)}
-    program = load(path, **fixed)
+    """``tpc sweep``: a loaded :class:`~tensorprog.program.Program` swept over ``swept``, saved and
+    plotted (the options checked before the run)."""
+    path = program.ir.file
     levels = parse_contours(contours, [o.name for o in program.ir.outputs], path)
     if out is not None and not str(out).endswith(".npz"):
         raise TPUsageError(f"--out: {out} must end in .npz (one array per output and param grid)", file=path)
