@@ -1,5 +1,6 @@
 """Sweeps (tpc sweep, Program.sweep): the batched grid equals pointwise compiles; errors name the param."""
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -173,3 +174,14 @@ def test_plots(tmp_path):
     fig = r1.plot(tmp_path / "one.png")
     assert fig.axes[0].get_xlabel() == "sw"
     assert r1._repr_png_()[:4] == b"\x89PNG"
+
+
+def test_learning_rate_sweep_equals_pointwise():
+    path = Path(__file__).resolve().parent.parent / "programs" / "sgd_two_layer.tp"
+    text = path.read_text()
+    result = tp.parse(text, file=str(path)).sweep({"lr": [0.1, 1.0]})
+    assert result.structures == 1
+    for i, lr in enumerate([0.1, 1.0]):
+        ref = tp.parse(text, lr=lr).limit().outputs
+        for name, lv in ref.items():
+            assert abs(result.values[name][i] - lv.value) <= 1e-10 * max(1, abs(lv.value))
