@@ -185,3 +185,14 @@ def test_learning_rate_sweep_equals_pointwise():
         ref = tp.parse(text, lr=lr).limit().outputs
         for name, lv in ref.items():
             assert abs(result.values[name][i] - lv.value) <= 1e-10 * max(1, abs(lv.value))
+
+
+def test_finite_width_on_a_dask_scheduler_equals_local():
+    pytest.importorskip("distributed")
+    p = tp.parse(TANH, L=2)
+    grid = {"sw": [1.0, 2.0], "sb": [0.1, 0.2]}
+    local = p.sweep(grid, n=32, trials=2, seed=1)
+    remote = p.sweep(grid, n=32, trials=2, seed=1, scheduler="local")
+    assert all(np.array_equal(remote.values[k], local.values[k]) for k in local.values)
+    with pytest.raises(TPUsageError, match="width must be a positive integer"):
+        p.sweep(grid, n=0)
