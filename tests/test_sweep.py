@@ -174,6 +174,8 @@ def test_plots(tmp_path):
     fig = r1.plot(tmp_path / "one.png")
     assert fig.axes[0].get_xlabel() == "sw"
     assert r1._repr_png_()[:4] == b"\x89PNG"
+    page = r1._repr_html_()
+    assert page.startswith("<pre>sweep over sw[3] = 3 points: limit") and '<img src="data:image/png;base64,' in page
 
 
 def test_learning_rate_sweep_equals_pointwise():

@@ -93,6 +93,17 @@ class SweepResult:
         from .sweep_plot import png_bytes
         return png_bytes(self)
 
+    def _repr_html_(self) -> str:
+        """Jupyter: the summary, then the plot (when matplotlib is there and 1 or 2 params are swept)."""
+        import base64
+        import html
+        png = self._repr_png_()
+        image = "" if png is None else f'<img src="data:image/png;base64,{base64.b64encode(png).decode()}"/>'
+        return f"<pre>{html.escape(self.summary())}</pre>{image}"
+
+    def __repr__(self) -> str:
+        return f"<SweepResult {self.summary().splitlines()[0]}>"
+
     def summary(self) -> str:
         what = "limit" if self.width is None else f"width {self.width}, {self.trials} trial(s)"
         grid = " x ".join(f"{k}[{len(v)}]" for k, v in self.params.items())
