@@ -25,8 +25,7 @@ import numpy as np
 from .. import ir
 from ..errors import TPError, TPUsageError
 from ..expect.budget import DEFAULT, Budget
-from ..limit.sweep import Leaves, compile_points, point_values, split
-from ..limit.result import METHOD_RANK
+from ..limit.sweep import Leaves, compile_points, point_values, split, stack
 
 #: bytes of working memory per grid point and quadrature node of one batched expectation
 #: (a shared rule of up to ~4096 nodes, evaluated in chunks) charged when checking a grid's size
@@ -329,7 +328,6 @@ def _pointwise(lowerer: Lowerer, axes: Sequence[Axis], points: np.ndarray, index
 
 def leaf_arrays(structure: Structure) -> tuple[Leaves, int]:
     """The leaves of a structure that vary over its points, as arrays; its number of points."""
-    from ..limit.sweep import stack
     leaves = structure.leaves
     if isinstance(leaves, list):
         return stack(leaves), len(leaves)
@@ -450,11 +448,6 @@ def sweep_finite(program: ir.Program, axes: Sequence[Axis], n: int, trials: int 
     return SweepResult({a.name: a.values for a in axes}, {k: v.reshape(shape) for k, v in values.items()},
                        {k: v.reshape(shape) for k, v in errors.items()},
                        {k: np.full(shape, method) for k in entries}, [], width=int(n), trials=int(trials))
-
-
-def worst_method(methods: np.ndarray) -> str:
-    """The least exact method of an array of method names."""
-    return max(set(methods.ravel().tolist()), key=lambda m: METHOD_RANK.get(m, len(METHOD_RANK)))
 
 
 def parse_contours(texts: Sequence[str], outputs: Sequence[str], file: str) -> dict[str, list[float]]:
