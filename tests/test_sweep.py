@@ -146,7 +146,8 @@ def test_cli_json_npz_and_errors(tmp_path, capsys):
     assert set(saved.files) == {"kxy", "kxy_error", "kxx", "kxx_error", "rho", "s"}
     assert np.array_equal(saved["s"], [[1, 2]] * 3) and np.allclose(saved["kxy"], data["outputs"]["kxy"]["value"])
     for args, message in ((["-D", "nope=1,2"], "unknown param 'nope'"), (["-D", "rho=0:1:0"], "count 0"),
-                          (["-D", "rho=0,1", "--contour", "k=1"], "no output named 'k'")):
+                          (["-D", "rho=0,1", "--contour", "k=1"], "no output named 'k'"),
+                          (["-D", "rho=0,1", "-D", "rho=0.5"], "-D rho: given more than once")):
         assert main(["sweep", str(prog)] + args) == 2
         assert message in capsys.readouterr().err
 

@@ -468,6 +468,10 @@ def parse_contours(texts: Sequence[str], outputs: Sequence[str], file: str) -> d
 def split_defines(defines: Sequence[str], path: str) -> tuple[dict[str, np.ndarray], dict[str, float]]:
     """``-D`` texts as ({swept param: values}, {fixed param: value})."""
     parsed = [parse_axis(t, path) for t in defines]
+    names = [a.name if isinstance(a, Axis) else a[0] for a in parsed]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise TPUsageError(f"-D {twice[0]}: given more than once (one -D per param)", file=path)
     return ({a.name: a.values for a in parsed if isinstance(a, Axis)},
             {p[0]: p[1] for p in parsed if isinstance(p, tuple)})
 
