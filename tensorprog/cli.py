@@ -110,6 +110,26 @@ def _parser() -> argparse.ArgumentParser:
     _budget_flags(ke)
     _scale_flags(ke)
     ke.add_argument("--json", action="store_true")
+    sw = sub.add_parser("sweep", help="every output over a grid of params (limit, or finite width with -n)")
+    sw.add_argument("file", help="a .tp program")
+    sw.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME=START:STOP:COUNT",
+                    help="sweep a param over an inclusive linspace, or NAME=V1,V2,...; NAME=VALUE fixes it")
+    sw.add_argument("--out", metavar="F.npz", default=None, help="save NAME, NAME_error and the param grids")
+    sw.add_argument("--plot", metavar="OUT.png", default=None,
+                    help="a heatmap with contours (2 params) or lines with error bands (1 param)")
+    sw.add_argument("--contour", action="append", default=[], metavar="NAME=LEVEL",
+                    help="draw the level set NAME = LEVEL on the plot (repeatable)")
+    sw.add_argument("--json", action="store_true")
+    sw.add_argument("-n", "--width", type=int, default=None, help="finite width (default: the limit)")
+    sw.add_argument("--trials", type=int, default=1)
+    sw.add_argument("--seed", type=int, default=0)
+    sw.add_argument("--matrix-dist", default=None, help="swap the family of every matrix (with -n)")
+    sw.add_argument("--dtype", choices=["float64", "float32"], default="float64")
+    sw.add_argument("--jobs", "-j", type=int, default=1, metavar="J",
+                    help="with -n: blocks of points in J worker processes (0: one per core)")
+    sw.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                    help="with -n: blocks of points on this Dask scheduler ('local': a LocalCluster)")
+    _budget_flags(sw)
     return top
 
 
@@ -303,6 +323,19 @@ def cmd_kernel(args) -> str:
     return "\n".join(rows + result.warnings)
 
 
+def cmd_sweep(args) -> str:
+    from .program import load
+    from .tools.sweep import split_defines, sweep_command
+    swept, fixed = split_defines(args.defines, args.file)
+    result = sweep_command(load(args.file, **fixed), swept, args.contour, n=args.width, trials=args.trials, seed=args.seed,
+                           matrix_dist=args.matrix_dist, dtype=args.dtype, jobs=args.jobs,
+                           scheduler=args.scheduler, tol=args.tol, max_qmc_points=args.max_qmc_points,
+                           out=args.out, plot=args.plot)
+    if args.json:
+        return json.dumps(result.to_dict(), indent=2)
+    return result.summary() + (f"\nsaved to {args.out}" if args.out else "") + (f"\nplot: {args.plot}" if args.plot else "")
+
+
 def cmd_tailbound(args) -> str:
     from .tools.tailbound import analyze, compare, render_rows
     program = _load(args)
@@ -311,7 +344,7 @@ def cmd_tailbound(args) -> str:
 
 
 COMMANDS = {"check": cmd_check, "execute": cmd_execute, "compile": cmd_compile,
-            "converge": cmd_converge, "kernel": cmd_kernel, "tailbound": cmd_tailbound}
+            "converge": cmd_converge, "kernel": cmd_kernel, "tailbound": cmd_tailbound, "sweep": cmd_sweep}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

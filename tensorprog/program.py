@@ -101,6 +101,25 @@ class Program:
                   if v is not None}
         return run_particles(self.ir, ParticleOptions(**chosen), matrix_dist=matrix_dist)
 
+    def sweep(self, params: Mapping[str, object], n: int | None = None, trials: int = 1, seed: int = 0, *,
+              tol: float | None = None, max_qmc_points: int | None = None, max_quad_points: int | None = None,
+              matrix_dist: str | None = None, dtype: str = "float64", jobs: int = 1, scheduler=None):
+        """The outputs over the grid of ``params`` {name: values} (their outer product): limits, or
+        with ``n`` finite-width means and standard errors over ``trials`` seeds (``jobs``
+        processes or a Dask ``scheduler``, one task per block of points).  Params that change only
+        variances, covariances or constants are batched in one compile per structure
+        (:mod:`tensorprog.tools.sweep`).  Returns a :class:`~tensorprog.tools.sweep.SweepResult`."""
+        from .tools.sweep import axes_of, sweep_finite, sweep_limit
+        axes = axes_of(params, self.ir.params, self.ir.file)
+        if n is not None:
+            return sweep_finite(self.ir, axes, n, trials, seed, matrix_dist, dtype, jobs, scheduler)
+        given = dict(tol=tol, max_qmc_points=max_qmc_points, max_quad_points=max_quad_points)
+        limits = _budget({k: v for k, v in given.items() if v is not None}, self.ir.file)
+        if matrix_dist:
+            raise TPUsageError("sweep: matrix_dist (--matrix-dist) applies to finite-width sweeps (-n) only",
+                               file=self.ir.file)
+        return sweep_limit(self.ir, axes, limits)
+
     def limit(self, *args, **options):
         """``compile(*args, **options).limit()``."""
         return self.compile(*args, **options).limit()

@@ -224,11 +224,16 @@ def _rule(d: int, n: int, alt: bool = False) -> tuple[np.ndarray, np.ndarray]:
     return xi, W.ravel()
 
 
+#: points × matrices evaluated at once by a tensor rule: chunks of this size stay in cache (4x faster
+#: than chunks of ``max_quad_points`` = 2·10⁶ for a 2-d tanh integrand); each item's sum is unchanged
+CHUNK_POINTS = 1 << 18
+
+
 def _apply(tape, L: np.ndarray, xi: np.ndarray, W: np.ndarray, ps: np.ndarray,
            max_points: int) -> tuple[np.ndarray, np.ndarray]:
     """(Q, roundoff floor) for the matrices ps, in chunks of at most max_points points × matrices."""
     q, floor = np.zeros(len(ps)), np.zeros(len(ps))
-    chunk = max(1, max_points // xi.shape[1])
+    chunk = max(1, min(max_points, CHUNK_POINTS) // xi.shape[1])
     for start in range(0, len(ps), chunk):
         vals = tape(*np.einsum("pij,jn->ipn", L[ps[start:start + chunk]], xi))[0]
         q[start:start + chunk] = vals @ W

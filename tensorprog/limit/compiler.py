@@ -210,7 +210,7 @@ class Compiler:
         """φ(Z^x..; c̊..): the sympy expression of ``e.fn`` with each vector leaf replaced by its Z
         and each scalar leaf by its c̊.  Each operation's value, as it is built, goes to the
         finiteness check (a sub-expression of scalars must be a finite real float)."""
-        eqns, exact = self.program.eqns, self.symbolic
+        eqns = self.program.eqns
 
         def apply(op: str, node: ir.Fn, parts: list[tuple[sp.Expr, bool]],
                   compute: Callable[..., sp.Expr]) -> tuple[sp.Expr, bool]:
@@ -223,11 +223,16 @@ class Compiler:
             return value, all(scalar)
 
         rules = Rules(ref=lambda node: (self.leaf(node.var), isinstance(eqns[node.var], ir.SCALAR_OPS)),
-                      const=lambda node: (fnsym.constant(node.value, exact), True),
+                      const=lambda node: (self.constant(node), True),
                       call=lambda node, args: apply(node.name, node, args, HEADS[node.name]),
                       bin=lambda node, lhs, rhs: apply(node.op, node, [lhs, rhs], ARITHMETIC[node.op]),
                       neg=lambda node, operand: apply("-", node, [operand], lambda v: -v))
         return fold(e.fn, rules)[0]
+
+    def constant(self, node: ir.Const) -> sp.Expr:
+        """A constant leaf of a function tree (exact in symbolic mode; a sweep's compiler,
+        :mod:`.sweep`, gives the leaves that vary over its points as batch symbols)."""
+        return fnsym.constant(node.value, self.symbolic)
 
     def add_gaussian(self, sym: sp.Symbol, covs: dict[sp.Symbol, sp.Expr]) -> None:
         self.ledger.add_gaussian(sym, covs)
