@@ -26,7 +26,7 @@ import numpy as np
 
 from .. import distributions as D
 from .. import ir
-from ..expect.budget import DEFAULT
+from ..expect.budget import DEFAULT, Budget
 from ..errors import TPUsageError
 from ..finite.exec_options import UNSET, resolve
 from ..finite.executor import Executor
@@ -35,6 +35,8 @@ from ..finite.run import map_trials
 from ..limit.replay_store import warn as store_warning
 from ..limit.symbolic_params import relower
 from . import pairs
+from .data_kernel import (check_symmetric, data_template, finite_setup, finite_trial, is_data_template, points_array,
+                          sequence_limit)
 from .kernel_dir import MANIFEST, make_directory
 from .pairs import LimitSpec, first_layer_cov, gram
 from .tiles import (TILE_PAIRS, check_memory, inputs_array, is_directory, large_summary, limit_tiles,
@@ -426,7 +428,11 @@ def kernel(program, X, *, n: int | None = None, trials: int = 1, seed: int = 0,
     if isinstance(program, (str, Path)):
         program = load(program, **params)
     base = program.ir if isinstance(program, Program) else program
-    finite_rows(X, base.file)
+    data = is_data_template(base)
+    if data:                               # an (N, d) or (N, T, d) array, or a list of N points
+        X = points_array(X, base.file)
+    else:
+        finite_rows(X, base.file)
     merged = {**base.params, **params}
     if out is not None and not is_directory(out):
         raise TPUsageError(f"out: {out} is not a directory (end it with '/'); for one .npz file "
@@ -437,6 +443,13 @@ def kernel(program, X, *, n: int | None = None, trials: int = 1, seed: int = 0,
                                "finite-width kernels to another directory")
         make_directory(out)                 # before the computation, not after it
     sched = resolve(scheduler=scheduler).scheduler
+    if data:
+        result = data_kernel(base, X, n, trials, seed, matrix_dist, dtype, tol, merged, out, tile_pairs, sched,
+                             max_qmc_points)
+        if out is not None and n is not None:
+            write_finite(out, {k: m.mean for k, m in result.outputs.items()},
+                         {k: m.std for k, m in result.outputs.items()})
+        return result
     if n is None:
         if matrix_dist:
             from ..limit.matrix_laws import with_matrix_family
@@ -459,7 +472,11 @@ def tiled_limit_kernel(program: ir.Program, X: np.ndarray, tol: float, params: d
     X = inputs_array(X)
     if max_qmc_points is not None:
         _check_budget(tol, max_qmc_points, program.file)
-    spec = LimitSpec(tmpl, g, s, b, X, tol, max_qmc_points)
+    return spec_kernel(LimitSpec(tmpl, g, s, b, X, tol, max_qmc_points), out, tile_pairs, scheduler)
+
+
+def spec_kernel(spec: LimitSpec, out, tile_pairs: int, scheduler) -> KernelResult:
+    """The limit kernels of a :class:`.pairs.LimitSpec`, tile by tile (:func:`.tiles.limit_tiles`)."""
     got = limit_tiles(spec, out, tile_pairs, scheduler, resolve().progress)
     outputs = {name: KernelMatrix(got.values[name], error=got.errors[name], method=got.methods[name])
                for name in got.values}
@@ -473,3 +490,53 @@ def _check_budget(tol: float, max_qmc_points: int, file: str) -> None:
         Budget(tol=tol, max_qmc_points=max_qmc_points)
     except (ValueError, TypeError) as err:
         raise TPUsageError(str(err), file=file) from None
+
+
+def data_kernel(program: ir.Program, X: np.ndarray, n: int | None, trials: int, seed: int, matrix_dist: str | None,
+                dtype, tol: float, params: dict, out, tile_pairs: int, scheduler,
+                max_qmc_points: int | None) -> KernelResult:
+    """:func:`kernel` of a template written with data inputs (:mod:`.data_kernel`): X is (N, d)
+    (vector points: the limit is a q-template's, replayed and tiled) or (N, T, d) (sequences:
+    batch compiles, in memory)."""
+    if n is None:
+        if max_qmc_points is not None:
+            _check_budget(tol, max_qmc_points, program.file)
+        tmpl = data_template(program, X, params, "limit")
+        prog = tmpl.program
+        if matrix_dist:
+            from ..limit.matrix_laws import with_matrix_family
+            prog = with_matrix_family(prog, matrix_dist)
+        spec = LimitSpec(prog, tmpl.layout.group, tmpl.layout.scale, 0.0, X if X.ndim == 2 else X[:, 0],
+                         tol, max_qmc_points)
+        check_symmetric(dataclasses.replace(tmpl, program=prog), X, spec.budget)
+        if X.ndim == 2:                      # exactly a q-template's spec: s·q of the pair, shift 0
+            return spec_kernel(spec, out, tile_pairs, scheduler)
+        if out is not None or scheduler is not None:
+            raise TPUsageError("a kernel over sequences is computed in memory: out='DIR/' and a scheduler "
+                               "take vector data only (save the result with .save(path) / --out K.npz)",
+                               file=program.file)
+        values, errors, methods, warnings = sequence_limit(dataclasses.replace(tmpl, program=prog), X, spec.budget)
+        return KernelResult({name: KernelMatrix(values[name], error=errors[name], method=methods[name])
+                             for name in values}, None, warnings=warnings)
+    if isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or trials < 1:
+        raise TPUsageError(f"trials must be a positive integer, not {trials!r}")
+    N = X.shape[0]
+    check_memory(finite_bytes(N * (X.shape[1] if X.ndim == 3 else 1), n, trials, 1),
+                 f"the finite-width kernel of N = {N} inputs ({trials} trial(s), width {n})",
+                 "use fewer inputs or trials (the input layer's factor and every trial's N×N kernels are held "
+                 "in memory)")
+    check_symmetric(data_template(program, X, params, "limit"), X, Budget(tol=tol))
+    tmpl = data_template(program, X, params, "finite")
+    setup = finite_setup(tmpl, X, n, 1 << 22)
+    opts = resolve(scheduler=scheduler)
+    plan = plan_run(tmpl.program, n, seed, dtype, matrix_dist, blocked=opts.blocked, block_rows=opts.block_rows,
+                    backend=opts.backend, device=opts.device, conditional=opts.conditional)
+    runs = map_trials(plan, finite_trial(setup), trials, opts.jobs, opts.progress, desc="kernel trials",
+                      scheduler=opts.scheduler)
+    outputs = {}
+    for o in tmpl.program.outputs:
+        mats = [run[o.name] for run in runs]
+        stack = np.stack(mats)
+        outputs[o.name] = KernelMatrix(stack.mean(0), stack.std(0, ddof=1) if trials > 1 else np.zeros((N, N)),
+                                       values=mats)
+    return KernelResult(outputs, n, trials)
