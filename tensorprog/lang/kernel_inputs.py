@@ -112,9 +112,11 @@ class KernelData:
         if inputs.sequences:
             if count is None or count != inputs.tokens:
                 have = "one vector" if count is None else f"a sequence of {count} vectors"
+                stop = s.decl.range.stop if s.decl.range is not None else None
+                fix = (f"set -D {stop.name}={inputs.tokens}" if isinstance(stop, S.Name)
+                       else f"declare {name}[1..{inputs.tokens}]")
                 raise located(TPValueError, s, f"the {which} input '{name}' is {have}, but the data's points are "
-                              f"sequences of {inputs.tokens} vectors (give {name} that range, e.g. with a "
-                              "param set by -D)")
+                              f"sequences of {inputs.tokens} vectors ({fix})")
             rows = [np.asarray(r, float) for r in point]
         else:
             if count not in (None, 1):

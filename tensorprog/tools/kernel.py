@@ -145,17 +145,21 @@ def save_path(path: str | Path) -> Path:
 
 
 def load_inputs(path: str) -> np.ndarray:
-    """An (N, d) real array from a .npy file (no pickles), N ≥ 1 and d ≥ 1; errors name the file (and
-    the row of a NaN or inf)."""
+    """An (N, d) real array from a .npy file (no pickles), N ≥ 1 and d ≥ 1, or (N, T, d) (sequences,
+    for a data template); errors name the file (and the row of a NaN or inf)."""
     try:
         X = np.load(path, allow_pickle=False)
     except (OSError, ValueError, EOFError) as err:
         raise TPUsageError(f"--inputs: cannot read {path}: {err or type(err).__name__}", file=str(path)) from None
-    if not isinstance(X, np.ndarray) or X.ndim != 2 or X.dtype.kind not in "biuf":
-        raise TPUsageError(f"--inputs: {path} must hold a real numeric (N, d) array", file=str(path))
-    if X.shape[0] < 1 or X.shape[1] < 1:
+    if not isinstance(X, np.ndarray) or X.ndim not in (2, 3) or X.dtype.kind not in "biuf":
+        raise TPUsageError(f"--inputs: {path} must hold a real numeric (N, d) array (or (N, T, d): "
+                           "sequences, for a template written with data inputs)", file=str(path))
+    if 0 in X.shape:
         raise TPUsageError(f"--inputs: {path} holds an array of shape {X.shape}: N ≥ 1 inputs of "
                            "dimension d ≥ 1 are needed", file=str(path))
+    if X.ndim == 3:
+        from .data_kernel import points_array
+        return points_array(X, str(path))
     return finite_rows(X.astype(float), str(path))
 
 
@@ -432,6 +436,10 @@ def kernel(program, X, *, n: int | None = None, trials: int = 1, seed: int = 0,
     if data:                               # an (N, d) or (N, T, d) array, or a list of N points
         X = points_array(X, base.file)
     else:
+        if not isinstance(X, (list, tuple)) and np.ndim(X) == 3:
+            raise TPUsageError(f"the inputs are sequences (shape {np.shape(X)}), but this template takes vectors "
+                               "through q11, q12, q22: write it with data inputs (vector x[1..T] : d = ...; "
+                               "docs/language.md#kernel-templates-with-data-inputs)", file=base.file)
         finite_rows(X, base.file)
     merged = {**base.params, **params}
     if out is not None and not is_directory(out):
