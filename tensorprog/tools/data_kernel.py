@@ -119,24 +119,44 @@ def pair_members(i: np.ndarray, j: np.ndarray, T: int) -> np.ndarray:
 def check_symmetric(tmpl: DataTemplate, X: np.ndarray, budget: Budget) -> None:
     """A TPUsageError naming the first output that is not symmetric in the two inputs, K(x, y) ≠
     K(y, x) beyond the two error bounds and 1e-9 relative, at the first point and the first point
-    unlike it (a dataset kernel computes the pairs i ≤ j and mirrors them).  One batch compile of
-    those two pairs."""
-    from ..limit.compiler import compile_program
+    unlike it (a dataset kernel computes the pairs i ≤ j and mirrors them); see
+    :func:`swapped_values`."""
     other = next((k for k in range(1, X.shape[0]) if not np.array_equal(X[k], X[0])), None)
     if other is None:
         return
-    rows = pair_members(np.array([0, 1]), np.array([1, 0]), tmpl.layout.tokens)
-    Q = gram(vectors(X[[0, other]]))
-    covs = tmpl.layout.scale * Q[rows[:, :, None], rows[:, None, :]]
-    lim = compile_program(tmpl.program, budget=budget, batch_covs={tmpl.layout.group: covs}).limit()
-    for name, v in lim.outputs.items():
-        a, b = np.broadcast_to(v.value, (2,))
-        e = np.broadcast_to(v.error, (2,))
+    names, values, errors = swapped_values(tmpl, X, other, budget)
+    for name, (a, b), e in zip(names, values, errors):
         if not abs(a - b) <= e.sum() + 1e-9 * (abs(a) + abs(b)):
             raise TPUsageError(f"output '{name}' is not symmetric in the template's two inputs: {a:.12g} for "
                                f"(X[0], X[{other}]), {b:.12g} for (X[{other}], X[0]); a dataset kernel computes "
                                "the pairs i ≤ j and mirrors them (write outputs symmetric in x and y, e.g. "
                                "mean(h * g))", file=tmpl.program.file)
+
+
+def swapped_values(tmpl: DataTemplate, X: np.ndarray, other: int, budget: Budget) -> tuple[list, list, list]:
+    """(names, values, errors) of every output at the pair (X[0], X[other]) and at (X[other], X[0]):
+    by the rest class's replay where the template has one (vector points: no compile; the replay
+    recorded on the data's rest candidates, the one the kernel then uses), else by one batch
+    compile of the two."""
+    from . import pairs
+    T, s, g = tmpl.layout.tokens, tmpl.layout.scale, tmpl.layout.group
+    Q = gram(vectors(X[[0, other]]))
+    if T == 1:
+        spec = pairs.LimitSpec(tmpl.program, g, s, 0.0, X, budget.tol, budget.max_qmc_points)
+        found = pairs.replay_for(spec, "rest", pairs.rest_candidates(spec))
+        if found is not None:
+            a, b, c = s * Q[0, 0], s * Q[1, 1], s * Q[0, 1]
+            got = [found[0](np.array([x]), np.array([y]), np.array([c])) for x, y in ((a, b), (b, a))]
+            if got[0][2].all() and got[1][2].all():
+                return (list(found[0].names), [(v1[0], v2[0]) for v1, v2 in zip(got[0][0], got[1][0])],
+                        [np.array([e1[0], e2[0]]) for e1, e2 in zip(got[0][1], got[1][1])])
+    from ..limit.compiler import compile_program
+    rows = pair_members(np.array([0, 1]), np.array([1, 0]), T)
+    covs = s * Q[rows[:, :, None], rows[:, None, :]]
+    lim = compile_program(tmpl.program, budget=budget, batch_covs={g: covs}).limit()
+    names = list(lim.outputs)
+    return (names, [tuple(np.broadcast_to(lim.outputs[n].value, (2,))) for n in names],
+            [np.broadcast_to(lim.outputs[n].error, (2,)) for n in names])
 
 
 # ---- the limit of sequences ----------------------------------------------------------------
