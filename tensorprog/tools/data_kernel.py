@@ -142,7 +142,7 @@ def swapped_values(tmpl: DataTemplate, X: np.ndarray, other: int, budget: Budget
     T, s, g = tmpl.layout.tokens, tmpl.layout.scale, tmpl.layout.group
     Q = gram(vectors(X[[0, other]]))
     if T == 1:
-        spec = pairs.LimitSpec(tmpl.program, g, s, 0.0, X, budget.tol, budget.max_qmc_points)
+        spec = pairs.LimitSpec(tmpl.program, g, s, 0.0, vectors(X), budget.tol, budget.max_qmc_points)
         found = pairs.replay_for(spec, "rest", pairs.rest_candidates(spec))
         if found is not None:
             a, b, c = s * Q[0, 0], s * Q[1, 1], s * Q[0, 1]

@@ -514,10 +514,11 @@ def data_kernel(program: ir.Program, X: np.ndarray, n: int | None, trials: int, 
         if matrix_dist:
             from ..limit.matrix_laws import with_matrix_family
             prog = with_matrix_family(prog, matrix_dist)
-        spec = LimitSpec(prog, tmpl.layout.group, tmpl.layout.scale, 0.0, X if X.ndim == 2 else X[:, 0],
-                         tol, max_qmc_points)
+        tokens = tmpl.layout.tokens
+        spec = LimitSpec(prog, tmpl.layout.group, tmpl.layout.scale, 0.0, X.reshape(X.shape[0], -1)
+                         if tokens == 1 else X[:, 0], tol, max_qmc_points)
         check_symmetric(dataclasses.replace(tmpl, program=prog), X, spec.budget)
-        if X.ndim == 2:                      # exactly a q-template's spec: s·q of the pair, shift 0
+        if tokens == 1:                      # exactly a q-template's spec: s·q of the pair, shift 0
             return spec_kernel(spec, out, tile_pairs, scheduler)
         if out is not None or scheduler is not None:
             raise TPUsageError("a kernel over sequences is computed in memory: out='DIR/' and a scheduler "
