@@ -414,6 +414,9 @@ def kernel(program, X, *, n: int | None = None, trials: int = 1, seed: int = 0,
            **params) -> KernelResult:
     """N×N kernels of a template over data X: the limit (n=None) or finite width n.
 
+    X is (N, d); a template written with data inputs (:mod:`.data_kernel`) also takes (N, T, d)
+    sequences, or a list of N arrays of one shape.
+
     ``tol`` and ``max_qmc_points`` (None: the default of
     :class:`~tensorprog.expect.budget.Budget`) are the limit's budget per expectation, as for
     ``Program.compile``; a ``[budget]`` warning names the one to raise.
