@@ -123,6 +123,21 @@ def test_finite_width_vectors_converge_and_gram_means_are_exact(tmp_path):
     assert np.all(fin.outputs["D"].std < 1e-13)
 
 
+def test_two_single_vector_inputs(tmp_path):
+    """Inputs declared apart (vector x : d, vector y : d): the kernel at (i, j) is the template
+    on its own data (X[i], X[j])."""
+    (tmp_path / "two.tp").write_text("vector x : d = load(\"a.npy\")\nvector y : d = load(\"b.npy\")\n"
+                                     "matrix U : n x d ~ normal(var=2)\nmatrix W ~ normal(var=2)\n"
+                                     "h = W @ relu(U @ x)\ng = W @ relu(U @ y)\n"
+                                     "out k = mean(relu(h) * relu(g)) + mean(x * y)\n")
+    X = np.random.default_rng(1).normal(size=(6, 5))
+    got = tp.kernel(tmp_path / "two.tp", X).outputs["k"].mean
+    for i, j in [(1, 4), (2, 2), (0, 5)]:
+        np.save(tmp_path / "a.npy", X[i])
+        np.save(tmp_path / "b.npy", X[j])
+        assert got[i, j] == pytest.approx(tp.load(tmp_path / "two.tp").limit().outputs["k"].value, rel=1e-12)
+
+
 # ---- sequences ---------------------------------------------------------------------------------
 def test_rnn_over_sequences_equals_the_program_over_all_sentences():
     """programs/gp4a_rnn.tp (3 sentences in one program) and the sequence template over the

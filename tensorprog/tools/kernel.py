@@ -12,6 +12,9 @@ For data X (N × d), q = X Xᵀ / d fills those entries for every pair i ≤ j:
   * finite width n: one network (the same matrices) applied to all N inputs, drawn jointly with
     covariance s·q + b·11ᵀ, the pairs as columns of (n, P) arrays, so each layer is one GEMM per
     chunk of pairs.
+
+A template may instead take its two inputs as data, with the real input layer (``U @ x``), each
+input a vector or a sequence of vectors: :mod:`.data_kernel`.
 """
 from __future__ import annotations
 
@@ -533,7 +536,8 @@ def data_kernel(program: ir.Program, X: np.ndarray, n: int | None, trials: int, 
     if isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or trials < 1:
         raise TPUsageError(f"trials must be a positive integer, not {trials!r}")
     N = X.shape[0]
-    check_memory(finite_bytes(N * (X.shape[1] if X.ndim == 3 else 1), n, trials, 1),
+    T = X.shape[1] if X.ndim == 3 else 1
+    check_memory(finite_bytes(N * T, n, trials, 0) + finite_bytes(N, 1, trials, len(program.outputs)),
                  f"the finite-width kernel of N = {N} inputs ({trials} trial(s), width {n})",
                  "use fewer inputs or trials (the input layer's factor and every trial's N×N kernels are held "
                  "in memory)")
