@@ -22,17 +22,19 @@ group (s: U's variance) — ``mean(x_a * x_b)`` of the pair's vectors is lowered
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 
 import numpy as np
 
 from .. import distributions as D
 from .. import ir
-from ..errors import TPUsageError
+from ..errors import TPError, TPUsageError
 from ..expect.budget import Budget
 from ..lang.kernel_inputs import KernelInputs, TemplateLayout, data_declarations
-from ..lang.lower import lower_template
+from ..lang.lower import lower_template, param_names
 from ..lang.parser import parse_text
+from ..lang.source import base_dir_of, read_source
 from .pairs import gram
 
 #: pairs per batch compile of a sequence kernel
@@ -47,15 +49,32 @@ class DataTemplate:
     layout: TemplateLayout
 
 
-def is_data_template(program: ir.Program) -> bool:
-    """The template declares data inputs (``vector x : d = ...``) and not q11, q12, q22."""
-    if not program.source or any(q in program.params for q in ("q11", "q12", "q22")):
-        return False
+@dataclass(frozen=True)
+class TemplateText:
+    """A template's text, file and folder (what lowering it on a pair needs; its own data files
+    are not read)."""
+    source: str
+    file: str
+    base_dir: str
+
+
+def data_template_text(program: ir.Program | str | os.PathLike) -> TemplateText | None:
+    """The template's text if it is written with data inputs (it declares data, ``vector x : d =
+    ...``, and not q11, q12, q22), else None.  A path is read (not lowered: its own data need not
+    exist); a program's text is parsed again (cached by the parser)."""
+    if isinstance(program, (str, os.PathLike)):
+        text = TemplateText(read_source(program), str(program), base_dir_of(program))
+    elif program.source:
+        text = TemplateText(program.source, program.file, str(program.base_dir))
+    else:
+        return None
     try:
-        module = parse_text(program.source, program.file)
-    except Exception:                       # the program was parsed once already: it parses
-        return False
-    return data_declarations(module.statements) > 0
+        module = parse_text(text.source, text.file)
+    except TPError:                         # a syntax error: reported by the ordinary load
+        return None
+    if data_declarations(module.statements) == 0 or {"q11", "q12", "q22"} & param_names(module.statements):
+        return None
+    return text
 
 
 def points_array(X, file: str = "<string>") -> np.ndarray:
@@ -89,18 +108,19 @@ def points_array(X, file: str = "<string>") -> np.ndarray:
     return A
 
 
-def data_template(program: ir.Program, X: np.ndarray, params: dict, gram_mode: str) -> DataTemplate:
+def data_template(text: TemplateText, X: np.ndarray, params: dict, gram_mode: str) -> DataTemplate:
     """The template lowered on the first pair of ``X`` (its IR does not depend on the pair but for
-    the input group's covariance): located errors for shapes that do not fit."""
+    the input group's covariance), ``params`` overriding its params: located errors for shapes
+    that do not fit."""
     second = X[1] if X.shape[0] > 1 else X[0]
     inputs = KernelInputs(X[0], second, gram_mode)
-    module = parse_text(program.source, program.file)
+    module = parse_text(text.source, text.file)
     overrides = {k: v for k, v in params.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    prog, layout = lower_template(module, inputs, overrides, file=program.file, source=program.source,
-                                  base_dir=str(program.base_dir))
+    prog, layout = lower_template(module, inputs, overrides, file=text.file, source=text.source,
+                                  base_dir=text.base_dir)
     if layout.group is None:
         raise TPUsageError("the template's data inputs never enter the network: write the input layer as "
-                           "U @ x (matrix U : n x d ~ normal(var=s), s > 0)", file=program.file)
+                           "U @ x (matrix U : n x d ~ normal(var=s), s > 0)", file=text.file)
     return DataTemplate(prog, layout)
 
 

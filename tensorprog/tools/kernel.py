@@ -38,8 +38,8 @@ from ..finite.run import map_trials
 from ..limit.replay_store import warn as store_warning
 from ..limit.symbolic_params import relower
 from . import pairs
-from .data_kernel import (check_symmetric, data_template, finite_setup, finite_trial, is_data_template, points_array,
-                          sequence_limit)
+from .data_kernel import (TemplateText, check_symmetric, data_template, data_template_text, finite_setup,
+                          finite_trial, points_array, sequence_limit)
 from .kernel_dir import MANIFEST, make_directory
 from .pairs import LimitSpec, first_layer_cov, gram
 from .tiles import (TILE_PAIRS, check_memory, inputs_array, is_directory, large_summary, limit_tiles,
@@ -435,19 +435,20 @@ def kernel(program, X, *, n: int | None = None, trials: int = 1, seed: int = 0,
     ``distributed.Client``; the limit's tiles, or the finite-width trials, run there.  At finite
     width the kernels are computed in memory (one N×N input factor per trial) and then written."""
     from ..program import Program, load
-    if isinstance(program, (str, Path)):
+    text = data_template_text(program.ir if isinstance(program, Program) else program)
+    if text is None and isinstance(program, (str, Path)):
         program = load(program, **params)
     base = program.ir if isinstance(program, Program) else program
-    data = is_data_template(base)
-    if data:                               # an (N, d) or (N, T, d) array, or a list of N points
-        X = points_array(X, base.file)
+    if text is not None:                   # an (N, d) or (N, T, d) array, or a list of N points
+        X = points_array(X, text.file)
+        merged = params if isinstance(program, (str, Path)) else {**base.params, **params}
     else:
         if not isinstance(X, (list, tuple)) and np.ndim(X) == 3:
             raise TPUsageError(f"the inputs are sequences (shape {np.shape(X)}), but this template takes vectors "
                                "through q11, q12, q22: write it with data inputs (vector x[1..T] : d = ...; "
                                "docs/language.md#kernel-templates-with-data-inputs)", file=base.file)
         finite_rows(X, base.file)
-    merged = {**base.params, **params}
+        merged = {**base.params, **params}
     if out is not None and not is_directory(out):
         raise TPUsageError(f"out: {out} is not a directory (end it with '/'); for one .npz file "
                            "call .save(path) on the result")
@@ -457,22 +458,19 @@ def kernel(program, X, *, n: int | None = None, trials: int = 1, seed: int = 0,
                                "finite-width kernels to another directory")
         make_directory(out)                 # before the computation, not after it
     sched = resolve(scheduler=scheduler).scheduler
-    if data:
-        result = data_kernel(base, X, n, trials, seed, matrix_dist, dtype, tol, merged, out, tile_pairs, sched,
+    if text is not None:
+        result = data_kernel(text, X, n, trials, seed, matrix_dist, dtype, tol, merged, out, tile_pairs, sched,
                              max_qmc_points)
-        if out is not None and n is not None:
-            write_finite(out, {k: m.mean for k, m in result.outputs.items()},
-                         {k: m.std for k, m in result.outputs.items()})
-        return result
-    if n is None:
+    elif n is None:
         if matrix_dist:
             from ..limit.matrix_laws import with_matrix_family
             base = with_matrix_family(base, matrix_dist)
         if out is None and sched is None:
             return limit_kernel(base, X, tol=tol, params=merged, max_qmc_points=max_qmc_points)
         return tiled_limit_kernel(base, X, tol, merged, out, tile_pairs, sched, max_qmc_points)
-    result = finite_kernel(base, X, n, trials, seed, matrix_dist, dtype, params=merged, scheduler=sched)
-    if out is not None:
+    else:
+        result = finite_kernel(base, X, n, trials, seed, matrix_dist, dtype, params=merged, scheduler=sched)
+    if out is not None and n is not None:
         write_finite(out, {k: m.mean for k, m in result.outputs.items()},
                      {k: m.std for k, m in result.outputs.items()})
     return result
@@ -506,7 +504,7 @@ def _check_budget(tol: float, max_qmc_points: int, file: str) -> None:
         raise TPUsageError(str(err), file=file) from None
 
 
-def data_kernel(program: ir.Program, X: np.ndarray, n: int | None, trials: int, seed: int, matrix_dist: str | None,
+def data_kernel(text: TemplateText, X: np.ndarray, n: int | None, trials: int, seed: int, matrix_dist: str | None,
                 dtype, tol: float, params: dict, out, tile_pairs: int, scheduler,
                 max_qmc_points: int | None) -> KernelResult:
     """:func:`kernel` of a template written with data inputs (:mod:`.data_kernel`): X is (N, d)
@@ -514,8 +512,8 @@ def data_kernel(program: ir.Program, X: np.ndarray, n: int | None, trials: int, 
     batch compiles, in memory)."""
     if n is None:
         if max_qmc_points is not None:
-            _check_budget(tol, max_qmc_points, program.file)
-        tmpl = data_template(program, X, params, "limit")
+            _check_budget(tol, max_qmc_points, text.file)
+        tmpl = data_template(text, X, params, "limit")
         prog = tmpl.program
         if matrix_dist:
             from ..limit.matrix_laws import with_matrix_family
@@ -529,7 +527,7 @@ def data_kernel(program: ir.Program, X: np.ndarray, n: int | None, trials: int, 
         if out is not None or scheduler is not None:
             raise TPUsageError("a kernel over sequences is computed in memory: out='DIR/' and a scheduler "
                                "take vector data only (save the result with .save(path) / --out K.npz)",
-                               file=program.file)
+                               file=text.file)
         values, errors, methods, warnings = sequence_limit(dataclasses.replace(tmpl, program=prog), X, spec.budget)
         return KernelResult({name: KernelMatrix(values[name], error=errors[name], method=methods[name])
                              for name in values}, None, warnings=warnings)
@@ -537,12 +535,12 @@ def data_kernel(program: ir.Program, X: np.ndarray, n: int | None, trials: int, 
         raise TPUsageError(f"trials must be a positive integer, not {trials!r}")
     N = X.shape[0]
     T = X.shape[1] if X.ndim == 3 else 1
-    check_memory(finite_bytes(N * T, n, trials, 0) + finite_bytes(N, 1, trials, len(program.outputs)),
+    tmpl = data_template(text, X, params, "finite")
+    check_memory(finite_bytes(N * T, n, trials, 0) + finite_bytes(N, 1, trials, len(tmpl.program.outputs)),
                  f"the finite-width kernel of N = {N} inputs ({trials} trial(s), width {n})",
                  "use fewer inputs or trials (the input layer's factor and every trial's N×N kernels are held "
                  "in memory)")
-    check_symmetric(data_template(program, X, params, "limit"), X, Budget(tol=tol))
-    tmpl = data_template(program, X, params, "finite")
+    check_symmetric(data_template(text, X, params, "limit"), X, Budget(tol=tol))
     setup = finite_setup(tmpl, X, n, 1 << 22)
     opts = resolve(scheduler=scheduler)
     plan = plan_run(tmpl.program, n, seed, dtype, matrix_dist, blocked=opts.blocked, block_rows=opts.block_rows,
