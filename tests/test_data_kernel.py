@@ -238,6 +238,10 @@ def test_shapes_that_do_not_fit_are_errors(tmp_path):
      "2:1: a kernel template has one input-layer matrix on the data (already 'U')"),
     ('vector x[1..2] : d = load("P.npy")\nmatrix U : n x d ~ normal()\nout k = mean((U @ x[1]) * (U @ x[2]))\n'
      'out a = mean(x[1] * x[1]) - mean(x[2] * x[2])\n', "output 'a' is not symmetric"),
+    ('P = load("P.npy")\nvector x : d = P[1]\nmatrix U : n x d ~ normal()\nvector y : d = P[2]\n'
+     'out k = mean((U @ x) * (U @ y))\n', "3:1: in a kernel template, declare the data inputs before the input-layer"),
+    ('vector x[1..2] : d = load("P.npy")\nout q = mean(x[1] * x[2])\nmatrix U : n x d ~ normal()\n'
+     'out k = mean((U @ x[1]) * (U @ x[2]))\n', "2:9: in a kernel template, mean(x * y) of the data is computed"),
 ])
 def test_template_errors_are_located(tmp_path, body, where):
     rows = 3 if "x[1..3]" in body else 2
