@@ -62,6 +62,14 @@ def test_data_template_uses_the_replayed_tiles():
     assert pairs.replay_for(spec, "rest", pairs.rest_candidates(spec)) is not None
 
 
+def test_data_template_out_of_core_is_the_in_memory_kernel(tmp_path):
+    X = singular_data(N=20)
+    tiled = tp.kernel(DATA_MLP, X, out=str(tmp_path) + "/", tile_pairs=50)
+    whole = tp.kernel(DATA_MLP, X)
+    for name in ("nngp", "ntk"):
+        np.testing.assert_array_equal(np.asarray(tiled.outputs[name].mean), whole.outputs[name].mean)
+
+
 FULL = """\
 param L = 3
 param var = 2
