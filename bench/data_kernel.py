@@ -8,8 +8,9 @@ depth L.  Prints one JSON line per template: the first call in this process ("co
 loads the replay; run with TENSORPROG_CACHE_DIR=off to see recording), the best of ``repeats``
 later calls ("warm"), wall and CPU seconds (``--first``: which runs first and pays the imports) (time.process_time); then the largest relative
 difference of each output between the two.  ``--width n``: the same at finite width n (4 trials;
-then the median over entries of the difference in standard errors, the two being independent
-draws: about 0.7 when they agree; with 4 trials a maximum over thousands of entries says little).
+then the median over entries of the difference in standard errors of two independent runs,
+about 0.7 when they agree — less here, as the same seed draws the same hidden matrices; with 4
+trials a maximum over thousands of entries says little).
 """
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ def main() -> None:
                                 / np.abs(results["q"].outputs[k].mean))) for k in results["q"].outputs}
         print(json.dumps({"max_relative_difference": diff}))
         return
-    z = {}                                 # independent draws: the difference in standard errors
+    z = {}                                 # the difference in standard errors (as if independent)
     for k in results["q"].outputs:
         d, q = results["data"].outputs[k], results["q"].outputs[k]
         se = np.sqrt((d.std ** 2 + q.std ** 2) / 4)
