@@ -174,7 +174,7 @@ class Lowerer:
         index = self.data_groups[mat.group].index
         fn = ir.Bin("*", ir.Ref(index[f"kernel-{a}".encode()]), ir.Ref(index[f"kernel-{b}".encode()]))
         moment = self.equations.moment(node, fn, mat.rows)
-        return RExpr(ir.Bin("/", ir.Ref(moment), ir.Const(self.kernel.scale)), "scalar", None, 1, 2)
+        return RExpr(ir.Bin("/", ir.Ref(moment), ir.Const(self.kernel.scale)), "scalar", None, 1, 3)
 
     def hidden_gram(self, node) -> list[int]:
         """The hidden group ξ of a finite-width kernel template (members ξ_k for the pair's vectors,
@@ -193,15 +193,12 @@ class Lowerer:
     def layout(self) -> TemplateLayout:
         """Where the pair enters the lowered template (after :meth:`finish`)."""
         kern = self.kernel
-        group = hidden = None
-        for g, grp in enumerate(self.groups):
-            if kern.matrix is not None and kern.matrix.group >= 0 and kern.matrix.group in self.data_groups:
-                first = self.data_groups[kern.matrix.group].index.get(b"kernel-0")
-                if first is not None and grp.members and grp.members[0] == first:
-                    group = g
-            if kern.hidden and grp.members and grp.members[0] == kern.hidden[0]:
-                hidden = g
-        return TemplateLayout(group, kern.scale, hidden, kern.inputs.tokens)
+        data = self.data_groups.get(kern.matrix.group) if kern.matrix is not None else None
+        first = {"input": data.index.get(b"kernel-0") if data is not None else None,
+                 "hidden": kern.hidden[0] if kern.hidden else None}
+        found = {what: next((g for g, grp in enumerate(self.groups) if var is not None and grp.members[0] == var), None)
+                 for what, var in first.items()}          # by member: finish() renumbers the groups
+        return TemplateLayout(found["input"], kern.scale, found["hidden"], kern.inputs.tokens)
 
     def finish(self) -> None:
         """The groups of the data matrices, now that their products are known; a data matrix that
