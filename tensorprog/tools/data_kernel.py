@@ -11,13 +11,17 @@ group (s: U's variance) — ``mean(x_a * x_b)`` of the pair's vectors is lowered
 
 * the limit of vector points is exactly a q-template's (:class:`.pairs.LimitSpec` with that group,
   scale s and shift 0): the same classes, replays (grid tapes with row, column and cell spaces)
-  and tiles, the same speed and bits;
+  and tiles, at a q-template's speed (N = 100, ReLU depth 3: 0.035 s CPU warm against 0.028,
+  the difference the template's lowering) and to its values within rounding;
 * the limit of sequences compiles the (2T × 2T) covariances of the pairs in batches: the pairs
   i = j (whose covariance repeats a block) apart from the others;
 * at finite width one network (the same matrices) runs every pair as columns: the input layer's
   N·T products are drawn jointly with covariance s·Q (the law of U x for Gaussian U), and the
   values of ``mean(x_a * x_b)`` are made exact (to rounding) through a hidden group whose
   columns are a factor of each pair's Q.
+
+The kernel computes the pairs i ≤ j and mirrors them, so every output must be symmetric in the
+two inputs: :func:`check_symmetric` compares each at one pair and the swapped pair first.
 """
 from __future__ import annotations
 
