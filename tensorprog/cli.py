@@ -95,7 +95,8 @@ def _parser() -> argparse.ArgumentParser:
     tb.add_argument("--seed", type=int, default=0)
     tb.add_argument("--lam", type=float, default=None, help="a Lipschitz constant (default: from the rules)")
     ke = command("kernel", "N×N kernels of a template over a dataset (limit, or finite width with -n)")
-    ke.add_argument("--inputs", required=True, metavar="X.npy", help="an (N, d) array of inputs")
+    ke.add_argument("--inputs", required=True, metavar="X.npy",
+                    help="an (N, d) array of inputs (or (N, T, d): sequences, for a data template)")
     ke.add_argument("--out", metavar="K.npz|K.npy|DIR/", default=None,
                     help="save the kernels (.npz: every output; .npy: the one named by --output; DIR/: "
                          "DIR/NAME.npy per output, filled tile by tile out of core, resumable)")
@@ -316,7 +317,9 @@ def cmd_kernel(args) -> str:
     if args.json:
         return json.dumps(result.to_dict(), indent=2)
     what = "limit" if result.width is None else f"width {result.width}, {result.trials} trial(s)"
-    rows = [f"{X.shape[0]} inputs of dimension {X.shape[1]}: {what}" + (f"; saved to {saved}" if saved else "")]
+    points = (f"{X.shape[0]} sequences of {X.shape[1]} vectors of dimension {X.shape[2]}" if X.ndim == 3
+              else f"{X.shape[0]} inputs of dimension {X.shape[1]}")
+    rows = [f"{points}: {what}" + (f"; saved to {saved}" if saved else "")]
     for name, row in result.summary()["outputs"].items():
         rows.append(f"  {name:<10} diag mean {row['diag_mean']:.6g}, off-diag mean {row['offdiag_mean']:.6g}, "
                     f"{row['method']}, max error {row['max_error']:.2g}")

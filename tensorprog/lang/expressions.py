@@ -74,6 +74,10 @@ class Scope(Protocol):
         """``U @ x`` for a data matrix U and a data vector x (a constant of U's input dimension)."""
         ...
 
+    def data_mean(self, node: S.Call, value: np.ndarray) -> Value:
+        """``mean(e)`` of a data vector e (its value ``value``): the mean of its coordinates."""
+        ...
+
 
 class Expressions:
     """The expression lowering: ``ev(node)`` gives an expression's value, emitting the
@@ -295,7 +299,7 @@ class Expressions:
             raise located(TPTypeError, node, "a def is a coordinatewise function: mean() is not allowed in it")
         (value,) = self.call_args(node, 1)
         if isinstance(value, np.ndarray) and value.ndim == 1:      # a data vector: its d coordinates
-            return float(np.mean(value))
+            return self.scope.data_mean(node, value)
         if isinstance(value, RExpr) and value.kind == "vector":
             return self.equations.var_expr(self.equations.moment(node, value.fn, value.width))
         raise located(TPTypeError, node, "mean() needs a vector expression, not a "

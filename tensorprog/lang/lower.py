@@ -25,6 +25,7 @@ from ..builtins import BUILTINS, CONSTANTS
 from . import consts
 from .builder import IRBuilder
 from .expressions import SPECIAL_FUNCTIONS, DefBody, Expressions
+from .kernel_inputs import KernelData, KernelInputs, TemplateLayout, data_declarations
 from .values import DataMat, MatExpr, MatVal, RExpr, Value, located
 
 #: a binding of the environment: a name and its indices (``()`` for a plain name)
@@ -101,6 +102,7 @@ class Lowerer:
         self.steps = 0
         self.warnings: list[str] = []                   # "LINE:COL: warning ...", located by lower()
         self.bound_somewhere: set[str] = set()
+        self.kernel: KernelData | None = None           # a kernel template's pair (kernel_inputs)
 
     @property
     def eqns(self) -> list[ir.Eqn]:
@@ -139,6 +141,8 @@ class Lowerer:
             return RExpr(ir.Const(0.0), "vector", matrix.rows)
         data = self.data_groups[matrix.group]
         key = np.ascontiguousarray(row, dtype=float).tobytes()
+        if self.kernel is not None:                # the pair's vector k, whatever its values
+            key = f"kernel-{self.kernel.index(node, row, 'U @ x')}".encode()
         if key not in data.index:
             member = len(data.members)
             var = self.equations.emit(ir.InitVector, node, name=f"{matrix.name}·x{member + 1}",
@@ -147,6 +151,54 @@ class Lowerer:
             data.members.append(var)
             data.index[key] = var
         return self.equations.var_expr(data.index[key])
+
+    def data_mean(self, node, value: np.ndarray) -> RExpr | float:
+        """``mean(e)`` of a data vector e: the mean of its d coordinates; in a kernel template,
+        ``mean(x_a * x_b)`` of the inputs' vectors is a Moment (module doc of kernel_inputs)."""
+        if self.kernel is None:
+            return float(np.mean(value))
+        operands = self.kernel.pair_operands(node.args[0], self.expr.ev)
+        if operands is None or not all(isinstance(v, np.ndarray) for v in operands):
+            raise located(TPTypeError, node, "in a kernel template, the data inputs enter only as U @ x and "
+                          "mean(x * y) (x, y the inputs' data vectors)")
+        a, b = (self.kernel.index(node, v, "mean(x * y)") for v in operands)
+        if self.kernel.inputs.gram == "finite":
+            hidden = self.hidden_gram(node)
+            fn = ir.Bin("*", ir.Ref(hidden[a]), ir.Ref(hidden[b]))
+            return self.equations.var_expr(self.equations.moment(node, fn, "n"))
+        mat = self.kernel.matrix
+        if mat is None or mat.group < 0 or self.kernel.scale <= 0:
+            raise located(TPValueError, node, "in a kernel template, mean(x * y) of the data is computed in the "
+                          "limit through the input layer: declare the input-layer matrix (of nonzero variance) "
+                          "before it")
+        index = self.data_groups[mat.group].index
+        fn = ir.Bin("*", ir.Ref(index[f"kernel-{a}".encode()]), ir.Ref(index[f"kernel-{b}".encode()]))
+        moment = self.equations.moment(node, fn, mat.rows)
+        return RExpr(ir.Bin("/", ir.Ref(moment), ir.Const(self.kernel.scale)), "scalar", None, 1, 3)
+
+    def hidden_gram(self, node) -> list[int]:
+        """The hidden group ξ of a finite-width kernel template (members ξ_k for the pair's vectors,
+        covariance their Gram/d; the kernel fills their columns exactly), made at first use."""
+        kern = self.kernel
+        if not kern.hidden:
+            rows = np.stack([kern.by_k[k] for k in sorted(kern.by_k)])
+            gram = rows @ rows.T / rows.shape[1]
+            spec = make_spec("normal", [], {"cov": 0.5 * (gram + gram.T)}, for_matrix=False, n_vectors=len(rows))
+            kern.hidden_group = len(self.groups)
+            kern.hidden = [self.equations.emit(ir.InitVector, node, name=f"ξ{k + 1}", group=kern.hidden_group,
+                                               member=k, width="n") for k in range(len(rows))]
+            self.groups.append(ir.Group(spec, tuple(kern.hidden), "n"))
+        return kern.hidden
+
+    def layout(self) -> TemplateLayout:
+        """Where the pair enters the lowered template (after :meth:`finish`)."""
+        kern = self.kernel
+        data = self.data_groups.get(kern.matrix.group) if kern.matrix is not None else None
+        first = {"input": data.index.get(b"kernel-0") if data is not None else None,
+                 "hidden": kern.hidden[0] if kern.hidden else None}
+        found = {what: next((g for g, grp in enumerate(self.groups) if var is not None and grp.members[0] == var), None)
+                 for what, var in first.items()}          # by member: finish() renumbers the groups
+        return TemplateLayout(found["input"], kern.scale, found["hidden"], kern.inputs.tokens)
 
     def finish(self) -> None:
         """The groups of the data matrices, now that their products are known; a data matrix that
@@ -308,21 +360,35 @@ class Lowerer:
         for decl in (s.decl, *s.more):
             for name, idx in self.expand(decl):
                 shown = f"{name}[{idx[0]}]" if idx else name
+                if self.kernel is not None:
+                    self.kernel.check_matrix(s)
                 if zero:
                     self.bind(s, name, idx, DataMat(shown, -1, rows, s.shape[1]))
+                    if self.kernel is not None:
+                        self.kernel.matrix = DataMat(shown, -1, rows, s.shape[1])
                     continue
                 g = len(self.groups)
                 self.groups.append(None)          # filled by finish() once the products are known
                 self.data_groups[g] = DataGroup(spec.var, rows)
                 self.data_at[g], self.data_cols[g] = s, s.shape[1]
                 self.bind(s, name, idx, DataMat(shown, g, rows, s.shape[1]))
+                if self.kernel is not None:       # members in the order of the pair's vectors
+                    self.kernel.matrix, self.kernel.scale = DataMat(shown, g, rows, s.shape[1]), float(spec.var)
+                    for k in sorted(self.kernel.by_k):
+                        self.data_product(s, self.kernel.matrix, self.kernel.by_k[k])
 
     def do_Data(self, s: S.Data) -> None:
         """``vector x[a..b] : d = EXPR``: the rows of a constant (b-a+1) x d array as data vectors x[a..b]
         of the fixed dimension d (``vector x : d = EXPR``: one vector, a 1-d array)."""
-        value = self.expr.const(s.value, "data")
-        arr = np.asarray(value, dtype=float)
-        keys = self.expand(s.decl)
+        ks = None
+        if self.kernel is not None:               # a kernel template: the pair's data, not the file's
+            keys = self.expand(s.decl)
+            rows_k, ks = self.kernel.data(s, None if s.decl.range is None else len(keys))
+            arr = rows_k[0] if s.decl.range is None else np.stack(rows_k)
+        else:
+            value = self.expr.const(s.value, "data")
+            arr = np.asarray(value, dtype=float)
+            keys = self.expand(s.decl)
         want = 1 if s.decl.range is None else 2
         if arr.ndim != want or want == 2 and arr.shape[0] != len(keys):
             shape = "x".join(map(str, arr.shape)) or "a number"
@@ -339,8 +405,11 @@ class Lowerer:
                                f"have {d} coordinates", line, col)
         self.fixed[s.width] = d
         rows = [arr] if want == 1 else list(arr)
-        for (name, idx), row in zip(keys, rows):
-            self.bind(s, name, idx, np.array(row))
+        for m, ((name, idx), row) in enumerate(zip(keys, rows)):
+            bound = np.array(row)
+            self.bind(s, name, idx, bound)
+            if ks is not None:
+                self.kernel.register(bound, ks[m])
 
     def do_Assign(self, s: S.Assign) -> None:
         idx = tuple(self.expr.const_int(i, "an index") for i in s.indices)
@@ -441,6 +510,22 @@ def param_names(statements) -> set[str]:
 def lower(module: S.Module, overrides: Mapping[str, float] | None = None, *, file: str = "<string>",
           source: str = "", base_dir: str = ".", max_nodes: int = 1_000_000) -> ir.Program:
     """Unroll a parsed program into the IR; raise located ``TPError``s."""
+    return lower_with(module, overrides, file=file, source=source, base_dir=base_dir, max_nodes=max_nodes)[0]
+
+
+def lower_template(module: S.Module, inputs: KernelInputs, overrides: Mapping[str, float] | None = None, *,
+                   file: str = "<string>", source: str = "", base_dir: str = ".",
+                   max_nodes: int = 1_000_000) -> tuple[ir.Program, TemplateLayout]:
+    """A kernel template written with data inputs, lowered on the pair ``inputs`` (see
+    :mod:`.kernel_inputs`): the IR and where the pair enters it."""
+    return lower_with(module, overrides, file=file, source=source, base_dir=base_dir, max_nodes=max_nodes,
+                      inputs=inputs)
+
+
+def lower_with(module: S.Module, overrides: Mapping[str, float] | None = None, *, file: str = "<string>",
+               source: str = "", base_dir: str = ".", max_nodes: int = 1_000_000,
+               inputs: KernelInputs | None = None) -> tuple[ir.Program, TemplateLayout | None]:
+    """:func:`lower`, or :func:`lower_template` when ``inputs`` are given."""
     overrides = dict(overrides or {})
     try:
         unknown = sorted(set(overrides) - param_names(module.statements))
@@ -451,8 +536,11 @@ def lower(module: S.Module, overrides: Mapping[str, float] | None = None, *, fil
                               first.line if first else 1, first.col if first else 1)
         low = Lowerer({k: float(v) for k, v in overrides.items()}, base_dir, max_nodes)
         low.bound_somewhere = declared_names(module.statements)
+        if inputs is not None:
+            low.kernel = KernelData(inputs, data_declarations(module.statements))
         low.run(module.statements)
         low.finish()
+        layout = low.layout() if inputs is not None else None
         if not low.outputs:
             line, col = module.statements[-1].line if module.statements else 1, 1
             low.warnings.append(f"{line}:{col}: warning [no out]: the program has no 'out' statement, so it "
@@ -463,4 +551,4 @@ def lower(module: S.Module, overrides: Mapping[str, float] | None = None, *, fil
         raise TPLimitError("the program nests too deeply", 1, 1, file, source) from None
     return ir.verify(ir.Program(tuple(low.eqns), tuple(low.groups), tuple(low.outputs.values()),
                                 dims=dict(low.dims), params=dict(low.params), file=file, source=source,
-                                base_dir=base_dir, warnings=tuple(f"{file}:{w}" for w in low.warnings)))
+                                base_dir=base_dir, warnings=tuple(f"{file}:{w}" for w in low.warnings))), layout

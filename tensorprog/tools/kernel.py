@@ -12,6 +12,9 @@ For data X (N × d), q = X Xᵀ / d fills those entries for every pair i ≤ j:
   * finite width n: one network (the same matrices) applied to all N inputs, drawn jointly with
     covariance s·q + b·11ᵀ, the pairs as columns of (n, P) arrays, so each layer is one GEMM per
     chunk of pairs.
+
+A template may instead take its two inputs as data, with the real input layer (``U @ x``), each
+input a vector or a sequence of vectors: :mod:`.data_kernel`.
 """
 from __future__ import annotations
 
@@ -28,7 +31,7 @@ import numpy as np
 from .. import distributions as D
 from .. import ir
 from ..arguments import usage, whole
-from ..expect.budget import DEFAULT
+from ..expect.budget import DEFAULT, Budget
 from ..errors import TPUsageError
 from ..finite.exec_options import UNSET, resolve
 from ..finite.executor import Executor
@@ -39,6 +42,8 @@ from ..limit.replay_store import warn as store_warning
 from ..limit.symbolic_params import relower
 from . import pairs
 from .caches import Memo
+from .data_kernel import (TemplateText, check_symmetric, data_template, data_template_text, finite_setup,
+                          finite_trial, points_array, sequence_limit)
 from .kernel_dir import MANIFEST, make_directory
 from .pairs import LimitSpec, first_layer_cov, gram
 from .tiles import (TILE_PAIRS, check_memory, inputs_array, is_directory, large_summary, limit_tiles,
@@ -147,17 +152,21 @@ def save_path(path: str | Path) -> Path:
 
 
 def load_inputs(path: str) -> np.ndarray:
-    """An (N, d) real array from a .npy file (no pickles), N ≥ 1 and d ≥ 1; errors name the file (and
-    the row of a NaN or inf)."""
+    """An (N, d) real array from a .npy file (no pickles), N ≥ 1 and d ≥ 1, or (N, T, d) (sequences,
+    for a data template); errors name the file (and the row of a NaN or inf)."""
     try:
         X = np.load(path, allow_pickle=False)
     except (OSError, ValueError, EOFError) as err:
         raise TPUsageError(f"--inputs: cannot read {path}: {err or type(err).__name__}", file=str(path)) from None
-    if not isinstance(X, np.ndarray) or X.ndim != 2 or X.dtype.kind not in "biuf":
-        raise TPUsageError(f"--inputs: {path} must hold a real numeric (N, d) array", file=str(path))
-    if X.shape[0] < 1 or X.shape[1] < 1:
+    if not isinstance(X, np.ndarray) or X.ndim not in (2, 3) or X.dtype.kind not in "biuf":
+        raise TPUsageError(f"--inputs: {path} must hold a real numeric (N, d) array (or (N, T, d): "
+                           "sequences, for a template written with data inputs)", file=str(path))
+    if 0 in X.shape:
         raise TPUsageError(f"--inputs: {path} holds an array of shape {X.shape}: N ≥ 1 inputs of "
                            "dimension d ≥ 1 are needed", file=str(path))
+    if X.ndim == 3:
+        from .data_kernel import points_array
+        return points_array(X, str(path))
     return finite_rows(X.astype(float), str(path))
 
 
@@ -420,6 +429,9 @@ def kernel(program, X, *, n: int | None = None, trials: int = 1, seed: int = 0,
            **params) -> KernelResult:
     """N×N kernels of a template over data X: the limit (n=None) or finite width n.
 
+    X is (N, d); a template written with data inputs (:mod:`.data_kernel`) also takes (N, T, d)
+    sequences, or a list of N arrays of one shape.
+
     ``tol`` and ``max_qmc_points`` (None: the default of
     :class:`~tensorprog.expect.budget.Budget`) are the limit's budget per expectation, as for
     ``Program.compile``; a ``[budget]`` warning names the one to raise.
@@ -435,11 +447,20 @@ def kernel(program, X, *, n: int | None = None, trials: int = 1, seed: int = 0,
     ``distributed.Client``; the limit's tiles, or the finite-width trials, run there.  At finite
     width the kernels are computed in memory (one N×N input factor per trial) and then written."""
     from ..program import Program, load
-    if isinstance(program, (str, Path)):
+    text = data_template_text(program.ir if isinstance(program, Program) else program)
+    if text is None and isinstance(program, (str, Path)):
         program = load(program, **params)
     base = program.ir if isinstance(program, Program) else program
-    finite_rows(X, base.file)
-    merged = {**base.params, **params}
+    if text is not None:                   # an (N, d) or (N, T, d) array, or a list of N points
+        X = points_array(X, text.file)
+        merged = params if isinstance(program, (str, Path)) else {**base.params, **params}
+    else:
+        if not isinstance(X, (list, tuple)) and np.ndim(X) == 3:
+            raise TPUsageError(f"the inputs are sequences (shape {np.shape(X)}), but this template takes vectors "
+                               "through q11, q12, q22: write it with data inputs (vector x[1..T] : d = ...; "
+                               "docs/language.md#kernel-templates-with-data-inputs)", file=base.file)
+        finite_rows(X, base.file)
+        merged = {**base.params, **params}
     if out is not None and not is_directory(out):
         raise TPUsageError(f"out: {out} is not a directory (end it with '/'); for one .npz file "
                            "call .save(path) on the result")
@@ -449,15 +470,19 @@ def kernel(program, X, *, n: int | None = None, trials: int = 1, seed: int = 0,
                                "finite-width kernels to another directory")
         make_directory(out)                 # before the computation, not after it
     sched = resolve(scheduler=scheduler).scheduler
-    if n is None:
+    if text is not None:
+        result = data_kernel(text, X, n, trials, seed, matrix_dist, dtype, tol, merged, out, tile_pairs, sched,
+                             max_qmc_points)
+    elif n is None:
         if matrix_dist:
             from ..distributions.swap import with_matrix_family
             base = with_matrix_family(base, matrix_dist)
         if out is None and sched is None:
             return limit_kernel(base, X, tol=tol, params=merged, max_qmc_points=max_qmc_points)
         return tiled_limit_kernel(base, X, tol, merged, out, tile_pairs, sched, max_qmc_points)
-    result = finite_kernel(base, X, n, trials, seed, matrix_dist, dtype, params=merged, scheduler=sched)
-    if out is not None:
+    else:
+        result = finite_kernel(base, X, n, trials, seed, matrix_dist, dtype, params=merged, scheduler=sched)
+    if out is not None and n is not None:
         write_finite(out, {k: m.mean for k, m in result.outputs.items()},
                      {k: m.std for k, m in result.outputs.items()})
     return result
@@ -471,7 +496,11 @@ def tiled_limit_kernel(program: ir.Program, X: np.ndarray, tol: float, params: d
     X = inputs_array(X)
     if max_qmc_points is not None:
         _check_budget(tol, max_qmc_points, program.file)
-    spec = LimitSpec(tmpl, g, s, b, X, tol, max_qmc_points)
+    return spec_kernel(LimitSpec(tmpl, g, s, b, X, tol, max_qmc_points), out, tile_pairs, scheduler)
+
+
+def spec_kernel(spec: LimitSpec, out, tile_pairs: int, scheduler) -> KernelResult:
+    """The limit kernels of a :class:`.pairs.LimitSpec`, tile by tile (:func:`.tiles.limit_tiles`)."""
     got = limit_tiles(spec, out, tile_pairs, scheduler, resolve().progress)
     outputs = {name: KernelMatrix(got.values[name], error=got.errors[name], method=got.methods[name])
                for name in got.values}
@@ -485,3 +514,53 @@ def _check_budget(tol: float, max_qmc_points: int, file: str) -> None:
         Budget(tol=tol, max_qmc_points=max_qmc_points)
     except (ValueError, TypeError) as err:
         raise TPUsageError(str(err), file=file) from None
+
+
+def data_kernel(text: TemplateText, X: np.ndarray, n: int | None, trials: int, seed: int, matrix_dist: str | None,
+                dtype, tol: float, params: dict, out, tile_pairs: int, scheduler,
+                max_qmc_points: int | None) -> KernelResult:
+    """:func:`kernel` of a template written with data inputs (:mod:`.data_kernel`): X is (N, d)
+    (vector points: the limit is a q-template's, replayed and tiled) or (N, T, d) (sequences:
+    batch compiles, in memory)."""
+    if n is None:
+        if max_qmc_points is not None:
+            _check_budget(tol, max_qmc_points, text.file)
+        tmpl = data_template(text, X, params, "limit")
+        prog = tmpl.program
+        if matrix_dist:
+            from ..limit.matrix_laws import with_matrix_family
+            prog = with_matrix_family(prog, matrix_dist)
+        tokens = tmpl.layout.tokens
+        spec = LimitSpec(prog, tmpl.layout.group, tmpl.layout.scale, 0.0, X.reshape(X.shape[0], -1)
+                         if tokens == 1 else X[:, 0], tol, max_qmc_points)
+        check_symmetric(dataclasses.replace(tmpl, program=prog), X, spec.budget)
+        if tokens == 1:                      # exactly a q-template's spec: s·q of the pair, shift 0
+            return spec_kernel(spec, out, tile_pairs, scheduler)
+        if out is not None or scheduler is not None:
+            raise TPUsageError("a kernel over sequences is computed in memory: out='DIR/' and a scheduler "
+                               "take vector data only (save the result with .save(path) / --out K.npz)",
+                               file=text.file)
+        values, errors, methods, warnings = sequence_limit(dataclasses.replace(tmpl, program=prog), X, spec.budget)
+        return KernelResult({name: KernelMatrix(values[name], error=errors[name], method=methods[name])
+                             for name in values}, None, warnings=warnings)
+    usage(lambda: whole(trials, "trials", 1), text.file)
+    N = X.shape[0]
+    T = X.shape[1] if X.ndim == 3 else 1
+    tmpl = data_template(text, X, params, "finite")
+    check_memory(finite_bytes(N * T, n, trials, 0) + finite_bytes(N, 1, trials, len(tmpl.program.outputs)),
+                 f"the finite-width kernel of N = {N} inputs ({trials} trial(s), width {n})",
+                 "use fewer inputs or trials (the input layer's factor and every trial's N×N kernels are held "
+                 "in memory)")
+    check_symmetric(data_template(text, X, params, "limit"), X, Budget(tol=tol))
+    setup = finite_setup(tmpl, X, n, 1 << 22)
+    opts = resolve(scheduler=scheduler)
+    plan = run_plan(tmpl.program, RunSpec.checked(text.file, n, seed, dtype, matrix_dist), opts)
+    runs = map_trials(plan, finite_trial(setup), trials, opts.jobs, opts.progress, desc="kernel trials",
+                      scheduler=opts.scheduler)
+    outputs = {}
+    for o in tmpl.program.outputs:
+        mats = [run[o.name] for run in runs]
+        stack = np.stack(mats)
+        outputs[o.name] = KernelMatrix(stack.mean(0), stack.std(0, ddof=1) if trials > 1 else np.zeros((N, N)),
+                                       values=mats)
+    return KernelResult(outputs, n, trials)
