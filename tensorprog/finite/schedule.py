@@ -37,7 +37,7 @@ class Plan:
 def inputs(e: ir.Eqn) -> tuple[int, ...]:
     if isinstance(e, ir.MatMul):
         return (e.matrix, e.arg)
-    if isinstance(e, ir.FUNCTION_OPS):
+    if isinstance(e, (*ir.FUNCTION_OPS, *ir.LOW_RANK_OPS)):
         return e.args
     return ()
 
@@ -104,7 +104,13 @@ def peak_bytes(program: ir.Program, plan: Plan, sizes: dict[str, int], itemsize:
             return matrix_bytes(e, sizes[e.rows], sizes[e.cols])
         if isinstance(e, ir.VECTOR_OPS):
             return sizes[e.width] * itemsize
+        if isinstance(e, ir.RankOne):        # a link holds its chain (shared stacks: twice, growing)
+            return 2 * links[e.var] * (sizes[e.rows] + sizes[e.cols]) * itemsize
         return 8
+    links: dict[int, int] = {}
+    for e in program.eqns:
+        if isinstance(e, ir.RankOne):
+            links[e.var] = 1 + (links[e.prev] if e.prev >= 0 else 0)
     live: dict[int, int] = {g_var: nbytes(program.eqns[g_var])
                             for g in program.groups for g_var in g.members if g_var in plan.needed}
     peak, where = sum(live.values()), None

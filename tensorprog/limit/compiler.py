@@ -116,7 +116,13 @@ def compile_program(program: ir.Program, symbolic: bool = False, *, budget: Budg
                     zdot: bool = True, batch_covs: Mapping[int, np.ndarray] | None = None,
                     symbolic_covs: Mapping[int, sp.Matrix] | None = None,
                     param_values: Mapping[sp.Symbol, float] | None = None) -> Compiled:
-    """The Master Theorem recurrence of ``program`` (see :class:`Compiler` for the options)."""
+    """The Master Theorem recurrence of ``program`` (see :class:`Compiler` for the options).  A
+    program whose updated matrices are RankOne chains is compiled from its expansion by definition
+    (:func:`tensorprog.lang.lower.expanded`): the recurrence's rule for a product by W₀ + Σ c g hᵀ/n
+    is Z^{W₀x} + Σ c Z^g E[Z^h Z^x], which the expansion states equation by equation."""
+    if program.low_rank:
+        from ..lang.lower import expanded
+        program = expanded(program)
     return Compiler(program, symbolic, budget=budget, zdot=zdot, batch_covs=batch_covs,
                     symbolic_covs=symbolic_covs, param_values=param_values).run()
 
