@@ -176,7 +176,7 @@ class Executor:
                         self._watch(trial, i, step, read)
                     results = self._gemm(step, read, wide)
                 elif isinstance(step.eqns[0], ir.LOW_RANK_OPS):
-                    results = [self._low_rank(step.eqns[0], read, wide)]
+                    results = self._low_rank(step, read, wide)
                 else:
                     e = step.eqns[0]
                     results = [rules[type(e)](self, e, evaluate(e.fn, read), wide)]
@@ -192,11 +192,17 @@ class Executor:
             return {o.name: np.ravel(self.backend.to_numpy(read(o.var))) for o in self.program.outputs}
         return {o.name: float(read(o.var)) for o in self.program.outputs}
 
-    def _low_rank(self, e: ir.RankOne | ir.LowRank, read: Read, wide: bool):
-        """A RankOne link (the chain's terms, stacked) or a LowRank product by it (:mod:`.lowrank`)."""
-        if isinstance(e, ir.RankOne):
-            return rank_one_value(self.program, self.sizes, e, read, self.numpy and not wide)
-        return read(e.terms).matmul(read(e.arg), e.transposed, self.xp)
+    def _low_rank(self, step: Step, read: Read, wide: bool) -> list:
+        """A RankOne link (the chain's terms, stacked), or LowRank products by one chain
+        (:mod:`.lowrank`): on numpy, one trial, the step's arguments side by side, one pass."""
+        first = step.eqns[0]
+        if isinstance(first, ir.RankOne):
+            return [rank_one_value(self.program, self.sizes, first, read, self.numpy and not wide)]
+        link = read(first.terms)
+        if len(step.eqns) > 1 and link.stack is not None:
+            block = link.matmul(np.stack([read(e.arg) for e in step.eqns], axis=1), first.transposed)
+            return list(block.T)
+        return [link.matmul(read(e.arg), e.transposed, self.xp) for e in step.eqns]
 
     def _watch(self, trial: int, index: int, step: Step, read: Read) -> None:
         """Report the rows of a blocked product to ``on_step`` as they are generated."""

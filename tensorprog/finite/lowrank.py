@@ -72,12 +72,14 @@ class Link:
     terms: tuple = ()
 
     def matmul(self, x, transposed: bool, xp=np):
-        """Σ_t c_t g_t (h_t·x)/|d_t| (or the transpose), see the module docstring."""
+        """Σ_t c_t g_t (h_t·x)/|d_t| (or the transpose), see the module docstring; on a stacked
+        link x may be (n, B), B arguments side by side."""
         if self.stack is not None:
             s, k = self.stack, self.k
             inner, outer, factor = (s.left, s.right, s.b) if transposed else (s.right, s.left, s.a)
-            weights = (factor[:k] * (inner[:k] @ x)).astype(x.dtype, copy=False)
-            return weights @ outer[:k]
+            scale = factor[:k] if x.ndim == 1 else factor[:k, None]       # x: (n,) or (n, B)
+            weights = (scale * (inner[:k] @ x)).astype(x.dtype, copy=False)
+            return outer[:k].T @ weights
         total = None
         for left, right, c, a, b in self.terms:
             inner, outer, factor = (left, right, b) if transposed else (right, left, a)

@@ -64,12 +64,16 @@ def make_plan(program: ir.Program) -> Plan:
     steps: list[Step] = []
     for lv in sorted(buckets):
         gemms: dict[tuple[int, bool], list[ir.Eqn]] = defaultdict(list)
+        lows: dict[tuple[int, bool], list[ir.Eqn]] = defaultdict(list)
         for e in buckets[lv]:
             if isinstance(e, ir.MatMul):
                 gemms[(e.matrix, e.transposed)].append(e)
+            elif isinstance(e, ir.LowRank):            # products by one chain: one pass over its stacks
+                lows[(e.terms, e.transposed)].append(e)
             else:
                 steps.append(Step((e,)))
         steps.extend(Step(tuple(batch)) for batch in gemms.values())
+        steps.extend(Step(tuple(batch)) for batch in lows.values())
     last_use: dict[int, int] = {}
     for i, step in enumerate(steps):
         for e in step.eqns:
