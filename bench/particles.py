@@ -67,11 +67,11 @@ def run_particles(program: str, T: int, particles: int, replicas: int, seed: int
     import tensorprog as tp
     wall, cpu = time.perf_counter(), time.process_time()
     p = tp.load(ROOT / "programs" / program, T=T)
-    lowered = time.perf_counter() - wall
+    lowered, lowered_cpu = time.perf_counter() - wall, time.process_time() - cpu
     res = p.compile(method="particles", particles=particles, replicas=replicas, seed=seed)
     lim = res.limit()
     return {"program": program, "T": T, "particles": particles, "replicas": replicas, "seed": seed,
-            "equations": len(p.ir.eqns), "engine": res.engine, "lower_s": lowered,
+            "equations": len(p.ir.eqns), "engine": res.engine, "lower_s": lowered, "lower_cpu_s": lowered_cpu,
             "wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu,
             "outputs": {k: {"value": v.value, "error": v.error, "statistical": res.outputs[k].statistical,
                             "bias": res.outputs[k].bias} for k, v in lim.outputs.items()},
@@ -80,21 +80,30 @@ def run_particles(program: str, T: int, particles: int, replicas: int, seed: int
 
 
 def run_widths(program: str, T: int, widths: list[int], trials: int, seed: int) -> dict:
-    """Finite widths on the conditional engine (exact in law): mean and SE of every output."""
+    """Finite widths: mean and SE of every output, on the conditional engine (exact in law) where the
+    width allows it (n ≥ 2k for k products by one matrix), else dense (stored matrices); the widest
+    width runs half the trials."""
     import tensorprog as tp
+    from tensorprog.limit.particles import most_products
     p = tp.load(ROOT / "programs" / program, T=T)
+    k = most_products(p.ir)
     out = {}
     for n in widths:
-        start = time.perf_counter()
-        r = p.execute(n, trials=trials, seed=seed + n, conditional=True)
-        out[n] = {"seconds": time.perf_counter() - start,
+        start, cpu = time.perf_counter(), time.process_time()
+        conditional = n >= 2 * k
+        runs = max(4, trials // 2) if n == max(widths) and len(widths) > 1 else trials
+        r = p.execute(n, trials=runs, seed=seed + n, conditional=conditional)
+        out[n] = {"seconds": time.perf_counter() - start, "cpu_s": time.process_time() - cpu, "trials": runs,
+                  "engine": "conditional" if conditional else "dense",
                   "outputs": {k: {"mean": o.mean, "sem": o.sem} for k, o in r.outputs.items()}}
     return out
 
 
 def in_subprocess(args: list[str]) -> dict:
     """Run this script with ``args`` (``--child``) in a fresh process; its JSON result."""
-    done = subprocess.run([sys.executable, __file__, *args, "--child"], capture_output=True, text=True, check=True)
+    env = dict(os.environ, OPENBLAS_NUM_THREADS=os.environ.get("OPENBLAS_NUM_THREADS", "1"))
+    done = subprocess.run([sys.executable, __file__, *args, "--child"], capture_output=True, text=True, check=True,
+                          env=env)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -115,7 +124,9 @@ def agreement(limit: dict, widths: dict) -> list[str]:
     for n, w in widths.items():
         worst = max(abs(o["mean"] - limit[k]["value"]) / (3 * o["sem"] + limit[k]["error"])
                     for k, o in w["outputs"].items())
-        lines.append(f"width {n}: largest |mean − limit| / (3 SE + error) = {worst:.2f} ({w['seconds']:.1f} s)")
+        lines.append(f"width {n} ({w.get('engine', 'conditional')}, {w.get('trials', '?')} trials): largest "
+                     f"|mean − limit| / (3 SE + error) = {worst:.2f} ({w['seconds']:.1f} s wall, "
+                     f"{w.get('cpu_s', float('nan')):.1f} s CPU)")
     return lines
 
 
@@ -128,6 +139,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--widths", default="", help="deep: finite widths to compare with")
     ap.add_argument("--trials", type=int, default=8)
+    ap.add_argument("--save", default="", help="write the results (a JSON list) to this file")
     ap.add_argument("--child", action="store_true")
     args = ap.parse_args()
     program = "mup_train.tp" if args.what == "mup" else "mup_deep_train.tp"
@@ -138,8 +150,10 @@ def main() -> None:
         print(json.dumps(r))
         return
     configs = [(args.what, args.T, args.particles, args.replicas, args.widths)] if args.what != "all" else [
-        ("mup", 5, 1 << 16, 16, ""), ("mup", 100, 1 << 14, 8, ""), ("deep", 10, 1 << 14, 8, "1024,4096,16384")]
+        ("mup", 5, 1 << 17, 16, ""), ("mup", 100, 1 << 16, 16, ""),
+        ("deep", 100, 1 << 14, 8, "1024,2048,4096,16384")]
     print(HEADER)
+    results = []
     for what, T, n, R, widths in configs:
         load = os.getloadavg()[0]
         r = in_subprocess([what, "--T", str(T), "--particles", str(n), "--replicas", str(R), "--seed", str(args.seed),
@@ -148,6 +162,9 @@ def main() -> None:
         print(row(r), flush=True)
         for line in agreement(r["outputs"], {int(k): v for k, v in r.get("widths", {}).items()}):
             print("    " + line)
+        results.append(r)
+        if args.save:
+            Path(args.save).write_text(json.dumps(results, indent=1))
 
 
 if __name__ == "__main__":
