@@ -170,3 +170,22 @@ def test_verify_checks_the_chains():
             ir.verify(dataclasses.replace(p, eqns=p.eqns[:bad.var] + (bad,), outputs=()))
     ir.verify(dataclasses.replace(p, eqns=p.eqns[:link.var + 1], outputs=()))
     assert "rankone" in str(p) and "lowrank" in str(p)
+
+
+def test_a_trial_on_several_inputs_at_once():
+    """The kernel's wide mode (every vector (n, P)): terms summed one by one, per column, the same
+    numbers as the expansion."""
+    from tensorprog.finite.executor import Executor
+    from tensorprog.finite.plan import plan_run
+    text = HEAD + "A = W - c * outer(tanh(x), g) + mean(x * g) * outer(y, h)\nz = A @ tanh(y)\nw = A.T @ z\n" \
+        "out q = mean(z * w)\n"
+    low, full = program(text, 0), program(text, None)
+    rng = np.random.default_rng(0)
+    cols = rng.standard_normal((48, 3))
+    values = []
+    for p in (low, full):
+        plan = plan_run(p.ir, 48, 6, np.float64, None, None)
+        y = next(e.var for e in p.ir.eqns if isinstance(e, ir.InitVector) and e.name == "y")
+        values.append(Executor(plan).run_trial(0, columns={y: cols})["q"])
+    assert values[0].shape == (3,)
+    assert values[0] == pytest.approx(values[1], rel=1e-11, abs=1e-13)
