@@ -73,14 +73,19 @@ def test_low_rank_products_are_the_expansion(text):
             assert a.outputs[name].values == pytest.approx(b.outputs[name].values, rel=tol, abs=tol)
 
 
-def test_conditional_and_array_backend_agree_with_the_expansion():
-    """The conditional engine conditions the base products W₀x as before; the generic path (an array
+def test_conditional_blocked_and_array_backend_agree_with_the_expansion():
+    """The conditional engine conditions the base products W₀x as before, blocked matrices multiply
+    them block by block as before; the generic path (an array
     backend: terms summed one by one) gives the same numbers as the stacked one."""
     low, full = program(UPDATES, 0), program(UPDATES, None)
     a = low.execute(n=128, trials=2, seed=9, conditional=True)
     b = full.execute(n=128, trials=2, seed=9, conditional=True)
     for name in a.outputs:
         assert a.outputs[name].values == pytest.approx(b.outputs[name].values, rel=1e-11, abs=1e-12)
+    e = low.execute(n=96, trials=2, seed=9, blocked=True, block_rows=16)
+    f = full.execute(n=96, trials=2, seed=9, blocked=True, block_rows=16)
+    for name in e.outputs:
+        assert e.outputs[name].values == pytest.approx(f.outputs[name].values, rel=1e-11, abs=1e-12)
     pytest.importorskip("array_api_strict")
     c = low.execute(n=128, trials=2, seed=9, backend="array_api_strict")
     d = full.execute(n=128, trials=2, seed=9, backend="array_api_strict")
