@@ -23,12 +23,12 @@ def program(text: str, expand_terms: int | None, **params: float) -> tp.Program:
 HEAD = ("param c = 0.7\nvector g, h, x, y ~ normal(cov=[[1, 0.2, 0.1, 0], [0.2, 1, 0, 0.3], [0.1, 0, 1, 0.4], "
         "[0, 0.3, 0.4, 1]])\nmatrix W ~ normal(var=2)\n")
 #: updated matrices and products of every kind: W and Wᵀ, a runtime coefficient, a scaled base,
-#: a sum of two outers without base, a chain extended from an older link (B and A share W's first
-#: link), and a product whose argument is an expression
+#: a sum of two outers without base, a chain extended from an older link (B and A share A0's
+#: link, so one of them copies the stack), and a product whose argument is an expression
 UPDATES = HEAD + """
-A = W - c * outer(g, h)
-A = A + mean(x * y) * outer(tanh(x), y)
-B = W - outer(y, x)
+A0 = W - c * outer(g, h)
+A = A0 + mean(x * y) * outer(tanh(x), y)
+B = A0 - outer(y, x)
 z1 = A @ x
 z2 = A.T @ tanh(y)
 z3 = (2 * A) @ (x + y)
