@@ -16,35 +16,43 @@ machine, which is shared (2 cores).
     python bench/particles.py deep --T 20 --particles 8192 --replicas 8 --widths 1024,4096
     python bench/particles.py all              # the configurations of the table below
 
-Measured on the project machine (2 cores shared with 6 other sessions: load average 18–21 throughout,
-so wall-clock times are 5–15× the CPU seconds; CPU seconds are those of the whole process, lowering
-included), seed 0, conditional engine:
+Measured on the project machine (2 cores shared with 6 other sessions), seed 0, conditional engine,
+one BLAS thread (``OPENBLAS_NUM_THREADS=1``, set for the child: OpenBLAS's two threads on this loaded
+machine made a 400 × 4096 matrix-vector product 15× slower). CPU seconds are those of the whole
+process, lowering included, plus those of its ``--jobs`` workers; wall-clock times are 5–20× the CPU
+seconds at these loads.
 
 | program | T | N / N_s | R | equations | lowering s (wall) | wall s | CPU s | peak RSS GiB | largest error | load | outputs |
 |---|---|---|---|---|---|---|---|---|---|---|---|
 | mup_train.tp | 5 | 131072 / 32768 | 16 | 95 | 11.7 | 166.5 | 12.4 | 0.15 | 1.3e-03 | 18.4 | f1 0.345514 ± 1.3e-03, fT 0.846009 ± 6.5e-04, loss 0.011856 ± 1.0e-04 |
-| mup_train.tp | 100 | 16384 / 4096 | 8 | 11416 | 151.8 | 679.1 | 35.7 | 0.17 | 1.0e-02 (f1) | 20.7 | f1 0.344435 ± 1.0e-02, fT 1.000000 ± 9.5e-16, loss 0.000000 ± 4.0e-16 |
-| mup_deep_train.tp | 10 | 16384 / 4096 | 8 | 3851 | 59.4 | 520.9 | 36.3 | 0.19 | 2.4e-03 (loss0) | 20.7 | loss0 0.195612 ± 2.4e-03 (exact 0.1953125), loss5 0.107570 ± 1.7e-04, loss10 0.103357 ± 8.9e-05 |
+| mup_train.tp | 100 | 65536 / 16384 | 16 | 2697 | 29.8 | 1059.1 | 56.5 | 0.44 | 2.0e-03 (f1) | 13.2 | f1 0.346433 ± 2.0e-03, fT 1.000000 ± 4.5e-16, loss 0.000000 ± 2.9e-33 |
+| mup_deep_train.tp | 100 | 16384 / 4096 | 8 | 10693 | 44.2 | 1250.7 | 218.9 (-j 2) | 0.15 + workers | 2.4e-03 (loss0) | 18.4 | loss0 0.195612 ± 2.4e-03 (exact 0.1953125), loss5 0.107570 ± 1.7e-04, loss50 0.093215 ± 2.5e-04, loss100 0.084614 ± 1.7e-04 |
 
-``mup_deep_train.tp`` T = 10 against finite widths (conditional engine, 8 seeds each): the largest
-|mean − limit| / (3 SE + error) over the outputs is 0.59 at n = 1024, 0.28 at 4096 and 0.44 at 16384
-(≤ 1: they agree at every checkpoint).
+(The T = 5 row is from the previous session; its program has at most 5 rank-one terms per matrix,
+so it lowers to the same IR as before and runs bit-identically.)  Since updated matrices with more
+than 32 terms are RankOne chains (``tensorprog/lang/matrices.py``), the IR is linear in T:
+mup_deep_train.tp has 10,693 equations at T = 100 (2.8 CPU s to lower) where the expansion had
+about 350,000 (T = 20: 14,181).
+
+``mup_deep_train.tp`` T = 100 against finite widths: 1024 dense (8 trials, 8.8 CPU s), 2048 and
+4096 conditional (8 and 4 trials, 22 CPU s each), 16384 conditional (4 trials, 86.7 CPU s). The
+largest |mean − limit| / (3 SE + error) over the 21 checkpoints is 0.39, 0.28, 0.24 and 0.38: they
+agree at every checkpoint. Peak memory at N = 16384: the plan's estimate is 1.56 GiB per trial (the
+conditional state of 804 products per matrix and the chains' stacks). The workers' RSS is not in
+the table's column (ru_maxrss of the parent). One trial at N = 16384 in a process of its own: peak
+RSS 0.71 GiB, 22.9 CPU s.
 
 Against the targets:
 
-* T = 5, error ≤ 2e-4 in < 10 s: **missed**. 12.4 CPU s give 6.5e-4 on fT, 1.0e-4 on the loss and
-  1.3e-3 on f1. The error is statistical: an output fluctuates by σ/√n per replica (σ ≈ 0.2 for fT,
-  0.4 for f1), and the cost is ∝ N·R, so the error falls as 1/√(CPU time): 2e-4 on every output needs
-  about 40× this run (~8 CPU minutes; 11×, ~2 CPU minutes, for fT alone).
-* T = 100, error ≤ 1e-3 in < 60 s: fT and the loss after 100 steps are **met** (the network has fitted
-  its example: fT = 1 ± 1e-15, within 35.7 CPU s, lowering included); f1 (the output after the first
-  step, the same quantity as at T = 5) has 1.0e-2 at this N·R: **missed** for f1. Wall time here was
-  679 s at load 20.7.
-* mup_deep_train.tp, T = 100 in < 5 minutes: **missed** — not by the particles but by the front end:
-  with `outer` updates the unrolled program has O(T²·P²) equations (T = 10: 3851, 3.8 CPU s to lower;
-  T = 20: 14181, 10.0 CPU s; T = 100: about 350,000), and lowering it (grad's sympy derivatives)
-  would take several CPU minutes by itself. T = 10 is measured above (error 2.4e-3 at loss0, whose
-  exact value 0.1953125 it covers; ≤ 1.7e-4 from step 5 on).
+* T = 5, error ≤ 2e-4 in < 10 s: **missed**, as before (statistical: about 40× the N·R).
+* T = 100, error ≤ 1e-3 in < 60 s: fT and the loss **met** in 56.5 CPU s. f1 (the output after the
+  first step) has 2.0e-3: **missed**. It would need about 4× the N·R, ~4 CPU minutes.
+* mup_deep_train.tp, T = 100 in < 5 minutes: **met in CPU time** (218.9 CPU s; 21 minutes wall at
+  load 18). Error ≤ 2e-3: **met at every checkpoint from step 5 on** (≤ 2.7e-4), **missed at
+  loss0** (2.4e-3; it covers the exact 0.1953125). That needs ~1.5× the N·R.
+* Variance reduction tried: antithetic replicas (the same seed with one matrix's Gaussian
+  draws negated, exact in law) on mup_train T = 5 at n = 4096. The pair correlation was +0.5, so
+  a pair was worth 0.7 independent replicas: no gain, not kept.
 """
 from __future__ import annotations
 
@@ -62,17 +70,26 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def run_particles(program: str, T: int, particles: int, replicas: int, seed: int) -> dict:
-    """Lower and run ``program`` by particles in this process: the limit and the times."""
+def children_cpu() -> float:
+    """CPU seconds of this process's finished (waited-for) children: the workers of ``--jobs``."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_particles(program: str, T: int, particles: int, replicas: int, seed: int, jobs: int = 1) -> dict:
+    """Lower and run ``program`` by particles in this process (``jobs`` worker processes for the
+    replicas: the same numbers as one, their CPU seconds counted): the limit and the times."""
     import tensorprog as tp
-    wall, cpu = time.perf_counter(), time.process_time()
+    wall, cpu = time.perf_counter(), time.process_time() + children_cpu()
     p = tp.load(ROOT / "programs" / program, T=T)
-    lowered = time.perf_counter() - wall
-    res = p.compile(method="particles", particles=particles, replicas=replicas, seed=seed)
+    lowered, lowered_cpu = time.perf_counter() - wall, time.process_time() - cpu
+    with tp.finite.options(jobs=jobs):
+        res = p.compile(method="particles", particles=particles, replicas=replicas, seed=seed)
     lim = res.limit()
     return {"program": program, "T": T, "particles": particles, "replicas": replicas, "seed": seed,
-            "equations": len(p.ir.eqns), "engine": res.engine, "lower_s": lowered,
-            "wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu,
+            "equations": len(p.ir.eqns), "engine": res.engine, "lower_s": lowered, "lower_cpu_s": lowered_cpu,
+            "wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() + children_cpu() - cpu,
+            "jobs": jobs,
             "outputs": {k: {"value": v.value, "error": v.error, "statistical": res.outputs[k].statistical,
                             "bias": res.outputs[k].bias} for k, v in lim.outputs.items()},
             "max_error": max(v.error for v in lim.outputs.values()),
@@ -80,21 +97,30 @@ def run_particles(program: str, T: int, particles: int, replicas: int, seed: int
 
 
 def run_widths(program: str, T: int, widths: list[int], trials: int, seed: int) -> dict:
-    """Finite widths on the conditional engine (exact in law): mean and SE of every output."""
+    """Finite widths: mean and SE of every output, on the conditional engine (exact in law) where the
+    width allows it (n ≥ 2k for k products by one matrix), else dense (stored matrices); the widest
+    width runs half the trials."""
     import tensorprog as tp
+    from tensorprog.limit.particles import most_products
     p = tp.load(ROOT / "programs" / program, T=T)
+    k = most_products(p.ir)
     out = {}
     for n in widths:
-        start = time.perf_counter()
-        r = p.execute(n, trials=trials, seed=seed + n, conditional=True)
-        out[n] = {"seconds": time.perf_counter() - start,
+        start, cpu = time.perf_counter(), time.process_time()
+        conditional = n >= 2 * k
+        runs = max(4, trials // 2) if n == max(widths) and len(widths) > 1 else trials
+        r = p.execute(n, trials=runs, seed=seed + n, conditional=conditional)
+        out[n] = {"seconds": time.perf_counter() - start, "cpu_s": time.process_time() - cpu, "trials": runs,
+                  "engine": "conditional" if conditional else "dense",
                   "outputs": {k: {"mean": o.mean, "sem": o.sem} for k, o in r.outputs.items()}}
     return out
 
 
 def in_subprocess(args: list[str]) -> dict:
     """Run this script with ``args`` (``--child``) in a fresh process; its JSON result."""
-    done = subprocess.run([sys.executable, __file__, *args, "--child"], capture_output=True, text=True, check=True)
+    env = dict(os.environ, OPENBLAS_NUM_THREADS=os.environ.get("OPENBLAS_NUM_THREADS", "1"))
+    done = subprocess.run([sys.executable, __file__, *args, "--child"], capture_output=True, text=True, check=True,
+                          env=env)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -115,7 +141,9 @@ def agreement(limit: dict, widths: dict) -> list[str]:
     for n, w in widths.items():
         worst = max(abs(o["mean"] - limit[k]["value"]) / (3 * o["sem"] + limit[k]["error"])
                     for k, o in w["outputs"].items())
-        lines.append(f"width {n}: largest |mean − limit| / (3 SE + error) = {worst:.2f} ({w['seconds']:.1f} s)")
+        lines.append(f"width {n} ({w.get('engine', 'conditional')}, {w.get('trials', '?')} trials): largest "
+                     f"|mean − limit| / (3 SE + error) = {worst:.2f} ({w['seconds']:.1f} s wall, "
+                     f"{w.get('cpu_s', float('nan')):.1f} s CPU)")
     return lines
 
 
@@ -128,26 +156,34 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--widths", default="", help="deep: finite widths to compare with")
     ap.add_argument("--trials", type=int, default=8)
+    ap.add_argument("--jobs", type=int, default=1, help="worker processes for the replicas")
+    ap.add_argument("--save", default="", help="write the results (a JSON list) to this file")
     ap.add_argument("--child", action="store_true")
     args = ap.parse_args()
     program = "mup_train.tp" if args.what == "mup" else "mup_deep_train.tp"
     if args.child:
-        r = run_particles(program, args.T, args.particles, args.replicas, args.seed)
+        r = run_particles(program, args.T, args.particles, args.replicas, args.seed, args.jobs)
         if args.widths:
             r["widths"] = run_widths(program, args.T, [int(w) for w in args.widths.split(",")], args.trials, args.seed)
         print(json.dumps(r))
         return
     configs = [(args.what, args.T, args.particles, args.replicas, args.widths)] if args.what != "all" else [
-        ("mup", 5, 1 << 16, 16, ""), ("mup", 100, 1 << 14, 8, ""), ("deep", 10, 1 << 14, 8, "1024,4096,16384")]
+        ("mup", 5, 1 << 17, 16, ""), ("mup", 100, 1 << 16, 16, ""),
+        ("deep", 100, 1 << 14, 8, "1024,2048,4096,16384")]
     print(HEADER)
+    results = []
     for what, T, n, R, widths in configs:
         load = os.getloadavg()[0]
         r = in_subprocess([what, "--T", str(T), "--particles", str(n), "--replicas", str(R), "--seed", str(args.seed),
+                           "--jobs", str(args.jobs),
                            "--widths", widths, "--trials", str(args.trials)])
         r["load"] = load
         print(row(r), flush=True)
         for line in agreement(r["outputs"], {int(k): v for k, v in r.get("widths", {}).items()}):
             print("    " + line)
+        results.append(r)
+        if args.save:
+            Path(args.save).write_text(json.dumps(results, indent=1))
 
 
 if __name__ == "__main__":

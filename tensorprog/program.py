@@ -81,7 +81,9 @@ class Program:
             raise TPUsageError("--particles and --replicas apply to --method particles only", file=self.ir.file)
         from .limit.compiler import compile_program
         from .distributions.swap import with_matrix_family
-        program = with_matrix_family(self.ir, matrix_dist) if matrix_dist else self.ir
+        from .lang.lower import expanded
+        program = expanded(self.ir)          # the recurrence reads updated matrices expanded
+        program = with_matrix_family(program, matrix_dist) if matrix_dist else program
         if not symbolic:
             return compile_program(program, budget=limits)
         from .limit.symbolic_params import symbolic_covariances

@@ -48,6 +48,7 @@ from ..distributions.sample import Draws
 from ..errors import TPNumericalError, TPUsageError
 from .backend import Stream, all_finite, get_backend, is_array, stream_seed
 from .evaluate import OVERFLOW, Cause, eval_array, eval_fn, first_nonfinite
+from .lowrank import rank_one_value
 from .memory import side_products
 from .plan import RunPlan
 from .schedule import Step, inputs
@@ -174,11 +175,14 @@ class Executor:
                     if self.on_step is not None:
                         self._watch(trial, i, step, read)
                     results = self._gemm(step, read, wide)
+                elif isinstance(step.eqns[0], ir.LOW_RANK_OPS):
+                    results = self._low_rank(step, read, wide)
                 else:
                     e = step.eqns[0]
                     results = [rules[type(e)](self, e, evaluate(e.fn, read), wide)]
                 for e, value in zip(step.eqns, results):
-                    self._check_finite(e, value, trial, read)
+                    if not isinstance(e, ir.RankOne):         # (a link: its vectors were checked)
+                        self._check_finite(e, value, trial, read)
                     env[e.var] = value
                 for e in step.eqns:
                     for v in inputs(e):
@@ -187,6 +191,18 @@ class Executor:
         if wide:
             return {o.name: np.ravel(self.backend.to_numpy(read(o.var))) for o in self.program.outputs}
         return {o.name: float(read(o.var)) for o in self.program.outputs}
+
+    def _low_rank(self, step: Step, read: Read, wide: bool) -> list:
+        """A RankOne link (the chain's terms, stacked), or LowRank products by one chain
+        (:mod:`.lowrank`): on numpy, one trial, the step's arguments side by side, one pass."""
+        first = step.eqns[0]
+        if isinstance(first, ir.RankOne):
+            return [rank_one_value(self.program, self.sizes, first, read, self.numpy and not wide)]
+        link = read(first.terms)
+        if len(step.eqns) > 1 and link.stack is not None:
+            block = link.matmul(np.stack([read(e.arg) for e in step.eqns], axis=1), first.transposed)
+            return list(block.T)
+        return [link.matmul(read(e.arg), e.transposed, self.xp) for e in step.eqns]
 
     def _watch(self, trial: int, index: int, step: Step, read: Read) -> None:
         """Report the rows of a blocked product to ``on_step`` as they are generated."""
@@ -252,7 +268,7 @@ class Executor:
         # backend, found on host copies of the operands, with numpy)
         backend = self.backend
         host = read if self.numpy else (lambda var: backend.to_numpy(read(var)))
-        cause = None if isinstance(e, ir.MatMul) else first_nonfinite(e.fn, host)
+        cause = first_nonfinite(e.fn, host) if isinstance(e, ir.FUNCTION_OPS) else None
         if cause is None:          # finite operands: the product, the mean or the cast overflowed
             cause = Cause(OVERFLOW, OVERFLOWS_IN.get(type(e), f"the conversion to {self.dtype.name}"))
         what = ir.show_eqn(e).split("    #")[0]
@@ -308,4 +324,5 @@ def scalar_value(ex: Executor, e: ir.Scalar, v, wide: bool):
 FUNCTION_RULES: dict[type, Callable[[Executor, ir.Eqn, object, bool], object]] = {
     ir.Nonlin: nonlin_value, ir.Moment: moment_value, ir.Scalar: scalar_value}
 #: what overflowed when a non-finite value comes from finite operands (else: the dtype conversion)
-OVERFLOWS_IN: dict[type, str] = {ir.MatMul: "the matrix product", ir.Moment: "the mean"}
+OVERFLOWS_IN: dict[type, str] = {ir.MatMul: "the matrix product", ir.Moment: "the mean",
+                                 ir.LowRank: "the product by the rank-one updates"}

@@ -37,7 +37,7 @@ class Plan:
 def inputs(e: ir.Eqn) -> tuple[int, ...]:
     if isinstance(e, ir.MatMul):
         return (e.matrix, e.arg)
-    if isinstance(e, ir.FUNCTION_OPS):
+    if isinstance(e, (*ir.FUNCTION_OPS, *ir.LOW_RANK_OPS)):
         return e.args
     return ()
 
@@ -64,12 +64,16 @@ def make_plan(program: ir.Program) -> Plan:
     steps: list[Step] = []
     for lv in sorted(buckets):
         gemms: dict[tuple[int, bool], list[ir.Eqn]] = defaultdict(list)
+        lows: dict[tuple[int, bool], list[ir.Eqn]] = defaultdict(list)
         for e in buckets[lv]:
             if isinstance(e, ir.MatMul):
                 gemms[(e.matrix, e.transposed)].append(e)
+            elif isinstance(e, ir.LowRank):            # products by one chain: one pass over its stacks
+                lows[(e.terms, e.transposed)].append(e)
             else:
                 steps.append(Step((e,)))
         steps.extend(Step(tuple(batch)) for batch in gemms.values())
+        steps.extend(Step(tuple(batch)) for batch in lows.values())
     last_use: dict[int, int] = {}
     for i, step in enumerate(steps):
         for e in step.eqns:
@@ -104,7 +108,13 @@ def peak_bytes(program: ir.Program, plan: Plan, sizes: dict[str, int], itemsize:
             return matrix_bytes(e, sizes[e.rows], sizes[e.cols])
         if isinstance(e, ir.VECTOR_OPS):
             return sizes[e.width] * itemsize
+        if isinstance(e, ir.RankOne):        # a link holds its chain (shared stacks: twice, growing)
+            return 2 * links[e.var] * (sizes[e.rows] + sizes[e.cols]) * itemsize
         return 8
+    links: dict[int, int] = {}
+    for e in program.eqns:
+        if isinstance(e, ir.RankOne):
+            links[e.var] = 1 + (links[e.prev] if e.prev >= 0 else 0)
     live: dict[int, int] = {g_var: nbytes(program.eqns[g_var])
                             for g in program.groups for g_var in g.members if g_var in plan.needed}
     peak, where = sum(live.values()), None

@@ -9,7 +9,15 @@ A program is a sequence of nodes, each binding one variable ``%k``:
   Nonlin(f, args)         coordinatewise f of vectors (and scalars)
   Moment(f, args)         (1/n) Σ_α f(x_α...)  — a scalar
   Scalar(f, args)         a function of scalars only
+  RankOne(prev, c, g, h)  a matrix value: ``prev``'s terms plus c·g hᵀ/|d|
+  LowRank(terms, x, T)    Σ_t c_t g_t (h_t·x)/|d_t| over ``terms``' chain
   ======================  ===============================================
+
+A matrix updated many times (``W = W - lr * outer(g, h)`` in a training loop) is its random
+base matrix plus a chain of ``RankOne`` terms, each naming the one before: the chain grows by
+one equation per update, and a product by the updated matrix is a ``MatMul`` by the base plus
+one ``LowRank`` equation (the back ends keep the chain's vectors stacked, an O(n·k) product),
+so the IR stays linear in the number of updates (:mod:`tensorprog.lang.matrices`).
 
 Functions ``f`` are small expression trees (``Fn``) whose leaves are ``Ref(var)``
 or ``Const``: built from the parse tree by the front end, lowered to numpy by the
@@ -118,10 +126,53 @@ class Scalar:
     pos: Pos
 
 
-Eqn = Union[InitVector, Matrix, MatMul, Nonlin, Moment, Scalar]
-VECTOR_OPS = (InitVector, MatMul, Nonlin)
+@dataclass(frozen=True)
+class RankOne:
+    """A link of a chain of rank-one terms: the terms of ``prev`` (an earlier RankOne, or -1 for
+    none) plus ``scale·c·left rightᵀ/|denom|``, with c the scalar variable ``coeff`` (or 1 when
+    ``coeff`` is -1): a ``rows`` x ``cols`` matrix value, read only by LowRank equations and
+    later links.  A product reads h·x/|denom| as mean(h x)·|width(h)|/|denom|, the widths' ratio
+    taken from ``Program.dims`` (as the expansion by definition does)."""
+    var: int
+    prev: int
+    coeff: int
+    scale: float
+    left: int
+    right: int
+    denom: str
+    rows: str
+    cols: str
+    pos: Pos
+
+    @property
+    def args(self) -> tuple[int, ...]:
+        """The variables the link reads (its previous link, coefficient and vectors)."""
+        return tuple(v for v in (self.prev, self.coeff, self.left, self.right) if v >= 0)
+
+
+@dataclass(frozen=True)
+class LowRank:
+    """The product of the rank-one terms of the chain ending at ``terms`` (a RankOne) with the
+    vector ``arg``: Σ_t scale_t c_t left_t mean(right_t arg)·|w(right_t)|/|denom_t|, or with
+    each term transposed (left and right exchanged) when ``transposed``."""
+    var: int
+    terms: int
+    arg: int
+    transposed: bool
+    width: str                 # width of the result
+    pos: Pos
+
+    @property
+    def args(self) -> tuple[int, ...]:
+        return (self.terms, self.arg)
+
+
+Eqn = Union[InitVector, Matrix, MatMul, Nonlin, Moment, Scalar, RankOne, LowRank]
+VECTOR_OPS = (InitVector, MatMul, Nonlin, LowRank)
 SCALAR_OPS = (Moment, Scalar)
 FUNCTION_OPS = (Nonlin, Moment, Scalar)
+#: the equations of products by an updated matrix's rank-one terms (:class:`RankOne` chains)
+LOW_RANK_OPS = (RankOne, LowRank)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
-from .nodes import Eqn, Fn, InitVector, MatMul, Matrix, Moment, Nonlin, Scalar
+from .nodes import Eqn, Fn, InitVector, LowRank, MatMul, Matrix, Moment, Nonlin, RankOne, Scalar
 from .walk import Rules, fold
 
 if TYPE_CHECKING:
@@ -39,6 +39,10 @@ EQN_RULES: dict[type, Callable[..., str]] = {
     Nonlin: _function,
     Moment: _function,
     Scalar: _function,
+    RankOne: lambda e: (f"%{e.var} = rankone {'%' + str(e.prev) + ' + ' if e.prev >= 0 else ''}"
+                        f"{e.scale:g}{' * %' + str(e.coeff) if e.coeff >= 0 else ''} * outer(%{e.left}, %{e.right}) "
+                        f"/ |{e.denom}| {e.rows}x{e.cols}"),
+    LowRank: lambda e: f"%{e.var} = lowrank %{e.terms}{'.T' if e.transposed else ''} @ %{e.arg}",
 }
 
 

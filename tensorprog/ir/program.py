@@ -21,6 +21,15 @@ class Program:
     source: str = ""
     base_dir: str = "."
     warnings: tuple[str, ...] = ()      # "FILE:LINE:COL: warning ..." of the lowering (e.g. rounding)
+    overrides: dict[str, float] = field(default_factory=dict)   # the params it was given (-D)
+    max_nodes: int = 1_000_000          # the bound it was lowered under
+
+    @property
+    def low_rank(self) -> bool:
+        """Whether products by updated matrices are RankOne chains (LowRank equations) rather than
+        expanded (see :mod:`tensorprog.lang.matrices`)."""
+        from .nodes import LOW_RANK_OPS
+        return any(isinstance(e, LOW_RANK_OPS) for e in self.eqns)
 
     def eqn(self, var: int) -> Eqn:
         return self.eqns[var]

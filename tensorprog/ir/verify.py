@@ -8,6 +8,9 @@ and raises :class:`IRError` naming the equation):
   by an earlier equation (so each variable is bound exactly once, before its uses);
 * ``MatMul(W, x, T)``: ``W`` is a ``Matrix``; ``x`` is a vector of W's input width (its
   cols, or its rows when transposed); the result has W's output width;
+* ``RankOne``: its previous link (if any) a RankOne of its shape, its coefficient (if any) a
+  scalar, its left and right vectors of its rows' and cols' widths; ``LowRank(terms, x, T)``:
+  ``terms`` a RankOne, x of its input width, the result of its output width;
 * ``Nonlin`` / ``Moment`` / ``Scalar``: ``args == refs(fn)`` (as the front end emits them);
   the arguments of a Nonlin or Moment are vectors of the equation's width or scalars, those
   of a Scalar scalars only; every ``Call`` names a builtin with its arity, every ``Bin`` an
@@ -21,8 +24,8 @@ from __future__ import annotations
 from typing import Callable
 
 from ..builtins import BUILTINS
-from .nodes import (SCALAR_OPS, VECTOR_OPS, Bin, Call, Eqn, InitVector, MatMul, Matrix, Moment,
-                    Nonlin, Ref, Scalar)
+from .nodes import (SCALAR_OPS, VECTOR_OPS, Bin, Call, Eqn, InitVector, LowRank, MatMul, Matrix, Moment,
+                    Nonlin, RankOne, Ref, Scalar)
 from .printer import show_eqn
 from .program import Program
 from .walk import ARITHMETIC, preorder
@@ -92,6 +95,35 @@ def _check_matmul(program: Program, e: MatMul) -> None:
         raise _fail(e, f"the result has width {e.width}, not the matrix's output width {out}")
 
 
+def _check_rank_one(program: Program, e: RankOne) -> None:
+    """A link: its previous link a RankOne of its shape, its coefficient a scalar, its vectors of
+    the widths ``rows`` (left) and ``cols`` (right)."""
+    for width in (e.rows, e.cols, e.denom):
+        _width(program, e, width)
+    if e.prev >= 0:
+        prev = _operand(program, e, e.prev)
+        if not isinstance(prev, RankOne) or (prev.rows, prev.cols) != (e.rows, e.cols):
+            raise _fail(e, f"%{e.prev} is not a RankOne of shape {e.rows}x{e.cols}")
+    if e.coeff >= 0 and not isinstance(_operand(program, e, e.coeff), SCALAR_OPS):
+        raise _fail(e, f"its coefficient %{e.coeff} is not a scalar")
+    for var, width in ((e.left, e.rows), (e.right, e.cols)):
+        v = _operand(program, e, var)
+        if not isinstance(v, VECTOR_OPS) or v.width != width:
+            raise _fail(e, f"%{var} is not a vector of width {width}")
+
+
+def _check_low_rank(program: Program, e: LowRank) -> None:
+    terms = _operand(program, e, e.terms)
+    if not isinstance(terms, RankOne):
+        raise _fail(e, f"%{e.terms} is not a RankOne but {type(terms).__name__}")
+    x = _operand(program, e, e.arg)
+    if not isinstance(x, VECTOR_OPS):
+        raise _fail(e, f"its argument %{e.arg} is not a vector but {type(x).__name__}")
+    need, out = (terms.rows, terms.cols) if e.transposed else (terms.cols, terms.rows)
+    if x.width != need or e.width != out:
+        raise _fail(e, f"the terms map {need}-vectors to {out}-vectors, not {x.width} to {e.width}")
+
+
 def _check_nodes(e, fn) -> tuple[int, ...]:
     """The variables ``fn`` reads (as ``refs``), checking its builtins (arity) and operators."""
     read: dict[int, None] = {}
@@ -145,6 +177,8 @@ RULES: dict[type, Callable[[Program, Eqn], None]] = {
     Nonlin: _check_vector_fn,
     Moment: _check_vector_fn,
     Scalar: _check_scalar_fn,
+    RankOne: _check_rank_one,
+    LowRank: _check_low_rank,
 }
 
 

@@ -85,7 +85,7 @@ class GradState:
         """x and the variables computed from it (a forward scan of the equations after x)."""
         path = {x}
         for e in self.equations.eqns[x + 1:]:
-            reads = (e.arg,) if isinstance(e, ir.MatMul) else getattr(e, "args", ())
+            reads = (e.arg,) if isinstance(e, ir.MatMul) else getattr(e, "args", ())   # LowRank: chain too
             if any(a in path for a in reads):
                 path.add(e.var)
         return path
@@ -123,6 +123,8 @@ class GradState:
                 got = self.emitted[key] = self.equations.emit(
                     ir.MatMul, self.node, matrix=e.matrix, arg=ybar, transposed=not e.transposed, width=width)
             return [(e.arg, self.symbol(got))]
+        if isinstance(e, ir.LowRank):
+            return self.low_rank_backward(e, adjoint, path)
         if not isinstance(e, ir.FUNCTION_OPS):
             return []
         out = []
@@ -137,6 +139,27 @@ class GradState:
             else:
                 out.append((arg, self.mean(adjoint * d, e.width)))  # c̄ += mean(ȳ·∂φ/∂c)
         return out
+
+    def low_rank_backward(self, e: ir.LowRank, adjoint: sp.Expr, path: set[int]) -> list[tuple[int, sp.Expr]]:
+        """``y = Σ c g (h·x)/|d|`` (a LowRank over a RankOne chain): ``x̄ += Σ c h (g·ȳ)/|d|``, the
+        same chain transposed.  Through the chain itself (its vectors or coefficients on the path
+        from x) the gradient is refused: those terms are a matrix's past updates."""
+        if e.terms in path:
+            raise located(TPTypeError, self.node, "grad(f, x): f depends on x through the rank-one updates of a "
+                          "matrix (outer(g, h) terms whose g, h or coefficient depend on x), and a matrix with "
+                          "many updates is kept as a low-rank chain that grad does not differentiate; "
+                          "differentiate before the updates (or write the updates' products by hand)")
+        if e.arg not in path:
+            return []
+        chain = self.equations.eqn(e.terms)
+        width = chain.cols if not e.transposed else chain.rows
+        ybar = self.equations.materialize(self.node, self.as_vector(adjoint, e.width))
+        key = (ir.LowRank, e.terms, ybar, not e.transposed)
+        got = self.emitted.get(key)
+        if got is None:
+            got = self.emitted[key] = self.equations.emit(ir.LowRank, self.node, terms=e.terms, arg=ybar,
+                                                          transposed=not e.transposed, width=width)
+        return [(e.arg, self.symbol(got))]
 
     def partial(self, e: ir.Eqn, arg: int) -> sp.Expr:
         """∂fn/∂arg of a function equation (sympy, memoised): the derivative of fn's shape (its

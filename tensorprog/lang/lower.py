@@ -24,6 +24,7 @@ from ..errors import TPError, TPIndexError, TPLimitError, TPNameError, TPTypeErr
 from ..builtins import BUILTINS, CONSTANTS
 from . import consts
 from .builder import IRBuilder
+from .matrices import EXPAND_TERMS
 from .expressions import SPECIAL_FUNCTIONS, DefBody, Expressions
 from .kernel_inputs import KernelData, KernelInputs, TemplateLayout, data_declarations
 from .values import DataMat, MatExpr, MatVal, RExpr, Value, located
@@ -508,9 +509,13 @@ def param_names(statements) -> set[str]:
 
 
 def lower(module: S.Module, overrides: Mapping[str, float] | None = None, *, file: str = "<string>",
-          source: str = "", base_dir: str = ".", max_nodes: int = 1_000_000) -> ir.Program:
-    """Unroll a parsed program into the IR; raise located ``TPError``s."""
-    return lower_with(module, overrides, file=file, source=source, base_dir=base_dir, max_nodes=max_nodes)[0]
+          source: str = "", base_dir: str = ".", max_nodes: int = 1_000_000,
+          expand_terms: int | None = EXPAND_TERMS) -> ir.Program:
+    """Unroll a parsed program into the IR; raise located ``TPError``s.  ``expand_terms``: a
+    product by a matrix with more rank-one terms than this is a LowRank equation over a RankOne
+    chain (None: every product expands; :mod:`.matrices`)."""
+    return lower_with(module, overrides, file=file, source=source, base_dir=base_dir, max_nodes=max_nodes,
+                      expand_terms=expand_terms)[0]
 
 
 def lower_template(module: S.Module, inputs: KernelInputs, overrides: Mapping[str, float] | None = None, *,
@@ -524,7 +529,8 @@ def lower_template(module: S.Module, inputs: KernelInputs, overrides: Mapping[st
 
 def lower_with(module: S.Module, overrides: Mapping[str, float] | None = None, *, file: str = "<string>",
                source: str = "", base_dir: str = ".", max_nodes: int = 1_000_000,
-               inputs: KernelInputs | None = None) -> tuple[ir.Program, TemplateLayout | None]:
+               inputs: KernelInputs | None = None,
+               expand_terms: int | None = EXPAND_TERMS) -> tuple[ir.Program, TemplateLayout | None]:
     """:func:`lower`, or :func:`lower_template` when ``inputs`` are given."""
     overrides = dict(overrides or {})
     try:
@@ -535,6 +541,7 @@ def lower_with(module: S.Module, overrides: Mapping[str, float] | None = None, *
             raise TPNameError(f"unknown parameter '{unknown[0]}' (the program's params: {known})",
                               first.line if first else 1, first.col if first else 1)
         low = Lowerer({k: float(v) for k, v in overrides.items()}, base_dir, max_nodes)
+        low.expr.matrices.expand_terms = expand_terms
         low.bound_somewhere = declared_names(module.statements)
         if inputs is not None:
             low.kernel = KernelData(inputs, data_declarations(module.statements))
@@ -551,4 +558,18 @@ def lower_with(module: S.Module, overrides: Mapping[str, float] | None = None, *
         raise TPLimitError("the program nests too deeply", 1, 1, file, source) from None
     return ir.verify(ir.Program(tuple(low.eqns), tuple(low.groups), tuple(low.outputs.values()),
                                 dims=dict(low.dims), params=dict(low.params), file=file, source=source,
-                                base_dir=base_dir, warnings=tuple(f"{file}:{w}" for w in low.warnings))), layout
+                                base_dir=base_dir, warnings=tuple(f"{file}:{w}" for w in low.warnings),
+                                overrides={k: float(v) for k, v in overrides.items()},
+                                max_nodes=max_nodes)), layout
+
+
+def expanded(program: ir.Program) -> ir.Program:
+    """``program`` with every product by an updated matrix expanded by definition (the IR the
+    limit compiler reads: Z^{Wx} = Z^{W₀x} + Σ c Z^g E[Z^h Z^x]): the program itself when it has
+    no RankOne chain, else its source lowered again with ``expand_terms=None``."""
+    if not program.low_rank:
+        return program
+    from .parser import parse_text
+    return lower(parse_text(program.source, program.file), program.overrides, file=program.file,
+                 source=program.source, base_dir=program.base_dir, max_nodes=program.max_nodes,
+                 expand_terms=None)

@@ -14,6 +14,18 @@ A product expands by definition, into the equations the language already has:
 |d_i| is the dims' ratio).  Transposing swaps each term's vectors (keeping its divisor), so
 Aᵀy expands the same way.  Both back ends therefore mean the same thing by construction; a
 matrix that is only a base matrix (no terms, coefficient 1) is the plain MatMul as before.
+
+A matrix with more than ``expand_terms`` terms (:data:`EXPAND_TERMS`; a training loop's matrix
+after a few steps) is not expanded: the expansion would give every product one Moment per
+term, an IR of size O(T²) after T updates.  Its terms become a chain of ``RankOne`` equations
+(one per term, shared by every product with the matrix and its transpose, and by the chains of
+later updates, which extend it), and the product is
+
+    c₀ W₀x + LowRank(chain, x)        (LowRank: Σ_i c_i u_i · mean(v_i x) · |w(v_i)|/|d_i|)
+
+— the same value, as one equation that the back ends compute from the chain's vectors stacked
+(an O(n·k) product), and an IR linear in the number of updates.  The limit compiler lowers
+such a program again with ``expand_terms=None`` (always expand: :func:`.lower.expanded`).
 """
 from __future__ import annotations
 
@@ -30,6 +42,9 @@ Coeff = "float | RExpr"
 #: terms (the same additions in the same order: the same numbers), so that a matrix updated at
 #: every step of a long training run stays within the language's nesting depth
 SUM_CHUNK = 32
+#: a matrix with more rank-one terms than this is a product by a RankOne chain (LowRank), not an
+#: expansion (the programs of a few updates keep their IR and their numbers)
+EXPAND_TERMS = 32
 
 
 class HasDims(Protocol):
@@ -49,6 +64,10 @@ class MatrixAlgebra:
                  combine: Callable[..., RExpr], plain_matmul: Callable[..., RExpr]) -> None:
         self.equations, self.scope = equations, scope
         self.combine, self.plain_matmul = combine, plain_matmul
+        #: the most terms a product expands (None: all), see the module docstring
+        self.expand_terms: int | None = EXPAND_TERMS
+        self.links: dict[tuple[int, RankOne], int] = {}      # (previous link, term) -> its RankOne
+        self.coeffs: dict[RExpr, int] = {}                    # a runtime coefficient -> its Scalar
 
     # ---- values
     def of(self, value: MatVal | MatExpr) -> MatExpr:
@@ -115,6 +134,8 @@ class MatrixAlgebra:
         a = self.of(a)
         if a.cols != x.width:
             raise located(TPTypeError, node, f"this matrix maps {a.cols}-vectors, but the argument has width {x.width}")
+        if self.expand_terms is not None and len(a.terms) > self.expand_terms:
+            return self.low_rank_matmul(node, a, x)
         parts: list[RExpr] = []
         if a.base is not None and not (isinstance(a.base_coeff, float) and a.base_coeff == 0.0):
             product = self.plain_matmul(node, a.base, x)
@@ -146,3 +167,42 @@ class MatrixAlgebra:
         for p in parts[1:]:
             total = self.combine(node, ir.Bin("*", total.fn, p.fn), [total, p])
         return total
+
+    # ---- products by long chains of terms (not expanded)
+    def low_rank_matmul(self, node, a: MatExpr, x: RExpr) -> RExpr:
+        """a x = c₀ W₀x + LowRank(chain of a's terms, x): the terms in the orientation of the base
+        matrix (a product by Wᵀ reads W's chain, transposed), so W and Wᵀ share one chain."""
+        transposed = a.base is not None and a.base.transposed
+        terms = tuple(RankOne(t.coeff, t.right, t.left, t.denom) for t in a.terms) if transposed else a.terms
+        chain = self.chain(node, terms, (a.cols, a.rows) if transposed else (a.rows, a.cols))
+        arg = self.equations.var_expr(self.equations.materialize(node, x))
+        low = self.equations.var_expr(self.equations.emit(ir.LowRank, node, terms=chain, arg=arg.var,
+                                                          transposed=transposed, width=a.rows))
+        if a.base is None or isinstance(a.base_coeff, float) and a.base_coeff == 0.0:
+            return low
+        product = self.plain_matmul(node, a.base, arg)
+        base = product if a.base_coeff == 1.0 else self.term(node, a.base_coeff, product)
+        return self.combine(node, ir.Bin("+", base.fn, low.fn), [base, low])
+
+    def chain(self, node, terms: tuple[RankOne, ...], shape: tuple[str, str]) -> int:
+        """The RankOne ending the chain of ``terms`` (rows x cols ``shape``): links already emitted
+        (by an earlier product, or the chain before the latest update) are reused, so an update
+        adds one link."""
+        link = -1
+        for t in terms:
+            key = (link, t)
+            got = self.links.get(key)
+            if got is None:
+                coeff, scale = (-1, t.coeff) if isinstance(t.coeff, float) else (self.coefficient(node, t.coeff), 1.0)
+                got = self.links[key] = self.equations.emit(
+                    ir.RankOne, node, prev=link, coeff=coeff, scale=scale, left=t.left, right=t.right,
+                    denom=t.denom, rows=shape[0], cols=shape[1])
+            link = got
+        return link
+
+    def coefficient(self, node, c: RExpr) -> int:
+        """The Scalar variable holding a term's runtime coefficient (one per coefficient)."""
+        got = self.coeffs.get(c)
+        if got is None:
+            got = self.coeffs[c] = self.equations.materialize(node, c)
+        return got

@@ -32,7 +32,7 @@ import numpy as np
 import sympy as sp
 
 from .. import ir
-from ..errors import TPLimitError
+from ..errors import TPLimitError, TPUsageError
 from ..expect.budget import DEFAULT, Budget
 from ..expect.engine import Estimate, Law
 from ..ir.walk import ARITHMETIC, Rules, fold
@@ -116,7 +116,14 @@ def compile_program(program: ir.Program, symbolic: bool = False, *, budget: Budg
                     zdot: bool = True, batch_covs: Mapping[int, np.ndarray] | None = None,
                     symbolic_covs: Mapping[int, sp.Matrix] | None = None,
                     param_values: Mapping[sp.Symbol, float] | None = None) -> Compiled:
-    """The Master Theorem recurrence of ``program`` (see :class:`Compiler` for the options)."""
+    """The Master Theorem recurrence of ``program`` (see :class:`Compiler` for the options).  The
+    program's updated matrices must be expanded by definition (:func:`tensorprog.lang.lower.expanded`,
+    which ``Program.compile`` applies: the rule for a product by W₀ + Σ c g hᵀ/n is
+    Z^{W₀x} + Σ c Z^g E[Z^h Z^x], stated equation by equation); RankOne chains are refused."""
+    if program.low_rank:
+        raise TPUsageError("this IR keeps updated matrices as RankOne chains: compile its expansion "
+                           "(tensorprog.lang.lower.expanded(program), as Program.compile does)",
+                           file=program.file)
     return Compiler(program, symbolic, budget=budget, zdot=zdot, batch_covs=batch_covs,
                     symbolic_covs=symbolic_covs, param_values=param_values).run()
 

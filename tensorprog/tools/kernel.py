@@ -528,7 +528,7 @@ def data_kernel(text: TemplateText, X: np.ndarray, n: int | None, trials: int, s
         tmpl = data_template(text, X, params, "limit")
         prog = tmpl.program
         if matrix_dist:
-            from ..limit.matrix_laws import with_matrix_family
+            from ..distributions.swap import with_matrix_family
             prog = with_matrix_family(prog, matrix_dist)
         tokens = tmpl.layout.tokens
         spec = LimitSpec(prog, tmpl.layout.group, tmpl.layout.scale, 0.0, X.reshape(X.shape[0], -1)
