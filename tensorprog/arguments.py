@@ -9,7 +9,8 @@ keeps its contract); :func:`usage` turns a check into a :class:`~tensorprog.erro
 * :func:`whole`: an integer (Python or numpy, never a bool, never a float such as 64.5 or 64.0)
   at least ``minimum``;
 * :func:`positive_finite`: a real number (never a bool) with 0 < value < ∞ (NaN refused);
-* :func:`float_dtype`: a dtype of finite-width arithmetic, float64 or float32 (as numpy spells it).
+* :func:`float_dtype`: a dtype of finite-width arithmetic, float64 or float32 (as numpy spells it);
+* :func:`require_matplotlib`: the ``plot`` extra is installed (else the install command).
 """
 from __future__ import annotations
 
@@ -61,3 +62,16 @@ def usage(check: Callable[[], T], file: str = "<string>") -> T:
         return check()
     except ArgumentError as err:
         raise TPUsageError(str(err), file=file) from None
+
+
+INSTALL_HINT = "plotting needs matplotlib: pip install 'tensorprog[plot]' (or pip install matplotlib)"
+
+
+def require_matplotlib() -> None:
+    """Raise a TPUsageError with the install command when matplotlib is missing."""
+    try:
+        import matplotlib  # noqa: F401
+        from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: F401
+    except ImportError:
+        raise TPUsageError(INSTALL_HINT) from None
+

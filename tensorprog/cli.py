@@ -328,7 +328,7 @@ def cmd_kernel(args) -> str:
 
 def cmd_sweep(args) -> str:
     from .program import load
-    from .tools.sweep import split_defines, sweep_command
+    from .sweep.grid import split_defines, sweep_command
     swept, fixed = split_defines(args.defines, args.file)
     result = sweep_command(load(args.file, **fixed), swept, args.contour, n=args.width, trials=args.trials, seed=args.seed,
                            matrix_dist=args.matrix_dist, dtype=args.dtype, jobs=args.jobs,

@@ -110,8 +110,8 @@ class Program:
         with ``n`` finite-width means and standard errors over ``trials`` seeds (``jobs``
         processes or a Dask ``scheduler``, one task per block of points).  Params that change only
         variances, covariances or constants are batched in one compile per structure
-        (:mod:`tensorprog.tools.sweep`).  Returns a :class:`~tensorprog.tools.sweep.SweepResult`."""
-        from .tools.sweep import axes_of, sweep_finite, sweep_limit
+        (:mod:`tensorprog.sweep.grid`).  Returns a :class:`~tensorprog.sweep.grid.SweepResult`."""
+        from .sweep.grid import axes_of, sweep_finite, sweep_limit
         axes = axes_of(params, self.ir.params, self.ir.file)
         if n is not None:
             return sweep_finite(self.ir, axes, n, trials, seed, matrix_dist, dtype, jobs, scheduler)

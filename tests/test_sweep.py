@@ -8,7 +8,7 @@ import pytest
 import tensorprog as tp
 from tensorprog.cli import main
 from tensorprog.errors import TPUsageError
-from tensorprog.tools.sweep import Axis, check_memory, parse_axis
+from tensorprog.sweep.grid import Axis, check_memory, parse_axis
 
 TANH = """
 param L = 3

@@ -39,6 +39,7 @@ from ..lang.kernel_inputs import KernelInputs, TemplateLayout, data_declarations
 from ..lang.lower import lower_template, param_names
 from ..lang.parser import parse_text
 from ..lang.source import base_dir_of, read_source
+from ..limit.accuracy import METHOD_RANK
 from .pairs import gram
 
 #: pairs per batch compile of a sequence kernel
@@ -211,8 +212,7 @@ def sequence_limit(tmpl: DataTemplate, X: np.ndarray, budget: Budget) -> tuple[d
                 errors[name][a, b] = errors[name][b, a] = v.error
                 methods[name].add(v.method)
             warnings += [w for w in lim.warnings if w not in warnings]
-    from .pairs import RANK
-    return values, errors, {n: max(m or {"exact"}, key=RANK.__getitem__) for n, m in methods.items()}, warnings
+    return values, errors, {n: max(m or {"exact"}, key=METHOD_RANK.__getitem__) for n, m in methods.items()}, warnings
 
 
 # ---- finite width --------------------------------------------------------------------------

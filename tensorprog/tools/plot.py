@@ -18,19 +18,11 @@ from typing import TYPE_CHECKING, Sequence
 
 from ..errors import TPUsageError
 
+from ..arguments import INSTALL_HINT, require_matplotlib  # noqa: F401  (re-exported)
+
 if TYPE_CHECKING:      # converge's rich display draws with this module: no import back at run time
     from .converge import ConvergeResult
 
-INSTALL_HINT = "plotting needs matplotlib: pip install 'tensorprog[plot]' (or pip install matplotlib)"
-
-
-def require_matplotlib() -> None:
-    """Raise a TPUsageError with the install command when matplotlib is missing."""
-    try:
-        import matplotlib  # noqa: F401
-        from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: F401
-    except ImportError:
-        raise TPUsageError(INSTALL_HINT) from None
 
 
 def plot_convergence(result_or_results: ConvergeResult | Sequence[ConvergeResult], path: str | os.PathLike,

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 import numpy as np
 
 from ..errors import TPUsageError
-from .plot import require_matplotlib
+from ..arguments import require_matplotlib
 
 if TYPE_CHECKING:
     from .sweep import SweepResult

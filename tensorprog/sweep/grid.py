@@ -83,13 +83,13 @@ class SweepResult:
         return path
 
     def plot(self, path: str | None = None, contours: Mapping[str, Sequence[float]] | None = None):
-        """The figure (:func:`tensorprog.tools.sweep_plot.plot_sweep`), saved to ``path`` if given."""
-        from .sweep_plot import plot_sweep
+        """The figure (:func:`tensorprog.sweep.plot.plot_sweep`), saved to ``path`` if given."""
+        from .plot import plot_sweep
         return plot_sweep(self, path, contours or {})
 
     def _repr_png_(self) -> bytes | None:
         """Jupyter: the plot of the sweep (nothing without matplotlib)."""
-        from .sweep_plot import png_bytes
+        from .plot import png_bytes
         return png_bytes(self)
 
     def _repr_html_(self) -> str:
@@ -487,7 +487,7 @@ def sweep_command(program, swept: Mapping[str, np.ndarray], contours: Sequence[s
     if out is not None and not str(out).endswith(".npz"):
         raise TPUsageError(f"--out: {out} must end in .npz (one array per output and param grid)", file=path)
     if plot is not None:
-        from .plot import require_matplotlib
+        from ..arguments import require_matplotlib
         require_matplotlib()
     result = program.sweep(swept, n=n, trials=trials, seed=seed, tol=tol, max_qmc_points=max_qmc_points,
                            matrix_dist=matrix_dist, dtype=dtype, jobs=jobs, scheduler=scheduler)
