@@ -222,6 +222,9 @@ class Engine:
             raise ValueError(f"a Dirac mass must appear as a factor of the integrand: {expr}")
         arg = ds[0].args[0]                    # step(0) = 1/2 under δ: the symmetric limit
         rest = (expr / ds[0]).replace(Step, lambda a: (1 + Sign(a)) / 2)
+        scale = positive_scale(arg, ctx.gaussians)
+        if scale is not None:                  # coarea: δ(a/s) = s·δ(a) for s > 0 a.e.
+            arg, rest = sp.Mul(*[f for f in sp.Mul.make_args(arg) if f not in scale]), rest / sp.Mul(*scale)
         try:
             w, h = affine(arg, ctx.gaussians)
         except NoClosedForm:
@@ -257,6 +260,48 @@ class Engine:
         if key not in self.jobs:
             self.jobs[key] = sp.Dummy(f"J{len(self.jobs)}")
         return self.jobs[key]
+
+
+def positive_scale(arg: sp.Expr, gaussians: tuple) -> list[sp.Expr] | None:
+    """The factors s_i of ``arg`` = a · Π s_i that are > 0 almost everywhere, when a is affine in
+    the Gaussians and each s_i is a positive number or a power of a base that is ≥ 0 and 0 only
+    on a null set (a sum of squares, ‖ℓ‖); None when there are none or a is not affine.
+
+    By the coarea formula δ(g) = δ(a)/|∂g/∂a| on {a = 0}, and there ∂g/∂a = Π s_i (the
+    derivatives of the s_i are multiplied by a = 0): so δ(a·Π s_i) = δ(a)/Π s_i.  This is the
+    Dirac mass of a batch-normalised argument, (h_b − μ)/σ = ℓ/‖·‖: a scale-free function
+    whose zero set is the hyperplane ℓ = 0."""
+    factors = sp.Mul.make_args(arg)
+    scale = [f for f in factors if is_positive_ae(f, gaussians)]
+    if not scale or len(scale) == len(factors):
+        return None
+    try:
+        affine(sp.Mul(*[f for f in factors if f not in scale]), gaussians)
+    except NoClosedForm:
+        return None
+    return scale
+
+
+def is_positive_ae(f: sp.Expr, gaussians: tuple) -> bool:
+    """f > 0 almost everywhere under a (non-degenerate) Gaussian law: a positive number, or
+    b**p with b a sum of c·q**(2k) terms (c > 0, q a non-constant polynomial in the Gaussians)
+    and of numbers ≥ 0: b ≥ 0, and b = 0 only on the common zero set of the q's, a null set."""
+    if f.is_number:
+        return bool(f.is_positive)
+    if not (f.is_Pow and f.exp.is_number) or f.base.free_symbols - set(gaussians):
+        return False
+    square = False
+    for t in sp.Add.make_args(f.base):
+        if t.is_number:
+            if not t >= 0:
+                return False
+            continue
+        c, q = t.as_coeff_Mul()
+        if not (c > 0 and q.is_Pow and q.exp.is_Integer and q.exp % 2 == 0 and q.exp > 0
+                and q.base.is_polynomial(*gaussians)):
+            return False
+        square = True
+    return square
 
 
 def poly_expect(expr: sp.Expr, gs: tuple, cov: Matrix, us: tuple, laws: dict, max_size: float) -> sp.Expr:

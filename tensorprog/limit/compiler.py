@@ -46,6 +46,7 @@ from .hypotheses import Hypotheses
 from .indices import IndexSet
 from .ledger import Ledger, scalar_limit
 from .result import Limit, LimitValue, group_limits
+from .structural import OddBlocks
 
 #: str(compiled) prints a Z-expression with more nested Nonlins in the IR's %-names instead
 SHOW_NESTING = 8
@@ -376,8 +377,14 @@ class Compiler:
         """Ż^{Wx} = σ² f Σ_y Z^y E[∂Z^x/∂Ẑ^{Wᵀy}] over the products by the other direction."""
         other = self.families[(e.matrix, not e.transposed)]
         total = sp.Integer(0)
+        odd = None
         for hat_y, zy, y in other.members:
             if not zx.has(hat_y):
+                continue
+            if odd is None:                     # exact zeros by independence and symmetry
+                gaussians = (s for s in distinct_nodes(zx) if s.is_Symbol and (s, s) in self.ledger.cov)
+                odd = OddBlocks(zx, gaussians, self.ledger.cov)
+            if odd.zero(hat_y):
                 continue
             deps |= self.deps[y]
             coeff = self.E(sp.diff(zx, hat_y), e, deps)
