@@ -32,6 +32,7 @@ from .exact import canon, closed_form_blocker, expand_within, gauss_closed_form,
 from .laws import Law, as_number
 from .linalg import ExpansionBudget, Matrix, NoClosedForm, affine, condition
 from .analysis import expanded_size, growth, parity
+from .blocks import split_norms
 from ..symbolic.heads import Delta, Sign, Step
 
 MAX_ENUMERATION = 8           # at most 2^8 Rademacher value combinations summed exactly
@@ -145,6 +146,10 @@ class Engine:
             heavy = [s for s in members if s in laws and laws[s].df is not None]
             if parity(expr, members) == -1 and all(growth(expr, s) < float(laws[s].df) for s in heavy):
                 return sp.Integer(0)
+        if self.exact and expr.has(sp.Pow):   # a batch's norm: its radius exactly (.blocks)
+            radial = split_norms(expr, ctx.gaussians, ctx.cov, groups, self.max_expand_size)
+            if radial is not None:
+                return self.E(radial, ctx)
         if len(gids) > 1:             # e.g. (x + u)² or e^{x+u}: expand, it may split
             expanded = self.split(expr, groups)
             if expanded is not None:
