@@ -26,13 +26,14 @@ import itertools
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import sympy as sp
 
 from .exact import canon, closed_form_blocker, expand_within, gauss_closed_form, wick
 from .laws import Law, as_number
 from .linalg import ExpansionBudget, Matrix, NoClosedForm, affine, condition
 from .analysis import expanded_size, growth, parity
-from .blocks import split_norms
+from .blocks import kink_conditioned, kinked_moments, split_norms
 from ..symbolic.heads import Delta, Sign, Step
 
 MAX_ENUMERATION = 8           # at most 2^8 Rademacher value combinations summed exactly
@@ -184,8 +185,36 @@ class Engine:
                 continue
             acc.setdefault(sp.Mul(*kinked), []).append(coeff * sp.Mul(*inner))
         for S, polys in acc.items():
-            total.append(self.E(S * sp.expand(sp.Add(*polys)), ctx))
+            P = sp.expand(sp.Add(*polys))
+            fast = self.kinked_polynomial(S, P, ctx, groups)
+            total.append(fast if fast is not None else self.E(S * P, ctx))
         return sp.Add(*total)
+
+    def kinked_polynomial(self, S: sp.Expr, P: sp.Expr, ctx: Ctx, groups: dict) -> sp.Expr | None:
+        """E[S·P] for S a product of steps of at most two linear forms and P a polynomial, at a
+        numeric Σ, by conditioning on the kinks (``blocks.kink_conditioned``); None otherwise."""
+        kinks = []
+        for f in sp.Mul.make_args(S):
+            b, k = f.as_base_exp()
+            if not (isinstance(b, Step) and k.is_Integer and k > 0):
+                return None
+            if b.args[0] not in kinks:
+                kinks.append(b.args[0])
+        syms = S.free_symbols | P.free_symbols
+        g = {groups[s] for s in syms if s in groups}
+        if len(kinks) > 2 or len(g) != 1 or ctx.cov.free_symbols:
+            return None
+        gid = g.pop()
+        gs = tuple(s for s in ctx.gaussians if groups[s] == gid)
+        idx = [ctx.gaussians.index(s) for s in gs]
+        C = np.array(ctx.cov.extract(idx, idx).tolist(), dtype=float)
+        try:
+            got = kink_conditioned(P, kinks, gs, C)
+            if got is None:
+                return None
+            return sp.Float(kinked_moments(*got))
+        except (NoClosedForm, ValueError, np.linalg.LinAlgError):
+            return None
 
     def split(self, expr: sp.Expr, groups: dict) -> sp.Expr | None:
         """``distribute(expr)`` if that can separate the independent groups, else None:
