@@ -177,8 +177,12 @@ def exact_number(c: float, Q: sp.Expr, cov: Matrix) -> sp.Expr:
 
 def rational_exponents(expr: sp.Expr) -> sp.Expr:
     """x**0.5 → x**(1/2): Float exponents (from the program's 0.5) as the rationals they are."""
-    return expr.replace(lambda e: e.is_Pow and e.exp.is_Float,
-                        lambda e: sp.Pow(e.base, sp.nsimplify(e.exp, rational=True)))
+    floats = [e for e in expr.atoms(sp.Pow) if e.exp.is_Float]
+    while floats:                     # innermost first, so that outer keys still match
+        sub = {e: sp.Pow(e.base, sp.nsimplify(e.exp, rational=True)) for e in floats}
+        expr = expr.xreplace(sub)
+        floats = [e for e in expr.atoms(sp.Pow) if e.exp.is_Float]
+    return expr
 
 
 def _delta_scale(e: sp.Expr, Rs: set) -> sp.Expr:

@@ -106,7 +106,9 @@ class Engine:
 
     def E(self, expr: sp.Expr, ctx: Ctx) -> sp.Expr:
         """E[expr] as exact coefficients times job symbols."""
-        groups = self.groups.setdefault(ctx, ctx.group_of())
+        groups = self.groups.get(ctx)
+        if groups is None:                  # (not setdefault: group_of is O(n²))
+            groups = self.groups[ctx] = ctx.group_of()
         if not expr.free_symbols & groups.keys():
             return expr
         if expr.is_Add:
