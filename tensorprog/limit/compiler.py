@@ -50,6 +50,9 @@ from .structural import OddBlocks
 
 #: str(compiled) prints a Z-expression with more nested Nonlins in the IR's %-names instead
 SHOW_NESTING = 8
+#: a Z printed in the base variables has at most this many nodes as a tree (else its %-names:
+#: printing batchnorm's Z's in full took most of a B = 12 compile)
+SHOW_NODES = 20_000
 #: Nonlins nested deeper than this in one Z-expression are refused (sympy recurses once per level;
 #: 300 levels compile in ~2 s, 1000 in ~40 s); Python's recursion limit is raised to RECURSION meanwhile
 MAX_NESTING = 500
@@ -420,7 +423,8 @@ class Compiler:
 
     def show(self, expr: sp.Expr, e: ir.Nonlin | ir.Moment) -> str:
         """expr in the base variables, or in the IR's %-names when Nonlins nest deeper than SHOW_NESTING."""
-        if max((self.nesting.get(a, 0) for a in e.args), default=0) < SHOW_NESTING:
+        if max((self.nesting.get(a, 0) for a in e.args), default=0) < SHOW_NESTING and \
+                _tree_size(expr) <= SHOW_NODES:
             return str(expr)
         return ir.show_fn(e.fn)
 
@@ -441,6 +445,17 @@ class Compiler:
         at = {s: self.c[a] for a, s in syms.items()}
         errors = {s: self.result(a).error for a, s in syms.items()}
         return self.ledger.propagated_error(e, f, at, errors)
+
+
+def _tree_size(expr: sp.Expr) -> float:
+    """The number of nodes of expr as a tree (what ``str`` prints), counted over its DAG."""
+    memo: dict = {}
+
+    def size(e: sp.Basic) -> float:
+        if e not in memo:
+            memo[e] = 1.0 + sum(size(a) for a in e.args)
+        return memo[e]
+    return size(expr)
 
 
 def _short(value: sp.Expr) -> str:
