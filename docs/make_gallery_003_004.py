@@ -6,7 +6,9 @@
 
 Measured on a 2-core machine: 252 s wall (246 s CPU) for both, with another long compile running
 on the second core; 130 s wall for 003 alone (second core busy for at least part of it); 59 s wall
-(83 s CPU, BLAS on both cores) for 004 alone with the second core free.
+(83 s CPU, BLAS on both cores) for 004 alone with the second core free.  After issue 26 (ReLU limits
+exact): 003 alone 142 s CPU (307 s wall with the machine shared by several sessions); its compiles take
+about 25 s of that (tanh by QMC 18 s), the rest is finite width and the reference Monte Carlo.
 
 Prints the tables (markdown) that the gallery pages quote and writes
 docs/img/seed003_*.png and docs/img/seed004_*.png (matplotlib, Agg).  Every reference value
