@@ -2,10 +2,13 @@
 
     PYTHONPATH=. python docs/make_gallery_003_004.py            # both papers (~4 min, 1 core)
     PYTHONPATH=. python docs/make_gallery_003_004.py 004        # one of them
+    PYTHONPATH=. python docs/make_gallery_003_004.py 003-lambda # λ_G(B) compiled exactly (issue 26)
 
 Measured on a 2-core machine: 252 s wall (246 s CPU) for both, with another long compile running
 on the second core; 130 s wall for 003 alone (second core busy for at least part of it); 59 s wall
-(83 s CPU, BLAS on both cores) for 004 alone with the second core free.
+(83 s CPU, BLAS on both cores) for 004 alone with the second core free.  After issue 26 (ReLU limits
+exact): 003 alone 142 s CPU (307 s wall with the machine shared by several sessions); its compiles take
+about 25 s of that (tanh by QMC 18 s), the rest is finite width and the reference Monte Carlo.
 
 Prints the tables (markdown) that the gallery pages quote and writes
 docs/img/seed003_*.png and docs/img/seed004_*.png (matplotlib, Agg).  Every reference value
@@ -197,6 +200,43 @@ def seed003() -> None:
     table(["B", "limit slope log λ_G", f"fitted slope, n={N}", "log ratio at D=10, n=1024", "limit at D=10"], rows)
 
 
+LAMBDA_BS = (4, 5, 6, 7, 8, 9, 10, 12, 16)
+
+
+def seed003_lambda_exact() -> None:
+    """λ_G(B) compiled (ReLU, D = 1, sym = 1) against the closed form over B (issue 26: the block rule
+    integrates the batch's radius exactly, so the compiled limit is exact) and one depth-4 compile."""
+    log("## 003-5 λ_G(B) compiled exactly, against the closed form\n")
+    rows, got = [], {}
+    for B in LAMBDA_BS:
+        t = time.process_time()
+        o = tp.load(str(PROG / "bn_gradient.tp"), B=B, D=1, sym=1).compile().limit().outputs["rate"]
+        got[B] = o
+        rows.append([B, f"{lambda_relu(B):.10f}", f"{o.value:.10f} ± {o.error:.1g}", o.method,
+                     f"{abs(o.value - lambda_relu(B)):.1g}", f"{time.process_time() - t:.1f} s"])
+    t = time.process_time()
+    o = tp.load(str(PROG / "bn_gradient.tp"), B=5, D=4).compile().limit().outputs["rate"]
+    rows.append(["5 (D = 4, sym = 0)", f"{lambda_relu(5):.10f}", f"{o.value:.10f} ± {o.error:.1g}", o.method,
+                 f"{abs(o.value - lambda_relu(5)):.1g}", f"{time.process_time() - t:.1f} s"])
+    table(["B", "closed form", "compiled limit", "method", "|diff|", "cpu"], rows)
+    Bs = np.arange(4, 65)
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    ax.plot(Bs, [lambda_relu(int(B)) for B in Bs], "C0-", label="closed form (B−2+J0+J1)/((B−3)(1−J1))")
+    ax.plot(list(got), [o.value for o in got.values()], "ks", mfc="none", label="compiled limit (exact)")
+    ax.axhline(pi / (pi - 1), color="C0", ls=":", lw=1, label="π/(π−1)")
+    ax.set_xscale("log")
+    ax.set_xticks([4, 6, 8, 12, 16, 32, 64])
+    ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.set_xlabel("batch size B")
+    ax.set_ylabel("λ_G (ReLU)")
+    ax.set_title("batchnorm: λ_G compiled exactly against the closed form")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(IMG / "seed003_lambda_exact.png", dpi=120)
+    plt.close(fig)
+
+
 # ==== seed 004 ===================================================================================
 B_KINK = -1.6
 P_B, p_B = norm.cdf(B_KINK), norm.pdf(B_KINK)
@@ -316,5 +356,7 @@ if __name__ == "__main__":
     IMG.mkdir(parents=True, exist_ok=True)
     if "003" in which:
         seed003()
+    if "003-lambda" in which:                  # on request: ~50 s CPU (the default run stays short)
+        seed003_lambda_exact()
     if "004" in which:
         seed004()

@@ -218,7 +218,10 @@ def test_batchnorm_gradient_compiles_without_minutes_of_expansion():
     p = tp.load(Path(__file__).resolve().parent.parent / "programs" / "bn_gradient.tp", B=4)
     lim = p.compile(tol=1e-3, max_qmc_points=2 ** 16).limit().outputs["rate"]
     assert time.process_time() - t0 < 30
-    assert abs(lim.value - 3.08406) <= lim.error
+    rho = -1 / 3                      # λ_G(4) in closed form (bn_gradient.tp's header)
+    j1 = (math.sqrt(1 - rho ** 2) + (math.pi - math.acos(rho)) * rho) / math.pi
+    j0 = (math.pi - math.acos(rho)) / math.pi
+    assert abs(lim.value - (2 + j0 + j1) / (1 - j1)) <= max(lim.error, 1e-12)
 
 
 # ---- 5. resource limits --------------------------------------------------------------------------------

@@ -41,7 +41,9 @@ def test_a_heavy_tailed_degree_minus_two_integrand_is_exact_to_its_error():
     infinite (E ρ⁻⁴ = ∞ for D = 4), its angular part is a polynomial on the sphere."""
     xs = sp.symbols("x1:5", real=True)
     r2 = sum(x ** 2 for x in xs)
-    est = expect(xs[0] ** 2 / r2 ** 2, xs, np.eye(4), budget=DEFAULT)
+    exact = expect(xs[0] ** 2 / r2 ** 2, xs, sp.eye(4), budget=DEFAULT)     # the block rule (blocks.py)
+    assert exact.method == "exact" and exact.exact == sp.Rational(1, 8)
+    est = expect(xs[0] ** 2 / r2 ** 2, xs, np.eye(4), exact=False, budget=DEFAULT)
     assert est.method in ("qmc", "quadrature") and not est.heavy_tail
     assert abs(est.value - 0.125) <= est.error
     assert est.error < 1e-5

@@ -26,12 +26,14 @@ import itertools
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import sympy as sp
 
 from .exact import canon, closed_form_blocker, expand_within, gauss_closed_form, wick
 from .laws import Law, as_number
 from .linalg import ExpansionBudget, Matrix, NoClosedForm, affine, condition
 from .analysis import expanded_size, growth, parity
+from .blocks import kink_conditioned, kinked_moments, split_norms
 from ..symbolic.heads import Delta, Sign, Step
 
 MAX_ENUMERATION = 8           # at most 2^8 Rademacher value combinations summed exactly
@@ -104,7 +106,9 @@ class Engine:
 
     def E(self, expr: sp.Expr, ctx: Ctx) -> sp.Expr:
         """E[expr] as exact coefficients times job symbols."""
-        groups = self.groups.setdefault(ctx, ctx.group_of())
+        groups = self.groups.get(ctx)
+        if groups is None:                  # (not setdefault: group_of is O(n²))
+            groups = self.groups[ctx] = ctx.group_of()
         if not expr.free_symbols & groups.keys():
             return expr
         if expr.is_Add:
@@ -145,6 +149,10 @@ class Engine:
             heavy = [s for s in members if s in laws and laws[s].df is not None]
             if parity(expr, members) == -1 and all(growth(expr, s) < float(laws[s].df) for s in heavy):
                 return sp.Integer(0)
+        if self.exact and expr.has(sp.Pow):   # a batch's norm: its radius exactly (.blocks)
+            radial = split_norms(expr, ctx.gaussians, ctx.cov, groups, self.max_expand_size)
+            if radial is not None:
+                return self.collected(radial, ctx, groups)
         if len(gids) > 1:             # e.g. (x + u)² or e^{x+u}: expand, it may split
             expanded = self.split(expr, groups)
             if expanded is not None:
@@ -154,6 +162,61 @@ class Engine:
             if out is not None:
                 return out
         return self.job(expr, syms, ctx)
+
+    def collected(self, expr: sp.Expr, ctx: Ctx, groups: dict) -> sp.Expr:
+        """E of a multiplied-out sum Σ_t O_t·P_t·S_t, with S_t the non-polynomial factors of t (all in
+        one independence group g), P_t its polynomial factors in g and O_t the rest (independent
+        of g): Σ_S E[S·Σ_t E[O_t]·P_t].  One closed form per distinct S instead of one per term
+        (batchnorm's integrands after ``blocks.split_norms``: thousands of terms, a few S)."""
+        acc: dict[sp.Expr, list] = {}
+        total = []
+        for t in sp.Add.make_args(expr):
+            factors = sp.Mul.make_args(t)
+            gauss = [s for s in t.free_symbols if s in groups]
+            kinked = [f for f in factors if f.has(*gauss) and not f.is_polynomial(*gauss)]
+            gids = {groups[s] for f in kinked for s in f.free_symbols if s in groups}
+            if len(gids) != 1:
+                total.append(self.E(t, ctx))
+                continue
+            g = gids.pop()
+            inner = [f for f in factors if f not in kinked and any(groups.get(s) == g for s in f.free_symbols)]
+            outer = sp.Mul(*[f for f in factors if f not in kinked and f not in inner])
+            coeff = self.E(outer, ctx)
+            if not coeff.is_number:
+                total.append(self.E(t, ctx))
+                continue
+            acc.setdefault(sp.Mul(*kinked), []).append(coeff * sp.Mul(*inner))
+        for S, polys in acc.items():
+            P = sp.expand(sp.Add(*polys))
+            fast = self.kinked_polynomial(S, P, ctx, groups)
+            total.append(fast if fast is not None else self.E(S * P, ctx))
+        return sp.Add(*total)
+
+    def kinked_polynomial(self, S: sp.Expr, P: sp.Expr, ctx: Ctx, groups: dict) -> sp.Expr | None:
+        """E[S·P] for S a product of steps of at most two linear forms and P a polynomial, at a
+        numeric Σ, by conditioning on the kinks (``blocks.kink_conditioned``); None otherwise."""
+        kinks = []
+        for f in sp.Mul.make_args(S):
+            b, k = f.as_base_exp()
+            if not (isinstance(b, Step) and k.is_Integer and k > 0):
+                return None
+            if b.args[0] not in kinks:
+                kinks.append(b.args[0])
+        syms = S.free_symbols | P.free_symbols
+        g = {groups[s] for s in syms if s in groups}
+        if len(kinks) > 2 or len(g) != 1 or ctx.cov.free_symbols:
+            return None
+        gid = g.pop()
+        gs = tuple(s for s in ctx.gaussians if groups[s] == gid)
+        idx = [ctx.gaussians.index(s) for s in gs]
+        C = np.array(ctx.cov.extract(idx, idx).tolist(), dtype=float)
+        try:
+            got = kink_conditioned(P, kinks, gs, C)
+            if got is None:
+                return None
+            return sp.Float(kinked_moments(*got))
+        except (NoClosedForm, ValueError, np.linalg.LinAlgError):
+            return None
 
     def split(self, expr: sp.Expr, groups: dict) -> sp.Expr | None:
         """``distribute(expr)`` if that can separate the independent groups, else None:
@@ -222,6 +285,9 @@ class Engine:
             raise ValueError(f"a Dirac mass must appear as a factor of the integrand: {expr}")
         arg = ds[0].args[0]                    # step(0) = 1/2 under δ: the symmetric limit
         rest = (expr / ds[0]).replace(Step, lambda a: (1 + Sign(a)) / 2)
+        scale = positive_scale(arg, ctx.gaussians)
+        if scale is not None:                  # coarea: δ(a/s) = s·δ(a) for s > 0 a.e.
+            arg, rest = sp.Mul(*[f for f in sp.Mul.make_args(arg) if f not in scale]), rest / sp.Mul(*scale)
         try:
             w, h = affine(arg, ctx.gaussians)
         except NoClosedForm:
@@ -257,6 +323,48 @@ class Engine:
         if key not in self.jobs:
             self.jobs[key] = sp.Dummy(f"J{len(self.jobs)}")
         return self.jobs[key]
+
+
+def positive_scale(arg: sp.Expr, gaussians: tuple) -> list[sp.Expr] | None:
+    """The factors s_i of ``arg`` = a · Π s_i that are > 0 almost everywhere, when a is affine in
+    the Gaussians and each s_i is a positive number or a power of a base that is ≥ 0 and 0 only
+    on a null set (a sum of squares, ‖ℓ‖); None when there are none or a is not affine.
+
+    By the coarea formula δ(g) = δ(a)/|∂g/∂a| on {a = 0}, and there ∂g/∂a = Π s_i (the
+    derivatives of the s_i are multiplied by a = 0): so δ(a·Π s_i) = δ(a)/Π s_i.  This is the
+    Dirac mass of a batch-normalised argument, (h_b − μ)/σ = ℓ/‖·‖: a scale-free function
+    whose zero set is the hyperplane ℓ = 0."""
+    factors = sp.Mul.make_args(arg)
+    scale = [f for f in factors if is_positive_ae(f, gaussians)]
+    if not scale or len(scale) == len(factors):
+        return None
+    try:
+        affine(sp.Mul(*[f for f in factors if f not in scale]), gaussians)
+    except NoClosedForm:
+        return None
+    return scale
+
+
+def is_positive_ae(f: sp.Expr, gaussians: tuple) -> bool:
+    """f > 0 almost everywhere under a (non-degenerate) Gaussian law: a positive number, or
+    b**p with b a sum of c·q**(2k) terms (c > 0, q a non-constant polynomial in the Gaussians)
+    and of numbers ≥ 0: b ≥ 0, and b = 0 only on the common zero set of the q's, a null set."""
+    if f.is_number:
+        return bool(f.is_positive)
+    if not (f.is_Pow and f.exp.is_number) or f.base.free_symbols - set(gaussians):
+        return False
+    square = False
+    for t in sp.Add.make_args(f.base):
+        if t.is_number:
+            if not t >= 0:
+                return False
+            continue
+        c, q = t.as_coeff_Mul()
+        if not (c > 0 and q.is_Pow and q.exp.is_Integer and q.exp % 2 == 0 and q.exp > 0
+                and q.base.is_polynomial(*gaussians)):
+            return False
+        square = True
+    return square
 
 
 def poly_expect(expr: sp.Expr, gs: tuple, cov: Matrix, us: tuple, laws: dict, max_size: float) -> sp.Expr:

@@ -46,9 +46,13 @@ from .hypotheses import Hypotheses
 from .indices import IndexSet
 from .ledger import Ledger, scalar_limit
 from .result import Limit, LimitValue, group_limits
+from .structural import OddBlocks
 
 #: str(compiled) prints a Z-expression with more nested Nonlins in the IR's %-names instead
 SHOW_NESTING = 8
+#: a Z printed in the base variables has at most this many nodes as a tree (else its %-names:
+#: printing batchnorm's Z's in full took most of a B = 12 compile)
+SHOW_NODES = 20_000
 #: Nonlins nested deeper than this in one Z-expression are refused (sympy recurses once per level;
 #: 300 levels compile in ~2 s, 1000 in ~40 s); Python's recursion limit is raised to RECURSION meanwhile
 MAX_NESTING = 500
@@ -388,8 +392,14 @@ class Compiler:
         """Ż^{Wx} = σ² f Σ_y Z^y E[∂Z^x/∂Ẑ^{Wᵀy}] over the products by the other direction."""
         other = self.families[(e.matrix, not e.transposed)]
         total = sp.Integer(0)
+        odd = None
         for hat_y, zy, y in other.members:
             if not zx.has(hat_y):
+                continue
+            if odd is None:                     # exact zeros by independence and symmetry
+                gaussians = (s for s in distinct_nodes(zx) if s.is_Symbol and (s, s) in self.ledger.cov)
+                odd = OddBlocks(zx, gaussians, self.ledger.cov)
+            if odd.zero(hat_y):
                 continue
             deps |= self.deps[y]
             coeff = self.E(sp.diff(zx, hat_y), e, deps)
@@ -425,7 +435,8 @@ class Compiler:
 
     def show(self, expr: sp.Expr, e: ir.Nonlin | ir.Moment) -> str:
         """expr in the base variables, or in the IR's %-names when Nonlins nest deeper than SHOW_NESTING."""
-        if max((self.nesting.get(a, 0) for a in e.args), default=0) < SHOW_NESTING:
+        if max((self.nesting.get(a, 0) for a in e.args), default=0) < SHOW_NESTING and \
+                _tree_size(expr) <= SHOW_NODES:
             return str(expr)
         return ir.show_fn(e.fn)
 
@@ -446,6 +457,17 @@ class Compiler:
         at = {s: self.c[a] for a, s in syms.items()}
         errors = {s: self.result(a).error for a, s in syms.items()}
         return self.ledger.propagated_error(e, f, at, errors)
+
+
+def _tree_size(expr: sp.Expr) -> float:
+    """The number of nodes of expr as a tree (what ``str`` prints), counted over its DAG."""
+    memo: dict = {}
+
+    def size(e: sp.Basic) -> float:
+        if e not in memo:
+            memo[e] = 1.0 + sum(size(a) for a in e.args)
+        return memo[e]
+    return size(expr)
 
 
 def _short(value: sp.Expr) -> str:

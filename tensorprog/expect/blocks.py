@@ -1,0 +1,302 @@
+"""Exact radial integration per independent Gaussian block (the norm of a batchnorm layer).
+
+Let z_B be one independent block of the Gaussians (a union of connected blocks of Σ, covariance
+C of rank r) and Q(z_B) = zᵀMz a quadratic form with C M C = c·C, c > 0: Q = c·ρ², ρ² = z_Bᵀ C⁺ z_B
+the squared Mahalanobis norm of the block (ρ ~ χ_r, independent of the direction θ = z_B/ρ).
+Batchnorm's σ² = (1/B)·Σ_b (h_b − μ)² is such a Q whenever the batch's covariance is
+exchangeable (the BSB1 fixed point).  A term Q^e·A(z_B, y) with A positively homogeneous of
+degree k in z_B (y: the other variables) has
+
+    E[Q^e A] = c^e · E[ρ^{k+2e}] / E[ρ^k] · E[A],     E[ρ^p] = 2^{p/2} Γ((r + p)/2) / Γ(r/2),
+
+so the non-polynomial Q^e (and the kinks' positive scales: step(a·Q^e) = step(a),
+relu(a·Q^e) = Q^e·relu(a), δ(a·Q^e) = Q^{−e}·δ(a)) leave the integrand, and what remains
+(polynomials × kinks) goes to the closed forms.  :func:`split_norms` returns that rewrite, or
+None: a Q under another head (tanh(z/√Q)), a term not homogeneous, a symbolic covariance, or
+an expansion larger than the budget.  Each block's radius is integrated separately, so an
+integrand homogeneous in several independent blocks (one per layer's batch) loses all of them.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import sympy as sp
+
+from .analysis import expanded_size
+from .linalg import Matrix
+from ..symbolic.heads import AbsF, Delta, LeakyRelu, Relu, Sign, Step
+
+#: C M C = c C is checked to this relative tolerance
+TOLERANCE = 1e-10
+ZERO_DEGREE = (Step, Sign, sp.sign, sp.Heaviside)
+ONE_DEGREE = (Relu, AbsF, sp.Abs, LeakyRelu)
+
+
+def radius_moment_ratio(p: sp.Expr, k: int, r: int) -> sp.Expr:
+    """E[ρ^{k+p}] / E[ρ^k] for ρ ~ χ_r, exact (sympy): 2^{p/2} Γ((r+k+p)/2) / Γ((r+k)/2)."""
+    if r + k + p <= 0 or r + k <= 0:
+        raise ZeroDivisionError(f"E ρ^{k + p} or E ρ^{k} is infinite for ρ ~ χ_{r}")
+    return sp.Integer(2) ** (p / 2) * sp.gamma(sp.Rational(r + k) / 2 + p / 2) / sp.gamma(sp.Rational(r + k, 2))
+
+
+def norm_forms(expr: sp.Expr, gaussians: tuple) -> list[sp.Expr]:
+    """The bases Q of powers Q^e (e not a non-negative integer) that are quadratic forms in the
+    Gaussians."""
+    out = set()
+    gs = set(gaussians)
+    for p in expr.atoms(sp.Pow):
+        b, e = p.base, p.exp
+        if (e.is_Integer and e >= 0) or not b.is_Add or not b.free_symbols or b.free_symbols - gs:
+            continue
+        P = sp.Poly(b, *sorted(b.free_symbols, key=str))
+        if P.is_homogeneous and P.total_degree() == 2:
+            out.add(b)
+    return sorted(out, key=sp.default_sort_key)
+
+
+def mahalanobis_scale(Q: sp.Expr, block: tuple, cov: np.ndarray) -> float | None:
+    """c with Q = c·zᵀC⁺z on the support of z ~ N(0, C) (C M C = c C), else None."""
+    k = len(block)
+    M = np.zeros((k, k))
+    P = sp.Poly(Q, *block)
+    for mono, coeff in P.terms():
+        idx = [i for i, a in enumerate(mono) for _ in range(a)]
+        i, j = idx
+        M[i, j] += float(coeff) / (1 if i == j else 2)
+        if i != j:
+            M[j, i] += float(coeff) / 2
+    CMC = cov @ M @ cov
+    tr = float(np.trace(cov))
+    if tr <= 0:
+        return None
+    c = float(np.trace(CMC)) / tr
+    if c <= 0 or np.max(np.abs(CMC - c * cov)) > TOLERANCE * np.max(np.abs(CMC)):
+        return None
+    return c
+
+
+def degree(expr: sp.Expr, block: set) -> sp.Expr | None:
+    """The degree k of positive homogeneity of expr in the block's variables (others fixed),
+    or None if not recognised as homogeneous."""
+    memo: dict = {}
+
+    def d(e: sp.Expr):
+        if e in memo:
+            return memo[e]
+        if e in block:
+            out = sp.Integer(1)
+        elif not (e.free_symbols & block):
+            out = sp.Integer(0)
+        elif e.is_Add:
+            ds = {d(a) for a in e.args}
+            out = ds.pop() if len(ds) == 1 else None
+        elif e.is_Mul:
+            ds = [d(a) for a in e.args]
+            out = None if None in ds else sp.Add(*ds)
+        elif e.is_Pow and e.exp.is_number:
+            db = d(e.base)
+            out = None if db is None else (db * e.exp if db == 0 or e.exp.is_Integer else None)
+        elif isinstance(e, ZERO_DEGREE):
+            out = sp.Integer(0) if d(e.args[0]) is not None else None
+        elif isinstance(e, ONE_DEGREE):
+            out = d(e.args[0])
+        elif isinstance(e, Delta):
+            da = d(e.args[0])
+            out = None if da is None else -da
+        else:
+            out = sp.Integer(0) if all(d(a) == 0 for a in e.args) else None
+        memo[e] = out
+        return out
+    return d(expr)
+
+
+def split_norms(expr: sp.Expr, gaussians: tuple, cov: Matrix, groups: dict,
+                max_size: float) -> sp.Expr | None:
+    """expr with every block norm Q^e integrated out (module doc): an expression whose E equals
+    E[expr], free of those Q's; None if the rule does not apply."""
+    Qs = norm_forms(expr, gaussians)
+    if not Qs or cov.free_symbols:
+        return None
+    index = {g: i for i, g in enumerate(gaussians)}
+    C = np.array(cov.tolist(), dtype=float)
+    present = expr.free_symbols
+    radii: dict = {}
+    for Q in Qs:
+        gids = {groups[s] for s in Q.free_symbols}
+        block = tuple(g for g in gaussians if groups[g] in gids and g in present)
+        key = frozenset(block)
+        if key in radii:                       # one norm per block
+            return None
+        idx = [index[g] for g in block]
+        Cb = C[np.ix_(idx, idx)]
+        c = mahalanobis_scale(Q, block, Cb)
+        if c is None:
+            return None
+        rank = int(np.linalg.matrix_rank(Cb, tol=1e-10 * max(np.max(np.abs(Cb)), 1e-300)))
+        R = sp.Dummy("rho", positive=True)
+        radii[key] = (Q, c, rank, R, set(block))
+    sub = {Q: exact_number(c, Q, cov) * R ** 2 for Q, c, _, R, _ in radii.values()}
+    out = rational_exponents(expr).xreplace(sub)
+    Rs = {R for _, _, _, R, _ in radii.values()}
+    out = out.replace(lambda e: isinstance(e, Delta) and e.args[0].is_Mul and e.args[0].has(*Rs),
+                      lambda e: _delta_scale(e, Rs))
+    if any(a.has(*Rs) for f in out.atoms(sp.Function) for a in f.args):
+        return None                            # a norm under another head: not separable
+    if expanded_size(out) > max_size:
+        return None
+    total = []
+    for t in sp.Add.make_args(sp.expand(out)):
+        factor = sp.Integer(1)
+        for _, _, rank, R, block in radii.values():
+            powers = [f for f in sp.Mul.make_args(t) if f.has(R)]
+            if any(f.as_base_exp()[0] != R for f in powers):
+                return None
+            j = sp.Add(*[f.as_base_exp()[1] for f in powers])
+            t = sp.Mul(*[f for f in sp.Mul.make_args(t) if not f.has(R)])
+            k = degree(t, block)
+            if k is None or not k.is_Integer:
+                return None
+            if j != 0:
+                try:
+                    factor *= radius_moment_ratio(j, int(k), rank)
+                except ZeroDivisionError:
+                    return None
+        total.append(factor * t)
+    return sp.Add(*total)
+
+
+def exact_number(c: float, Q: sp.Expr, cov: Matrix) -> sp.Expr:
+    """c as a rational when Q and Σ are exact (so closed forms stay exact), else a Float."""
+    if Q.has(sp.Float) or cov.has(sp.Float):
+        return sp.Float(c)
+    q = sp.nsimplify(c, rational=True, tolerance=1e-13)
+    return q if abs(float(q) - c) <= 1e-12 * c else sp.Float(c)
+
+
+def rational_exponents(expr: sp.Expr) -> sp.Expr:
+    """x**0.5 → x**(1/2): Float exponents (from the program's 0.5) as the rationals they are."""
+    floats = [e for e in expr.atoms(sp.Pow) if e.exp.is_Float]
+    while floats:                     # innermost first, so that outer keys still match
+        sub = {e: sp.Pow(e.base, sp.nsimplify(e.exp, rational=True)) for e in floats}
+        expr = expr.xreplace(sub)
+        floats = [e for e in expr.atoms(sp.Pow) if e.exp.is_Float]
+    return expr
+
+
+def _delta_scale(e: sp.Expr, Rs: set) -> sp.Expr:
+    """δ(a·R^p·s) = δ(a)/(R^p·s) for the radius symbols R and positive numbers s."""
+    scale = [f for f in sp.Mul.make_args(e.args[0]) if (f.is_number and f.is_positive)
+             or (f.is_Pow and f.base in Rs) or f in Rs]
+    rest = sp.Mul(*[f for f in sp.Mul.make_args(e.args[0]) if f not in scale])
+    return Delta(rest) / sp.Mul(*scale)
+
+
+def kink_conditioned(poly: sp.Expr, kinks: list[sp.Expr], gs: tuple, cov: np.ndarray
+                     ) -> tuple[dict[tuple, float], np.ndarray] | None:
+    """E[P(z)·S(Wz)] with S a function of k ≤ 2 linear forms u = Wz (the kinks: steps) as an
+    expectation over u alone: z = A u + ε with A = C Wᵀ G⁻¹, G = W C Wᵀ, ε ~ N(0, C − A G Aᵀ)
+    independent of u, so E[P(z) S(u)] = E[S(u)·P̃(u)], P̃(u) = E_ε P(Au + ε) (Isserlis, in floats).
+    Returns (P̃ as {β: coefficient of u^β}, G), or None (a kink not linear
+    through 0, G singular, P not a polynomial).  The k-dimensional rest goes to the closed forms:
+    (:func:`kinked_moments`): one small integral per kink pattern instead of a symbolic Stein recursion in rank(C)
+    dimensions (B − 1 for a batch of B)."""
+    index = {g: i for i, g in enumerate(gs)}
+    W = np.zeros((len(kinks), len(gs)))
+    for r, a in enumerate(kinks):
+        for t in sp.Add.make_args(sp.expand(a)):
+            c, s = t.as_coeff_Mul()
+            if s not in index:
+                return None
+            W[r, index[s]] += float(c)
+    G = W @ cov @ W.T
+    if np.linalg.matrix_rank(G) < len(kinks):
+        return None
+    A = cov @ W.T @ np.linalg.inv(G)
+    E = cov - A @ G @ A.T
+    try:
+        P = sp.Poly(poly, *gs)
+    except sp.PolynomialError:
+        return None
+    k = len(kinks)
+    out: dict[tuple, float] = {}
+    memo: dict = {}
+    for mono, c in P.terms():
+        factors = [i for i, a in enumerate(mono) for _ in range(a)]
+        # each factor z_i = Σ_j A_ij u_j + ε_i: choose a u_j (index j < k) or the ε_i (index k)
+        for choice in itertools.product(range(k + 1), repeat=len(factors)):
+            coeff = float(c)
+            beta = [0] * k
+            eps = []
+            for i, j in zip(factors, choice):
+                if j < k:
+                    coeff *= A[i, j]
+                    beta[j] += 1
+                else:
+                    eps.append(i)
+            if coeff == 0.0 or len(eps) % 2:
+                continue
+            m = isserlis(tuple(sorted(eps)), E, memo)
+            if m != 0.0:
+                out[tuple(beta)] = out.get(tuple(beta), 0.0) + coeff * m
+    return out, G
+
+
+def isserlis(idx: tuple, E: np.ndarray, memo: dict) -> float:
+    """E[ε_{i1}···ε_{im}] for ε ~ N(0, E): the sum over pairings (indices sorted, memoised)."""
+    if not idx:
+        return 1.0
+    if idx in memo:
+        return memo[idx]
+    first, rest = idx[0], idx[1:]
+    total = 0.0
+    for p in range(len(rest)):
+        if E[first, rest[p]] != 0.0:
+            total += E[first, rest[p]] * isserlis(rest[:p] + rest[p + 1:], E, memo)
+    memo[idx] = total
+    return total
+
+
+def kinked_moments(poly: dict[tuple, float], G: np.ndarray) -> float:
+    """E[P̃(u)·Π_j step(u_j)] for u ~ N(0, G) in k ≤ 2 dimensions, P̃ = Σ_β c_β u^β ({β: c_β}).
+
+    k = 1: E[u^m step(u)] = G^{m/2}·2^{m/2}Γ((m+1)/2)/(2√π).  k = 2: u = L(r cos θ, r sin θ) with
+    L Lᵀ = G; the radius integrates exactly, ∫_0^∞ r^{d+1}e^{−r²/2} dr = 2^{d/2}Γ(d/2 + 1), and the
+    angle runs over the wedge where both (Lz)_j > 0, split at its two edges (the kinks' great
+    circles), by Gauss–Legendre: exact to rounding for the trigonometric polynomials of degree
+    ≤ 2·ANGLE_NODES − 1 that monomials give (checked: orders n and 2n agree to 1e-13, else
+    ValueError)."""
+    k = G.shape[0]
+    if k == 1:
+        g = float(G[0, 0])
+        return sum(c * g ** (b[0] / 2) * 2 ** (b[0] / 2) * math.gamma((b[0] + 1) / 2) / (2 * math.sqrt(math.pi))
+                   for b, c in poly.items())
+    L = np.linalg.cholesky(G)
+    phis = [math.atan2(L[j, 1], L[j, 0]) for j in range(2)]
+    lo = max(phis[0] - math.pi / 2, _near(phis[1], phis[0]) - math.pi / 2)
+    hi = min(phis[0] + math.pi / 2, _near(phis[1], phis[0]) + math.pi / 2)
+    if hi <= lo:
+        return 0.0
+    degree = max((sum(b) for b in poly), default=0)
+    values = [_wedge(poly, L, lo, hi, n) for n in (degree + 8, 2 * degree + 16)]
+    if abs(values[0] - values[1]) > 1e-13 * max(1.0, abs(values[1])):
+        raise ValueError("the wedge quadrature did not converge")
+    return values[1]
+
+
+def _near(phi: float, ref: float) -> float:
+    """phi shifted by a multiple of 2π to within π of ref."""
+    return phi - 2 * math.pi * round((phi - ref) / (2 * math.pi))
+
+
+def _wedge(poly: dict[tuple, float], L: np.ndarray, lo: float, hi: float, n: int) -> float:
+    """(1/2π) ∫_lo^hi Σ_β c_β R(|β|) (L(cos θ, sin θ))^β dθ by n-point Gauss–Legendre."""
+    x, w = np.polynomial.legendre.leggauss(n)
+    theta = lo + (hi - lo) * (x + 1) / 2
+    u = L @ np.stack([np.cos(theta), np.sin(theta)])
+    total = np.zeros_like(theta)
+    for b, c in poly.items():
+        d = sum(b)
+        total += c * 2 ** (d / 2) * math.gamma(d / 2 + 1) * u[0] ** b[0] * u[1] ** b[1]
+    return float(np.dot(w, total) * (hi - lo) / 2 / (2 * math.pi))

@@ -1,0 +1,147 @@
+"""Batch-coupled backward passes (issue 26): the coarea rule for Dirac masses of scale-free
+arguments, the exact radius of each independent block (tensorprog/expect/blocks.py), and the
+structural zeros of Ż (tensorprog/limit/structural.py); each against an independent Monte Carlo
+or quadrature computed here, not by the engine."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import sympy as sp
+from scipy import integrate
+
+import tensorprog as tp
+from tensorprog.expect.blocks import degree, mahalanobis_scale
+from tensorprog.expect.engine import expect
+from tensorprog.limit.structural import OddBlocks, independent_blocks
+from tensorprog.symbolic.heads import Delta, Relu, Step
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
+
+
+def centred(B: int, s: float = 1.0) -> sp.Matrix:
+    """Covariance s·(I − 11ᵀ/B) of a batch after its mean is removed (exact)."""
+    return sp.Matrix(B, B, lambda i, j: s * ((1 if i == j else 0) - sp.Rational(1, B)))
+
+
+def test_coarea_dirac_of_a_normalised_coordinate_against_quadrature():
+    """E[δ(x/‖(x, y, z)‖·√3)·y²] over N(0, I₃) = φ(0)·E[‖(y, z)‖/√3·y²]: the right side by scipy's
+    2-D quadrature in polar coordinates (independent of the engine)."""
+    x, y, z = sp.symbols("x y z", real=True)
+    arg = x / sp.sqrt((x ** 2 + y ** 2 + z ** 2) / 3)
+    est = expect(Delta(arg) * y ** 2, [x, y, z], sp.eye(3))
+    radial = integrate.quad(lambda r: r ** 3 * r * math.exp(-r * r / 2) / (2 * math.pi) * math.pi, 0, np.inf)[0]
+    truth = radial / math.sqrt(3) / math.sqrt(2 * math.pi)
+    assert abs(est.value - truth) <= max(est.error, 1e-10)
+
+
+def test_coarea_dirac_inside_the_derivative_of_relu_of_batchnorm():
+    """d/dt E[relu(BN(h + t·e₁)₁)]: the derivative brings δ((h₁ − μ)/σ); against a seeded Monte
+    Carlo of the same finite difference of step (5 standard errors)."""
+    B = 4
+    hs = sp.symbols(f"h1:{B + 1}", real=True)
+    mu = sum(hs) / B
+    sig = sp.sqrt(sum((h - mu) ** 2 for h in hs) / B)
+    y1 = (hs[0] - mu) / sig
+    e = sp.diff(Step(y1), hs[1]) * hs[1]                # δ(y₁)·∂y₁/∂h₂·h₂: a Dirac of a scale-free argument
+    est = expect(e, hs, sp.eye(B))
+    # Monte Carlo: ∂_t E[step(y₁(h + t e₂)) h₂] by a symmetric difference with common random numbers
+    rng = np.random.default_rng(3)
+    h = rng.standard_normal((2_000_000, B))
+    t = 0.02
+
+    def y(hh):
+        c = hh - hh.mean(1, keepdims=True)
+        return c[:, 0] / np.sqrt((c ** 2).mean(1))
+    hp, hm = h.copy(), h.copy()
+    hp[:, 1] += t
+    hm[:, 1] -= t
+    sample = ((y(hp) > 0).astype(float) - (y(hm) > 0)) / (2 * t) * h[:, 1]
+    se = sample.std() / math.sqrt(len(sample))
+    assert abs(est.value - sample.mean()) <= 5 * se + est.error + 2e-3          # + the O(t²) bias of the difference
+
+
+@pytest.mark.parametrize("B", [4, 5, 8])
+def test_block_radius_is_exact_against_monte_carlo(B):
+    """E[relu(ℓ₁/σ)·relu(ℓ₂/σ)·ℓ₃²/σ²], σ² = ‖ℓ‖²/B, ℓ centred over the batch: the block rule gives a
+    closed form; a seeded Monte Carlo agrees within 5 standard errors."""
+    ls = sp.symbols(f"l1:{B + 1}", real=True)
+    s2 = sum(v ** 2 for v in ls) / B
+    f = Relu(ls[0] / sp.sqrt(s2)) * Relu(ls[1] / sp.sqrt(s2)) * ls[2] ** 2 / s2
+    est = expect(f, ls, centred(B, sp.Rational(1, 2)))
+    assert est.method == "exact"
+    z = np.random.default_rng(B).standard_normal((1_000_000, B))
+    z -= z.mean(1, keepdims=True)
+    sig = np.sqrt((z ** 2).mean(1))
+    sample = np.maximum(z[:, 0] / sig, 0) * np.maximum(z[:, 1] / sig, 0) * z[:, 2] ** 2 / sig ** 2
+    assert abs(est.value - sample.mean()) <= 5 * sample.std() / math.sqrt(len(sample))
+
+
+def test_block_rule_refuses_what_it_cannot_separate():
+    """A norm that is not the block's Mahalanobis norm, or one under tanh, stays numeric."""
+    ls = sp.symbols("l1:4", real=True)
+    wrong = ls[0] ** 2 + 2 * ls[1] ** 2 + ls[2] ** 2
+    assert mahalanobis_scale(wrong, ls, np.eye(3)) is None
+    assert mahalanobis_scale(sum(v ** 2 for v in ls) / 3, ls, np.eye(3)) == pytest.approx(1 / 3)
+    est = expect(sp.tanh(ls[0] / sp.sqrt(wrong)), ls, sp.eye(3), exact=True)
+    assert est.method != "exact" or est.value == 0
+    assert degree(Relu(ls[0]) * Step(ls[1]) / ls[2] ** 3, set(ls)) == -2
+    assert degree(ls[0] + 1, set(ls)) is None
+
+
+def test_structural_zero_recognises_odd_independent_blocks():
+    a, b, g1, g2 = sp.symbols("a b g1 g2", real=True)
+    cov = {(a, a): 1, (b, b): 1, (a, b): sp.Rational(1, 2), (b, a): sp.Rational(1, 2),
+           (g1, g1): 1, (g2, g2): 1, (g1, g2): 0, (g2, g1): 0}
+    assert independent_blocks([a, b, g1, g2], cov) == [{a, b}, {g1}, {g2}]
+    z = Step(a - b) * (g1 + 2 * g2) + Relu(a)           # not odd in any block: the Ż must be computed
+    assert not OddBlocks(z, [a, b, g1, g2], cov).zero(a)
+    z = Step(a - b) * g1 * sp.tanh(g2) ** 2              # odd in {g1}: ∂/∂a of it has mean 0
+    odd = OddBlocks(z, [a, b, g1, g2], cov)
+    assert odd.zero(a) and not odd.zero(g1)
+    # the zero it claims, checked by the engine on the derivative itself
+    gauss = [a, b, g1, g2]
+    C = sp.Matrix(4, 4, lambda i, j: cov.get((gauss[i], gauss[j]), 0))
+    assert expect(sp.diff(z, a), gauss, C, exact=False).value == pytest.approx(0, abs=1e-6)
+
+
+@pytest.mark.parametrize("B", [5, 8])
+def test_bn_gradient_is_exact_and_every_B_compiles(B):
+    """λ_G(B) = (B − 2 + J0(ρ) + J1(ρ))/((B − 3)(1 − J1(ρ))), ρ = −1/(B − 1) (J0 = J1′), to 1e-9:
+    the program compiles for B = 8, which stopped at a Dirac mass of ℓ/‖ℓ‖ before."""
+    rho = -1 / (B - 1)
+    j1 = (math.sqrt(1 - rho ** 2) + (math.pi - math.acos(rho)) * rho) / math.pi
+    j0 = (math.pi - math.acos(rho)) / math.pi
+    lam = (B - 2 + j0 + j1) / ((B - 3) * (1 - j1))
+    out = tp.load(str(ROOT / "programs" / "bn_gradient.tp"), B=B, D=1, sym=1).compile().limit().outputs["rate"]
+    assert abs(out.value - lam) <= max(out.error, 1e-9)
+    assert out.error <= 1e-6
+
+
+@pytest.mark.parametrize("beta", [(0, 0), (1, 0), (2, 1), (3, 1), (2, 2), (0, 4), (5, 3)])
+def test_wedge_cubature_against_the_symbolic_closed_form(beta):
+    """E[u^β step(u) step(v)] by the cubature split at the kinks (blocks.kinked_moments) against the
+    engine's exact Stein/arc-cosine closed form, to 1e-13."""
+    from tensorprog.expect.blocks import kinked_moments
+    u, v = sp.symbols("u v", real=True)
+    G = sp.Matrix([[1, sp.Rational(-3, 10)], [sp.Rational(-3, 10), 2]])
+    exact = expect(u ** beta[0] * v ** beta[1] * Step(u) * Step(v), [u, v], G)
+    assert exact.method == "exact"
+    got = kinked_moments({beta: 1.0}, np.array(G.tolist(), dtype=float))
+    assert abs(got - exact.value) <= 1e-13 * max(1.0, abs(exact.value))
+
+
+def test_kink_conditioning_against_monte_carlo():
+    """E[z₁²z₂z₃·step(z₁ − z₂)·step(z₃)] over a correlated N(0, C) in 4 dimensions by conditioning on
+    the two kink forms (blocks.kink_conditioned + kinked_moments), against a seeded Monte Carlo."""
+    from tensorprog.expect.blocks import kink_conditioned, kinked_moments
+    zs = sp.symbols("z1:5", real=True)
+    rng = np.random.default_rng(11)
+    M = rng.standard_normal((4, 4))
+    C = M @ M.T / 4 + 0.5 * np.eye(4)
+    poly, G = kink_conditioned(zs[0] ** 2 * zs[1] * zs[2], [zs[0] - zs[1], zs[2]], zs, C)
+    got = kinked_moments(poly, G)
+    z = rng.multivariate_normal(np.zeros(4), C, size=2_000_000)
+    sample = z[:, 0] ** 2 * z[:, 1] * z[:, 2] * (z[:, 0] > z[:, 1]) * (z[:, 2] > 0)
+    assert abs(got - sample.mean()) <= 5 * sample.std() / math.sqrt(len(sample))
