@@ -14,7 +14,7 @@ from ..expect.laws import as_number
 from ..npz import save_npz
 
 #: methods from most to least exact: a result's method is the largest rank among its estimates
-METHOD_RANK = {"exact": 0, "quadrature": 1, "qmc": 2, "particles": 3}
+METHOD_RANK = {"exact": 0, "series": 0.5, "quadrature": 1, "qmc": 2, "particles": 3}
 
 
 @dataclass(frozen=True)

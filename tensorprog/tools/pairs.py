@@ -59,7 +59,7 @@ KINDS = {SAME: "same", OPPOSITE: "opposite", PARALLEL: "parallel", REST: "rest"}
 #: pairs a band compiles one at a time (parallel rows of unequal norms, pairs where a replay does
 #: not hold): beyond this many, one batch
 ONE_BY_ONE = 256
-RANK = {"exact": 0, "quadrature": 1, "qmc": 2}
+RANK = {"exact": 0, "series": 0.5, "quadrature": 1, "qmc": 2}
 
 
 @dataclass(frozen=True)

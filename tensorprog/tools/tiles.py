@@ -38,7 +38,7 @@ TILE_PAIRS = 1 << 19
 BAND_ELEMENTS = 1 << 24
 #: side of the square blocks an in-memory kernel is mirrored by
 MIRROR_BLOCK = 256
-RANK = {"exact": 0, "quadrature": 1, "qmc": 2}
+RANK = {"exact": 0, "series": 0.5, "quadrature": 1, "qmc": 2}
 
 
 def inputs_array(X: np.ndarray) -> np.ndarray:
