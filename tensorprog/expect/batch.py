@@ -38,6 +38,7 @@ from .linalg import Matrix
 from .quad import ORDERS, estimate_error
 from .reduce import Ctx, Engine
 from .series import numpy_function, separate, series_pairs
+from ..symbolic.mehler import Mean, MeanError, MehlerError, MehlerValue, T, coefficients, hermite_head, step_for
 from ..symbolic.evaluate import compile_exprs, evaluate
 
 
@@ -125,6 +126,7 @@ class ClosedFormTrace:
     that have the same layout (the same constant entries and ties)."""
     F: sp.Expr
     layout: dict
+    error: sp.Expr = sp.Integer(0)       # the stated error as a formula (the series; 0 when exact)
 
 
 def expect_batch(expr: sp.Expr, gaussians: Sequence[sp.Symbol], covs: np.ndarray, *,
@@ -308,7 +310,31 @@ def _factored(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, exact: bool, bu
         return _product(expr, gaussians, covs, blocks, exact, budget, retry)
     if len(gaussians) == 2 and budget.series_terms > 0:
         return _series_batch(expr, gaussians, covs, exact, budget, retry)
+    if len(gaussians) == 1 and budget.series_terms > 0 and not kink_args([expr]):
+        return _mean_batch(expr, gaussians, covs, budget)
     return None
+
+
+#: the order of the coefficients whose error estimate covers E φ (the first coefficient's)
+MEAN_ORDER = 8
+
+
+def _mean_batch(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, budget: Budget) -> BatchResult | None:
+    """E φ(x) for every variance: α_0 of the series' coefficients (the trapezoidal rule, once per
+    distinct variance, error from the rule at step 1.25h); None if some misses the target."""
+    x = gaussians[0]
+    a = covs[:, 0, 0]
+    h = step_for(MEAN_ORDER, 1.5 * float(a.max()))
+    ua, ia = np.unique(a, return_inverse=True)
+    with np.errstate(all="ignore"):
+        c = coefficients(numpy_function(expr, x), ua, MEAN_ORDER, h)
+    values, errors = c.alpha[ia, 0], c.err[ia] + 4 * np.finfo(float).eps * np.abs(c.alpha[ia, 0])
+    if not np.all(np.isfinite(values) & (errors <= budget.tol * np.maximum(1.0, np.abs(values)))):
+        return None
+    S, _, layout = _symbolic_cov(covs)
+    A = hermite_head(expr.xreplace({x: T}), MEAN_ORDER, h)(S[0, 0])
+    return BatchResult(values, errors, Uniform("series", len(covs)),
+                       form=ClosedFormTrace(Mean(A), layout, MeanError(A)))
 
 
 def _product(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, blocks: list[list[int]], exact: bool,
@@ -329,6 +355,7 @@ def _product(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, blocks: list[lis
     P = len(covs)
     values, errors = np.full(P, float(coeff)), np.zeros(P)
     methods, budgets, heavy = Uniform("exact", P), set(), False
+    F, E, layout = coeff, sp.Integer(0), _zero_layout(blocks, covs.shape[1])
     for block, factors in zip(blocks, parts):
         if not factors:
             continue
@@ -340,7 +367,35 @@ def _product(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, blocks: list[lis
         methods = _worse(methods, res.methods)
         budgets |= set(res.budget)
         heavy = heavy or res.heavy_tail
-    return BatchResult(values, errors, methods, tuple(sorted(budgets)), heavy)
+        if res.form is None or layout is None:
+            layout = None
+            continue
+        Fb, Eb = _renamed(res.form, block, layout)
+        E = sp.Abs(F) * Eb + sp.Abs(Fb) * E + E * Eb
+        F = F * Fb
+    form = None if layout is None else ClosedFormTrace(F, layout, E)
+    return BatchResult(values, errors, methods, tuple(sorted(budgets)), heavy, form)
+
+
+def _zero_layout(blocks: list[list[int]], d: int) -> dict:
+    """The layout entries between independent blocks: constant 0 (a replay checks they stay so)."""
+    owner = {i: n for n, block in enumerate(blocks) for i in block}
+    return {(i, j): ("const", 0.0) for i in range(d) for j in range(i, d) if owner[i] != owner[j]}
+
+
+def _renamed(form: ClosedFormTrace, block: list[int], layout: dict) -> tuple[sp.Expr, sp.Expr]:
+    """A block's form in the whole covariance's indices: its entries (i, j) become
+    (block[i], block[j]) in ``layout`` (filled in place) and its symbols are renamed to match."""
+    names: dict[sp.Symbol, sp.Symbol] = {}
+    for (i, j), how in form.layout.items():
+        I, J = block[i], block[j]
+        if how[0] == "const":
+            layout[(I, J)] = how
+            continue
+        if how[1] not in names:
+            names[how[1]] = sp.Symbol(f"c_{I}_{J}", positive=(I == J), real=True)
+        layout[(I, J)] = ("sym", names[how[1]], how[2])
+    return form.F.xreplace(names), form.error.xreplace(names)
 
 
 def _worse(a: Sequence[str], b: Sequence[str]) -> Sequence[str]:
@@ -370,6 +425,12 @@ def _series_batch(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, exact: bool
     out = BatchResult(res.values, res.errors, Uniform("series", len(covs)))
     bad = np.nonzero(~(res.ok & np.isfinite(res.values)))[0]
     if not len(bad):
-        return out
+        S, _, layout = _symbolic_cov(covs)
+        h = step_for(res.cover, 1.5 * float(max(covs[:, 0, 0].max(), covs[:, 1, 1].max())))
+        A = hermite_head(f.xreplace({x: T}), res.cover, h)(S[0, 0])
+        B = hermite_head(g.xreplace({y: T}), res.cover, h)(S[1, 1])
+        rho = S[0, 1] * sp.Pow(S[0, 0] * S[1, 1], sp.Rational(-1, 2), evaluate=False)
+        form = ClosedFormTrace(MehlerValue(A, B, rho, sp.Float(budget.tol)), layout, MehlerError(A, B, rho))
+        return replace(out, form=form)
     rest = _batch(expr, gaussians, covs[bad], exact, replace(budget, series_terms=0), retry)
     return _fill(out, bad, rest)

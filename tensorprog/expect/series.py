@@ -38,132 +38,18 @@ E[f(x) g(y)] over two Gaussians whose integrand is a product of factors of one o
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Callable, Sequence
 
 import numpy as np
 import sympy as sp
-from scipy import special
 
 from ..symbolic.evaluate import compile_exprs
+from ..symbolic.mehler import Coefficients, Fn, bound, coefficients, horner
 
-EPS = np.finfo(float).eps
 #: the truncation orders tried, smallest first (the first whose bound meets the target is used)
 ORDERS = (8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
 #: the orders to which coefficients are computed, one after the other until the bound holds
 STAGES = (64, 256, 1024)
-Fn = Callable[[np.ndarray], np.ndarray]
-
-
-#: the rule's half-width: beyond |z| = T, pdf(z)·h_k(z)·φ is below 1e-18 (|h_k(z)| e^{−z²/4} ≤ 1)
-HALF_WIDTH = 13.0
-
-
-def step_for(K: int, largest_variance: float) -> float:
-    """The trapezoidal step for coefficients up to order K: h_k oscillates with wavenumber up to
-    √(4K + 2)/2, and φ(√a ·)'s strip of analyticity narrows like 1/√a."""
-    return min(0.05, 1.8 / np.sqrt(4 * K + 2)) * min(1.0, np.sqrt(2.0 / max(largest_variance, 1e-300)))
-
-
-@lru_cache(maxsize=16)
-def hermite_basis(K: int, h: float) -> tuple[np.ndarray, np.ndarray]:
-    """(z, G) of the trapezoidal rule of step h on [−T, T] (Σ w_i f(z_i) ≈ E f(z), z ~ N(0, 1),
-    w_i = h·pdf(z_i)): G[k, i] = √w_i h_k(z_i), k ≤ K, by the recurrence
-    h_{k+1} = (z h_k − √k h_{k−1})/√(k+1) on the scaled values (bounded: |h_k(z)| e^{−z²/4} ≤ 1)."""
-    n = int(np.ceil(HALF_WIDTH / h))
-    z = h * np.arange(-n, n + 1)
-    sw = np.sqrt(h * np.exp(-z ** 2 / 2) / np.sqrt(2 * np.pi))
-    G = np.empty((K + 1, len(z)))
-    G[0] = sw
-    if K:
-        G[1] = z * sw
-    for k in range(1, K):
-        G[k + 1] = (z * G[k] - np.sqrt(k) * G[k - 1]) / np.sqrt(k + 1)
-    return z, G
-
-
-@dataclass(frozen=True)
-class Coefficients:
-    """Hermite coefficients of one function at several variances, with what the bound needs.
-
-    ``alpha`` (V, K+1): α̃_k for each variance; ``tail`` (V,): an upper estimate of
-    T(K) = Σ_{k>K} α_k²; ``err`` (V,): of ‖α − α̃‖₂ (k ≤ K); ``norm`` (V,): ‖α̃‖₂ (≤ √(E φ²) + err);
-    ``square`` (V,): E φ(√a z)² (the diagonal of E φψ when φ = ψ)."""
-    alpha: np.ndarray
-    tail: np.ndarray
-    err: np.ndarray
-    norm: np.ndarray
-    square: np.ndarray
-
-    @property
-    def K(self) -> int:
-        return self.alpha.shape[1] - 1
-
-    def truncate(self, K: int) -> "Coefficients":
-        """The same coefficients up to order K ≤ self.K: the dropped ones join the tail (their
-        error, at most err, is counted in the tail through (√T + err)²)."""
-        drop = self.alpha[:, K + 1:]
-        extra = np.sqrt(np.sum(drop ** 2, axis=1))
-        tail = (np.sqrt(self.tail) + extra + self.err) ** 2
-        return Coefficients(self.alpha[:, :K + 1], tail, self.err, np.sqrt(np.sum(self.alpha[:, :K + 1] ** 2, 1)),
-                            self.square)
-
-
-def _rule(fn: Fn, variances: np.ndarray, K: int, h: float) -> tuple[np.ndarray, np.ndarray]:
-    """(α̃ (V, K+1), S̃ (V,)): the coefficients and E φ(√a z)² for each variance by the
-    trapezoidal rule of step h (geometric convergence for φ analytic in a strip)."""
-    z, G = hermite_basis(K, h)
-    pts = np.sqrt(np.clip(variances, 0.0, None))[:, None] * z[None, :]
-    F = (np.asarray(fn(pts), dtype=float) * np.ones_like(pts)) * G[0]
-    return F @ G.T, np.sum(F ** 2, axis=1)
-
-
-def coefficients(fn: Fn, variances: Sequence[float], K: int) -> Coefficients:
-    """The coefficients of φ = ``fn`` (a numpy function) up to order K at each variance, with
-    the tail and error estimates of the module doc: the trapezoidal rule at step h, and at step
-    1.25·h for the error estimate (it converges geometrically: the coarser rule's difference
-    overestimates the finer one's error)."""
-    a = np.asarray(variances, dtype=float).ravel()
-    h = step_for(K, float(a.max(initial=0.0)))
-    alpha, S = _rule(fn, a, K, h)
-    coarse, S1 = _rule(fn, a, K, 1.25 * h)
-    rounding = 16 * EPS * np.sqrt(S) * np.sqrt(K + 1)
-    err = np.sqrt(np.sum((alpha - coarse) ** 2, axis=1)) + rounding
-    kept = np.sum(alpha ** 2, axis=1)
-    # T(K) = S − Σ_{k≤K} α_k²: the computed difference, S's quadrature error, the coefficients'
-    # (|Σα² − Σα̃²| ≤ 2‖α̃‖e + e²) and the rounding of two sums of size S
-    tail = np.clip(S - kept, 0.0, None) + np.abs(S - S1) + 2 * err * np.sqrt(kept) + err ** 2 + 16 * EPS * S
-    return Coefficients(alpha, tail, err, np.sqrt(kept), S)
-
-
-def derivative(coef: Coefficients, variances: Sequence[float]) -> np.ndarray:
-    """The coefficients of φ′ up to order K − 1 from φ's (index shift, module doc):
-    E φ′(√a z) h_k(z) = √(k+1)·α_{k+1}(a)/√a (a > 0)."""
-    a = np.asarray(variances, dtype=float).ravel()
-    k = np.arange(coef.K)
-    return coef.alpha[:, 1:] * np.sqrt(k + 1)[None, :] / np.sqrt(a)[:, None]
-
-
-def horner(alpha: np.ndarray, beta: np.ndarray, rho: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(Σ_k ρ^k α_k β_k, Σ_k |ρ|^k |α_k β_k|) for rows of α and β (P, K+1) and ρ (P,) by Horner."""
-    K = alpha.shape[1] - 1
-    s = alpha[:, K] * beta[:, K]
-    m = np.abs(s)
-    r = np.abs(rho)
-    for k in range(K - 1, -1, -1):
-        t = alpha[:, k] * beta[:, k]
-        s = s * rho + t
-        m = m * r + np.abs(t)
-    return s, m
-
-
-def bound(ca: Coefficients, cb: Coefficients, ia: np.ndarray, ib: np.ndarray, rho: np.ndarray,
-          magnitude: np.ndarray) -> np.ndarray:
-    """The stated error of the module doc for pairs (rows ia of ca, rows ib of cb, correlation ρ)."""
-    K = ca.K
-    trunc = np.abs(rho) ** (K + 1) * np.sqrt(ca.tail[ia] * cb.tail[ib])
-    coef = ca.err[ia] * cb.norm[ib] + ca.norm[ia] * cb.err[ib] + ca.err[ia] * cb.err[ib]
-    return trunc + coef + 2 * (K + 2) * EPS * magnitude
 
 
 @dataclass(frozen=True)
@@ -174,6 +60,7 @@ class PairsResult:
     errors: np.ndarray
     K: int
     ok: np.ndarray
+    cover: int              # the order whose bound meets the target at |ρ| = 1 for these variances
 
 
 def truncation_order(ca: Coefficients, cb: Coefficients, ia: np.ndarray, ib: np.ndarray,
@@ -222,7 +109,10 @@ def series_pairs(phi: Fn, psi: Fn, a: np.ndarray, b: np.ndarray, c: np.ndarray, 
     values, mag = horner(ta.alpha[ia], tb.alpha[ib], rho)
     errors = bound(ta, tb, ia, ib, rho, mag)
     ok = errors <= tol * np.maximum(1.0, np.abs(values))
-    return PairsResult(values, errors, Kp, ok)
+    one = np.ones_like(rho)
+    cover = truncation_order(ca, cb, ia, ib, one, goal) if np.all(np.sqrt(ca.tail[ia] * cb.tail[ib]) <= goal) \
+        else max(Kp, max(k for k in ORDERS if k <= ca.K))
+    return PairsResult(values, errors, Kp, ok, cover)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -2,7 +2,9 @@
 
 A batch compile (:mod:`.batch`) of a kernel template on a few pairs records how each number of
 the recurrence was made: an initial covariance entry, or an expectation E f(ℓ) in closed form
-F(C) over the covariance C of its linear forms, each Cᵢⱼ = Σ_g Σ_h a_ig a_jh Σ_gh a polynomial
+F(C) over the covariance C of its linear forms (or by the Mehler series: F then holds its
+row operations — the coefficients of one input's variance — and its cell operations, with its
+stated error as a formula beside it, :mod:`..symbolic.mehler`), each Cᵢⱼ = Σ_g Σ_h a_ig a_jh Σ_gh a polynomial
 in earlier numbers.  Chained, the outputs are one expression DAG in the initial covariance
 entries of a pair — a = Σ₀₀ (its first input's variance), b = Σ₁₁ (the second's), c = Σ₀₁;
 :class:`Replay` compiles it (and the errors: float rounding ROUNDING·(|E| + max_i Cᵢᵢ) per
@@ -92,6 +94,8 @@ def record(compiled, names: Sequence[str]) -> Replay | None:
         return builder.replay(names)
     except Unreplayable:
         return None
+    except ValueError:          # a series whose variance depends on the pair (not a row operation)
+        return None
 
 
 class Unreplayable(Exception):
@@ -110,6 +114,7 @@ class Builder:
         self.memo: dict[int, tuple[sp.Basic, sp.Basic]] = {}
         self.constants: list[tuple[sp.Expr, float]] = []
         self.ties: list[tuple[sp.Expr, sp.Expr, int]] = []
+        self.absolute: dict[int, sp.Expr] = {}                  # k -> the stated error of a series
 
     def replay(self, names: Sequence[str]) -> Replay:
         for sym, source in self.batch.sources.items():
@@ -125,7 +130,8 @@ class Builder:
             charged = (sp.Mul(sp.Float(ROUNDING), sp.Add(*parts, evaluate=False), evaluate=False)
                        if parts else sp.Integer(0))
             values.append(value)
-            errors.append(sp.Add(charged, sp.Float(4e-16) * sp.Abs(value, evaluate=False), evaluate=False))
+            stated = [self.absolute[k] for k in sorted(self.compiled.deps[var]) if k in self.absolute]
+            errors.append(sp.Add(charged, sp.Float(4e-16) * sp.Abs(value, evaluate=False), *stated, evaluate=False))
         consts = [(e, v) for e, v in self.constants if not self.settled(e, v)]
         checks = [e for e, _ in consts]
         ties: list[int] = []
@@ -173,7 +179,7 @@ class Builder:
         terms of one input before the pairs' — :mod:`..symbolic.grid`)."""
         note = self.batch.notes.get(k)
         est = self.compiled.estimates[k]
-        if note is None or est.method != "exact":
+        if note is None or est.method not in ("exact", "series"):
             raise Unreplayable(f"estimate {k}")
         cov = {ij: self.sub(e) for ij, e in note.cov.items()}
         names: dict[sp.Symbol, sp.Expr] = {}
@@ -185,6 +191,8 @@ class Builder:
             else:
                 self.ties.append((names[how[1]], cov[ij], how[2]))
         value = self.sub(note.trace.F, names)
+        if note.trace.error != 0:                # the series' stated error, a formula of its own
+            self.absolute[k] = self.sub(note.trace.error, names)
         diag = [sp.Abs(cov[(i, i)], evaluate=False) for i in range(note.size)]
         scale = largest(diag)
         return value, (sp.Abs(value, evaluate=False), scale)             # × ROUNDING: its error

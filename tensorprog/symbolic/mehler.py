@@ -1,0 +1,239 @@
+"""The numbers of the Mehler series (see :mod:`..expect.series` for the rule and its bound).
+
+Coefficients α_k(a) = E[φ(√a z) h_k(z)] of a numpy function φ at many variances by one matrix
+product (the trapezoidal rule on [−13, 13], error estimated by the rule at step 1.25h), their
+tail and error estimates, Horner's sum Σ_k ρ^k α_k β_k, and the stated error.  Also the grid
+tape's operations of the series (:mod:`.grid`): a *row* operation packs one variance's
+coefficients with their tail, error and norm (:func:`pack`), computed once per input; *cell*
+operations sum the series and its bound for a pair (:func:`mehler_value`, :func:`mehler_error`).
+The sympy heads :class:`HermiteRow`, :class:`MehlerValue`, :class:`MehlerError`, :class:`Mean`
+and :class:`MeanError` stand for them in the expressions a replay records.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Callable, Sequence
+
+import numpy as np
+import sympy as sp
+
+EPS = np.finfo(float).eps
+Fn = Callable[[np.ndarray], np.ndarray]
+
+
+#: the rule's half-width: beyond |z| = T, pdf(z)·h_k(z)·φ is below 1e-18 (|h_k(z)| e^{−z²/4} ≤ 1)
+HALF_WIDTH = 13.0
+
+
+def step_for(K: int, largest_variance: float) -> float:
+    """The trapezoidal step for coefficients up to order K: h_k oscillates with wavenumber up to
+    √(4K + 2)/2, and φ(√a ·)'s strip of analyticity narrows like 1/√a."""
+    return min(0.05, 1.8 / np.sqrt(4 * K + 2)) * min(1.0, np.sqrt(2.0 / max(largest_variance, 1e-300)))
+
+
+@lru_cache(maxsize=16)
+def hermite_basis(K: int, h: float) -> tuple[np.ndarray, np.ndarray]:
+    """(z, G) of the trapezoidal rule of step h on [−T, T] (Σ w_i f(z_i) ≈ E f(z), z ~ N(0, 1),
+    w_i = h·pdf(z_i)): G[k, i] = √w_i h_k(z_i), k ≤ K, by the recurrence
+    h_{k+1} = (z h_k − √k h_{k−1})/√(k+1) on the scaled values (bounded: |h_k(z)| e^{−z²/4} ≤ 1)."""
+    n = int(np.ceil(HALF_WIDTH / h))
+    z = h * np.arange(-n, n + 1)
+    sw = np.sqrt(h * np.exp(-z ** 2 / 2) / np.sqrt(2 * np.pi))
+    G = np.empty((K + 1, len(z)))
+    G[0] = sw
+    if K:
+        G[1] = z * sw
+    for k in range(1, K):
+        G[k + 1] = (z * G[k] - np.sqrt(k) * G[k - 1]) / np.sqrt(k + 1)
+    return z, G
+
+
+@dataclass(frozen=True)
+class Coefficients:
+    """Hermite coefficients of one function at several variances, with what the bound needs.
+
+    ``alpha`` (V, K+1): α̃_k for each variance; ``tail`` (V,): an upper estimate of
+    T(K) = Σ_{k>K} α_k²; ``err`` (V,): of ‖α − α̃‖₂ (k ≤ K); ``norm`` (V,): ‖α̃‖₂ (≤ √(E φ²) + err);
+    ``square`` (V,): E φ(√a z)² (the diagonal of E φψ when φ = ψ)."""
+    alpha: np.ndarray
+    tail: np.ndarray
+    err: np.ndarray
+    norm: np.ndarray
+    square: np.ndarray
+
+    @property
+    def K(self) -> int:
+        return self.alpha.shape[1] - 1
+
+    def truncate(self, K: int) -> "Coefficients":
+        """The same coefficients up to order K ≤ self.K: the dropped ones join the tail (their
+        error, at most err, is counted in the tail through (√T + err)²)."""
+        drop = self.alpha[:, K + 1:]
+        extra = np.sqrt(np.sum(drop ** 2, axis=1))
+        tail = (np.sqrt(self.tail) + extra + self.err) ** 2
+        return Coefficients(self.alpha[:, :K + 1], tail, self.err, np.sqrt(np.sum(self.alpha[:, :K + 1] ** 2, 1)),
+                            self.square)
+
+
+def _rule(fn: Fn, variances: np.ndarray, K: int, h: float) -> tuple[np.ndarray, np.ndarray]:
+    """(α̃ (V, K+1), S̃ (V,)): the coefficients and E φ(√a z)² for each variance by the
+    trapezoidal rule of step h (geometric convergence for φ analytic in a strip)."""
+    z, G = hermite_basis(K, h)
+    pts = np.sqrt(np.clip(variances, 0.0, None))[:, None] * z[None, :]
+    F = (np.asarray(fn(pts), dtype=float) * np.ones_like(pts)) * G[0]
+    return F @ G.T, np.sum(F ** 2, axis=1)
+
+
+def coefficients(fn: Fn, variances: Sequence[float], K: int, h: float | None = None) -> Coefficients:
+    """The coefficients of φ = ``fn`` (a numpy function) up to order K at each variance, with
+    the tail and error estimates of the module doc: the trapezoidal rule at step h, and at step
+    1.25·h for the error estimate (it converges geometrically: the coarser rule's difference
+    overestimates the finer one's error)."""
+    a = np.asarray(variances, dtype=float).ravel()
+    h = step_for(K, float(a.max(initial=0.0))) if h is None else h
+    alpha, S = _rule(fn, a, K, h)
+    coarse, S1 = _rule(fn, a, K, 1.25 * h)
+    rounding = 16 * EPS * np.sqrt(S) * np.sqrt(K + 1)
+    err = np.sqrt(np.sum((alpha - coarse) ** 2, axis=1)) + rounding
+    kept = np.sum(alpha ** 2, axis=1)
+    # T(K) = S − Σ_{k≤K} α_k²: the computed difference, S's quadrature error, the coefficients'
+    # (|Σα² − Σα̃²| ≤ 2‖α̃‖e + e²) and the rounding of two sums of size S
+    tail = np.clip(S - kept, 0.0, None) + np.abs(S - S1) + 2 * err * np.sqrt(kept) + err ** 2 + 16 * EPS * S
+    return Coefficients(alpha, tail, err, np.sqrt(kept), S)
+
+
+def derivative(coef: Coefficients, variances: Sequence[float]) -> np.ndarray:
+    """The coefficients of φ′ up to order K − 1 from φ's (index shift, module doc):
+    E φ′(√a z) h_k(z) = √(k+1)·α_{k+1}(a)/√a (a > 0)."""
+    a = np.asarray(variances, dtype=float).ravel()
+    k = np.arange(coef.K)
+    return coef.alpha[:, 1:] * np.sqrt(k + 1)[None, :] / np.sqrt(a)[:, None]
+
+
+def horner(alpha: np.ndarray, beta: np.ndarray, rho: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(Σ_k ρ^k α_k β_k, Σ_k |ρ|^k |α_k β_k|) for rows of α and β (P, K+1) and ρ (P,) by Horner."""
+    K = alpha.shape[1] - 1
+    s = alpha[:, K] * beta[:, K]
+    m = np.abs(s)
+    r = np.abs(rho)
+    for k in range(K - 1, -1, -1):
+        t = alpha[:, k] * beta[:, k]
+        s = s * rho + t
+        m = m * r + np.abs(t)
+    return s, m
+
+
+def bound(ca: Coefficients, cb: Coefficients, ia: np.ndarray, ib: np.ndarray, rho: np.ndarray,
+          magnitude: np.ndarray) -> np.ndarray:
+    """The stated error of the module doc for pairs (rows ia of ca, rows ib of cb, correlation ρ)."""
+    K = ca.K
+    trunc = np.abs(rho) ** (K + 1) * np.sqrt(ca.tail[ia] * cb.tail[ib])
+    coef = ca.err[ia] * cb.norm[ib] + ca.norm[ia] * cb.err[ib] + ca.err[ia] * cb.err[ib]
+    return trunc + coef + 2 * (K + 2) * EPS * magnitude
+
+
+
+
+# ---------------------------------------------------------------------------------------------
+# the grid tape's operations: packed rows [α_0 … α_K, tail, err, norm], value and bound per cell
+
+def pack(fn: Fn, K: int, h: float, a: np.ndarray) -> np.ndarray:
+    """The packed coefficients of φ = fn at the variances ``a`` (any shape): shape a.shape + (K+4,),
+    [α_0 … α_K, T(K), e, ‖α̃‖] (:func:`coefficients`, at the recorded step h)."""
+    a = np.asarray(a, dtype=float)
+    c = coefficients(fn, a.ravel(), K, h)
+    out = np.concatenate([c.alpha, c.tail[:, None], c.err[:, None], c.norm[:, None]], axis=1)
+    return out.reshape(a.shape + (K + 4,))
+
+
+def packed_sum(A: np.ndarray, B: np.ndarray, rho: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(Σ_k ρ^k α_k β_k, its stated error) for packed rows A and columns B (broadcasting) and ρ;
+    the rounding of Horner's sum bounded by 2(K+2)ε‖α̃‖‖β̃‖ (Cauchy–Schwarz, |ρ| ≤ 1)."""
+    K = A.shape[-1] - 4
+    rho = np.clip(rho, -1.0, 1.0)
+    s = A[..., K] * B[..., K] * np.ones_like(rho)
+    for k in range(K - 1, -1, -1):
+        s *= rho
+        s += A[..., k] * B[..., k]
+    tA, eA, nA = A[..., K + 1], A[..., K + 2], A[..., K + 3]
+    tB, eB, nB = B[..., K + 1], B[..., K + 2], B[..., K + 3]
+    err = np.abs(rho) ** (K + 1) * np.sqrt(tA * tB) + eA * nB + nA * eB + eA * eB + 2 * (K + 2) * EPS * nA * nB
+    return s, err
+
+
+def mehler_value(A: np.ndarray, B: np.ndarray, rho: np.ndarray, tol: np.ndarray, out=None) -> np.ndarray:
+    """Σ_k ρ^k α_k β_k per cell, NaN where the stated error misses ``tol`` (relative above 1):
+    the replay's check then sends that pair to the compile."""
+    s, err = packed_sum(A, B, rho)
+    s = np.where(err <= tol * np.maximum(1.0, np.abs(s)), s, np.nan)
+    if out is None:
+        return s
+    np.copyto(out, s)
+    return out
+
+
+def mehler_error(A: np.ndarray, B: np.ndarray, rho: np.ndarray, out=None) -> np.ndarray:
+    """The stated error of :func:`mehler_value` per cell."""
+    err = packed_sum(A, B, rho)[1]
+    if out is None:
+        return err
+    np.copyto(out, err)
+    return out
+
+
+def mean_value(A: np.ndarray, out=None) -> np.ndarray:
+    """E φ(√a z) = α_0 of a packed row."""
+    return A[..., 0] if out is None else np.copyto(out, A[..., 0]) or out
+
+
+def mean_error(A: np.ndarray, out=None) -> np.ndarray:
+    """The error of α_0: the coefficients' error estimate e."""
+    K = A.shape[-1] - 4
+    return A[..., K + 2] if out is None else np.copyto(out, A[..., K + 2]) or out
+
+
+class HermiteRow(sp.Function):
+    """The packed coefficients of one function at a variance (a row or column operation).  A
+    subclass per function (:func:`hermite_head`) carries ``spec`` = (φ as an expression of
+    ``symbol``, K, h)."""
+    spec: tuple = ()
+    nargs = 1
+
+
+class MehlerValue(sp.Function):
+    """MehlerValue(A, B, ρ, tol): Σ_k ρ^k α_k β_k (:func:`mehler_value`)."""
+    nargs = 4
+
+
+class MehlerError(sp.Function):
+    """MehlerError(A, B, ρ): its stated error (:func:`mehler_error`)."""
+    nargs = 3
+
+
+class Mean(sp.Function):
+    """Mean(A): E φ(√a z) = α_0 of packed coefficients."""
+    nargs = 1
+
+
+class MeanError(sp.Function):
+    """MeanError(A): the error of Mean(A)."""
+    nargs = 1
+
+
+#: the symbol of every φ in a HermiteRow spec
+T = sp.Symbol("t", real=True)
+_HEADS: dict[tuple, type] = {}
+
+
+def hermite_head(phi: sp.Expr, K: int, h: float) -> type:
+    """The HermiteRow subclass of φ (an expression of :data:`T`), K and h (one per spec)."""
+    key = (phi, int(K), float(h))
+    if key not in _HEADS:
+        _HEADS[key] = type(f"HermiteRow{len(_HEADS)}", (HermiteRow,), {"spec": key})
+    return _HEADS[key]
+
+
+#: the grid tape's operation kinds of the series, and their numpy functions (given the op's arg)
+KINDS = ("hermite", "mehler", "mehler_err", "mean", "mean_err")
+HEAD_KINDS = {MehlerValue: "mehler", MehlerError: "mehler_err", Mean: "mean", MeanError: "mean_err"}
