@@ -430,7 +430,7 @@ def _series_batch(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, exact: bool
         A = hermite_head(f.xreplace({x: T}), res.cover, h)(S[0, 0])
         B = hermite_head(g.xreplace({y: T}), res.cover, h)(S[1, 1])
         rho = S[0, 1] * sp.Pow(S[0, 0] * S[1, 1], sp.Rational(-1, 2), evaluate=False)
-        form = ClosedFormTrace(MehlerValue(A, B, rho, sp.Float(budget.tol)), layout, MehlerError(A, B, rho))
+        form = ClosedFormTrace(MehlerValue(A, B, rho, sp.Float(budget.tol)), layout, MehlerError(A, B, rho, sp.Float(budget.tol)))
         return replace(out, form=form)
     rest = _batch(expr, gaussians, covs[bad], exact, replace(budget, series_terms=0), retry)
     return _fill(out, bad, rest)

@@ -109,10 +109,27 @@ def series_pairs(phi: Fn, psi: Fn, a: np.ndarray, b: np.ndarray, c: np.ndarray, 
     values, mag = horner(ta.alpha[ia], tb.alpha[ib], rho)
     errors = bound(ta, tb, ia, ib, rho, mag)
     ok = errors <= tol * np.maximum(1.0, np.abs(values))
-    one = np.ones_like(rho)
-    cover = truncation_order(ca, cb, ia, ib, one, goal) if np.all(np.sqrt(ca.tail[ia] * cb.tail[ib]) <= goal) \
-        else max(Kp, max(k for k in ORDERS if k <= ca.K))
-    return PairsResult(values, errors, Kp, ok, cover)
+    return PairsResult(values, errors, Kp, ok, cover_order(phi, psi, ca, cb, ia, ib, goal, same,
+                                                           (uall,) if same else (ua, ub), max_terms))
+
+
+#: the largest order a replay's coefficients are packed to (cells sum only the levels they need)
+COVER_MAX = 512
+
+
+def cover_order(phi: Fn, psi: Fn, ca: Coefficients, cb: Coefficients, ia: np.ndarray, ib: np.ndarray,
+                goal: np.ndarray, same: bool, variances: tuple, max_terms: int) -> int:
+    """The order whose bound meets ``goal`` at |ρ| = 1 for these variances (coefficients computed
+    further, up to :data:`COVER_MAX`, if need be), or the largest tried: what a replay packs."""
+    top = min(COVER_MAX, max(max_terms, ORDERS[0]))
+    if ca.K < top and not np.all(np.sqrt(ca.tail[ia] * cb.tail[ib]) <= goal):
+        ca = cb = coefficients(phi, variances[0], top)
+        if not same:
+            cb = coefficients(psi, variances[1], top)
+    one = np.ones(len(ia))
+    if np.all(np.sqrt(ca.tail[ia] * cb.tail[ib]) <= goal):
+        return truncation_order(ca, cb, ia, ib, one, goal)
+    return ca.K
 
 
 # ---------------------------------------------------------------------------------------------

@@ -42,6 +42,7 @@ class Replay:
     names: tuple[str, ...]
     constants: tuple[float, ...]            # check k < len(constants) must equal constants[k]
     ties: tuple[int, ...]                   # then (a, b, sign) triples: a = sign·b to 1e-12 (relative)
+    method: str = "exact"                   # "series" when some expectation is the Mehler series
 
     def __call__(self, a: np.ndarray | None, b: np.ndarray | None, c: np.ndarray,
                  work: Workspace | None = None, sides: dict | None = None) -> tuple[list, list, np.ndarray]:
@@ -71,14 +72,15 @@ class Replay:
     def to_json(self) -> dict:
         """The replay as JSON data (see :meth:`.GridTape.to_json`)."""
         return {"tape": self.tape.to_json(), "names": list(self.names), "constants": list(self.constants),
-                "ties": list(self.ties)}
+                "ties": list(self.ties), "method": self.method}
 
     @classmethod
     def from_json(cls, data: dict) -> "Replay":
         """The replay :meth:`to_json` stored (a ValueError if it is not one)."""
         try:
             return cls(GridTape.from_json(data["tape"]), tuple(str(n) for n in data["names"]),
-                       tuple(float(v) for v in data["constants"]), tuple(int(t) for t in data["ties"]))
+                       tuple(float(v) for v in data["constants"]), tuple(int(t) for t in data["ties"]),
+                       "series" if data.get("method") == "series" else "exact")
         except (KeyError, TypeError) as err:
             raise ValueError(f"not a stored replay: {err}") from None
 
@@ -141,7 +143,8 @@ class Builder:
         g = self.group
         a, b, c = (self.input(g, i, j) for i, j in ((0, 0), (1, 1), (0, 1)))
         tape = GridTape.compile(tuple(values + errors + checks), [a], [b], [c])
-        return Replay(tape, tuple(names), tuple(v for _, v in consts), tuple(ties))
+        return Replay(tape, tuple(names), tuple(v for _, v in consts), tuple(ties),
+                      "series" if self.absolute else "exact")
 
     @staticmethod
     def settled(expr: sp.Expr, value: float) -> bool:

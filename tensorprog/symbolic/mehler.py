@@ -138,34 +138,69 @@ def bound(ca: Coefficients, cb: Coefficients, ia: np.ndarray, ib: np.ndarray, rh
 # ---------------------------------------------------------------------------------------------
 # the grid tape's operations: packed rows [α_0 … α_K, tail, err, norm], value and bound per cell
 
+#: the truncation levels of a packed row (those below its K, and K): each cell sums the series
+#: to the smallest level whose bound meets the target at its ρ (a cell's bits depend on it alone)
+LEVELS = (8, 16, 32, 64, 128, 256, 512)
+
+
+def levels(K: int) -> list[int]:
+    return [k for k in LEVELS if k < K] + [K]
+
+
 def pack(fn: Fn, K: int, h: float, a: np.ndarray) -> np.ndarray:
-    """The packed coefficients of φ = fn at the variances ``a`` (any shape): shape a.shape + (K+4,),
-    [α_0 … α_K, T(K), e, ‖α̃‖] (:func:`coefficients`, at the recorded step h)."""
+    """The packed coefficients of φ = fn at the variances ``a`` (any shape; computed once per
+    distinct value): shape a.shape + (W,), [α_0 … α_K, T(L) for each level L of :func:`levels`,
+    e, ‖α̃‖, K] (:func:`coefficients`, at the recorded step h)."""
     a = np.asarray(a, dtype=float)
-    c = coefficients(fn, a.ravel(), K, h)
-    out = np.concatenate([c.alpha, c.tail[:, None], c.err[:, None], c.norm[:, None]], axis=1)
-    return out.reshape(a.shape + (K + 4,))
+    ua, inv = np.unique(a.ravel(), return_inverse=True)
+    c = coefficients(fn, ua, K, h)
+    tails = [c.truncate(L).tail if L < K else c.tail for L in levels(K)]
+    out = np.concatenate([c.alpha, np.stack(tails, 1), c.err[:, None], c.norm[:, None],
+                          np.full((len(ua), 1), float(K))], axis=1)
+    return out[inv].reshape(a.shape + (out.shape[1],))
 
 
-def packed_sum(A: np.ndarray, B: np.ndarray, rho: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(Σ_k ρ^k α_k β_k, its stated error) for packed rows A and columns B (broadcasting) and ρ;
-    the rounding of Horner's sum bounded by 2(K+2)ε‖α̃‖‖β̃‖ (Cauchy–Schwarz, |ρ| ≤ 1)."""
-    K = A.shape[-1] - 4
-    rho = np.clip(rho, -1.0, 1.0)
-    s = A[..., K] * B[..., K] * np.ones_like(rho)
-    for k in range(K - 1, -1, -1):
-        s *= rho
-        s += A[..., k] * B[..., k]
-    tA, eA, nA = A[..., K + 1], A[..., K + 2], A[..., K + 3]
-    tB, eB, nB = B[..., K + 1], B[..., K + 2], B[..., K + 3]
-    err = np.abs(rho) ** (K + 1) * np.sqrt(tA * tB) + eA * nB + nA * eB + eA * eB + 2 * (K + 2) * EPS * nA * nB
-    return s, err
+def packed_sum(A: np.ndarray, B: np.ndarray, rho: np.ndarray, tol: float) -> tuple[np.ndarray, np.ndarray]:
+    """(Σ_{k≤L} ρ^k α_k β_k, its stated error) for packed rows A and columns B (broadcasting) and ρ,
+    each cell to the smallest level L whose truncation bound meets ``tol``·max(1, ‖α̃‖‖β̃‖)/4 at its
+    ρ (the largest level where none does); the rounding of Horner's sum bounded by
+    2(L+2)ε‖α̃‖‖β̃‖ (Cauchy–Schwarz, |ρ| ≤ 1)."""
+    K = int(np.ravel(A[..., -1])[0])
+    ls = levels(K)
+    shape = np.broadcast_shapes(A.shape[:-1], B.shape[:-1], np.shape(rho))
+    rho = np.broadcast_to(np.clip(rho, -1.0, 1.0), shape)
+    r = np.abs(rho)
+    e0, n0 = K + 1 + len(ls), K + 2 + len(ls)
+    eA, nA, eB, nB = A[..., e0], A[..., n0], B[..., e0], B[..., n0]
+    goal = tol * np.maximum(1.0, nA * nB) / 4
+    level = np.full(shape, len(ls) - 1)
+    for n in range(len(ls) - 2, -1, -1):            # the smallest level that meets the goal
+        trunc = r ** (ls[n] + 1) * np.sqrt(A[..., K + 1 + n] * B[..., K + 1 + n])
+        level = np.where(trunc <= goal, n, level)
+    value, err = np.empty(shape), np.empty(shape)
+    Ab, Bb = np.broadcast_to(A, shape + A.shape[-1:]), np.broadcast_to(B, shape + B.shape[-1:])
+    for n, L in enumerate(ls):
+        idx = np.nonzero(level == n)
+        if not len(idx[0]):
+            continue
+        prod = Ab[idx][:, :L + 1] * Bb[idx][:, :L + 1]
+        x = rho[idx]
+        acc = prod[:, L].copy()
+        for k in range(L - 1, -1, -1):
+            acc *= x
+            acc += prod[:, k]
+        value[idx] = acc
+        Ai, Bi = Ab[idx], Bb[idx]
+        err[idx] = (r[idx] ** (L + 1) * np.sqrt(Ai[:, K + 1 + n] * Bi[:, K + 1 + n])
+                    + Ai[:, e0] * Bi[:, n0] + Ai[:, n0] * Bi[:, e0] + Ai[:, e0] * Bi[:, e0]
+                    + 2 * (L + 2) * EPS * Ai[:, n0] * Bi[:, n0])
+    return value, err
 
 
 def mehler_value(A: np.ndarray, B: np.ndarray, rho: np.ndarray, tol: np.ndarray, out=None) -> np.ndarray:
     """Σ_k ρ^k α_k β_k per cell, NaN where the stated error misses ``tol`` (relative above 1):
     the replay's check then sends that pair to the compile."""
-    s, err = packed_sum(A, B, rho)
+    s, err = packed_sum(A, B, rho, float(tol))
     s = np.where(err <= tol * np.maximum(1.0, np.abs(s)), s, np.nan)
     if out is None:
         return s
@@ -173,9 +208,9 @@ def mehler_value(A: np.ndarray, B: np.ndarray, rho: np.ndarray, tol: np.ndarray,
     return out
 
 
-def mehler_error(A: np.ndarray, B: np.ndarray, rho: np.ndarray, out=None) -> np.ndarray:
+def mehler_error(A: np.ndarray, B: np.ndarray, rho: np.ndarray, tol: np.ndarray, out=None) -> np.ndarray:
     """The stated error of :func:`mehler_value` per cell."""
-    err = packed_sum(A, B, rho)[1]
+    err = packed_sum(A, B, rho, float(tol))[1]
     if out is None:
         return err
     np.copyto(out, err)
@@ -189,8 +224,7 @@ def mean_value(A: np.ndarray, out=None) -> np.ndarray:
 
 def mean_error(A: np.ndarray, out=None) -> np.ndarray:
     """The error of α_0: the coefficients' error estimate e."""
-    K = A.shape[-1] - 4
-    return A[..., K + 2] if out is None else np.copyto(out, A[..., K + 2]) or out
+    return A[..., -3] if out is None else np.copyto(out, A[..., -3]) or out
 
 
 class HermiteRow(sp.Function):
@@ -207,8 +241,8 @@ class MehlerValue(sp.Function):
 
 
 class MehlerError(sp.Function):
-    """MehlerError(A, B, ρ): its stated error (:func:`mehler_error`)."""
-    nargs = 3
+    """MehlerError(A, B, ρ, tol): its stated error (:func:`mehler_error`)."""
+    nargs = 4
 
 
 class Mean(sp.Function):

@@ -265,7 +265,7 @@ def limit_band(spec: LimitSpec, rows: tuple[int, int], values: dict[str, np.ndar
     sides = rest[0].tape.sides([s * diag[r0:r1, None] + b], [s * diag[None, r0:] + b]) if rest else None
     work = Workspace()
     leftovers = [block_values(spec, block, rows, diag, rest, sides, values, errors, work) for block in blocks]
-    methods = {name: {"exact"} for name in spec.names} if rest is not None else {name: set() for name in spec.names}
+    methods = {name: {rest[0].method} for name in spec.names} if rest is not None else {name: set() for name in spec.names}
     warnings = list(rest[1]) if rest is not None else []
     for code in (SAME, OPPOSITE, PARALLEL, REST):
         parts = [(i, j) for got in leftovers for c, i, j in got if c == code]
@@ -339,6 +339,8 @@ def pair_values(spec: LimitSpec, kind: str, i: np.ndarray, j: np.ndarray, rows: 
                 values[name][target] = np.broadcast_to(v, valid.shape)[valid]
                 errors[name][target] = np.broadcast_to(e, valid.shape)[valid]
             warnings += [w for w in replay[1] if w not in warnings]
+            for name in spec.names:
+                methods[name].add(replay[0].method)
             i, j = i[~valid], j[~valid]
     if len(i):
         got_methods, got_warnings = compile_pairs(spec, kind, i, j, rows, values, errors)
