@@ -44,7 +44,7 @@ import numpy as np
 import sympy as sp
 
 from ..symbolic.evaluate import compile_exprs
-from ..symbolic.mehler import Coefficients, Fn, bound, coefficients, horner
+from ..symbolic.mehler import AIM, Coefficients, Fn, bound, coefficients, horner
 
 #: the truncation orders tried, smallest first (the first whose bound meets the target is used)
 ORDERS = (8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
@@ -101,7 +101,7 @@ def series_pairs(phi: Fn, psi: Fn, a: np.ndarray, b: np.ndarray, c: np.ndarray, 
         else:
             ca, cb = coefficients(phi, ua, K), coefficients(psi, ub, K)
         # a first, rough magnitude (|E φψ| ≤ √(E φ² E ψ²)) for the relative target
-        goal = tol * np.maximum(1.0, np.sqrt(ca.square[ia] * cb.square[ib])) / 4
+        goal = tol * np.maximum(1.0, np.sqrt(ca.square[ia] * cb.square[ib])) * AIM
         if K >= max_terms or np.all(np.abs(rho) ** (K + 1) * np.sqrt(ca.tail[ia] * cb.tail[ib]) <= goal):
             break
     Kp = truncation_order(ca, cb, ia, ib, rho, goal)

@@ -138,6 +138,9 @@ def bound(ca: Coefficients, cb: Coefficients, ia: np.ndarray, ib: np.ndarray, rh
 # ---------------------------------------------------------------------------------------------
 # the grid tape's operations: packed rows [α_0 … α_K, tail, err, norm], value and bound per cell
 
+#: the series aims this far below the target: its terms are cheap, and the expectations of a deep
+#: network's chain pass their errors on to the next layers' covariances
+AIM = 1e-3
 #: the truncation levels of a packed row (those below its K, and K): each cell sums the series
 #: to the smallest level whose bound meets the target at its ρ (a cell's bits depend on it alone)
 LEVELS = (8, 16, 32, 64, 128, 256, 512)
@@ -172,7 +175,7 @@ def packed_sum(A: np.ndarray, B: np.ndarray, rho: np.ndarray, tol: float) -> tup
     r = np.abs(rho)
     e0, n0 = K + 1 + len(ls), K + 2 + len(ls)
     eA, nA, eB, nB = A[..., e0], A[..., n0], B[..., e0], B[..., n0]
-    goal = tol * np.maximum(1.0, nA * nB) / 4
+    goal = tol * np.maximum(1.0, nA * nB) * AIM
     level = np.full(shape, len(ls) - 1)
     for n in range(len(ls) - 2, -1, -1):            # the smallest level that meets the goal
         trunc = r ** (ls[n] + 1) * np.sqrt(A[..., K + 1 + n] * B[..., K + 1 + n])
