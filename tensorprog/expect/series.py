@@ -68,6 +68,8 @@ def truncation_order(ca: Coefficients, cb: Coefficients, ia: np.ndarray, ib: np.
     """The smallest K of :data:`ORDERS` (≤ ca.K) whose truncation bound meets ``goal`` at every
     pair where the full order's does (pairs beyond it are left to another rule anyway)."""
     full = np.abs(rho) ** (ca.K + 1) * np.sqrt(ca.tail[ia] * cb.tail[ib]) <= goal
+    if not full.any():
+        return ca.K
     for K in ORDERS:
         if K >= ca.K:
             break
