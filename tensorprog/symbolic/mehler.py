@@ -11,6 +11,7 @@ and :class:`MeanError` stand for them in the expressions a replay records.
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Callable, Sequence
@@ -202,20 +203,25 @@ def packed_sum(A: np.ndarray, B: np.ndarray, rho: np.ndarray, tol: float) -> tup
 
 
 class LastSum:
-    """The last :func:`packed_sum` (a tape asks for a pair's value and then its error, with the
-    same packed rows, columns and ρ): kept by the identity of A and B and a copy of ρ."""
+    """The last few :func:`packed_sum` results (a tape asks for a pair block's values, and later its
+    errors, with the same packed rows, columns and ρ): kept by the identity of A and B and a copy
+    of ρ (a work array may be overwritten in between: ρ is compared, not trusted)."""
 
-    def __init__(self) -> None:
-        self.key: tuple = ()
-        self.rho = np.zeros(0)
-        self.result: tuple = ()
+    def __init__(self, size: int = 64) -> None:
+        self.size = size
+        self.items: OrderedDict = OrderedDict()
 
     def __call__(self, A: np.ndarray, B: np.ndarray, rho: np.ndarray, tol: float) -> tuple[np.ndarray, np.ndarray]:
-        key = (id(A), id(B), A.shape, B.shape, tol)
-        if key != self.key or np.shape(rho) != self.rho.shape or not np.array_equal(rho, self.rho):
-            self.result = packed_sum(A, B, rho, tol)
-            self.key, self.rho, self.refs = key, np.array(rho, dtype=float), (A, B)
-        return self.result
+        key = (id(A), id(B), A.shape, B.shape, np.shape(rho), tol)
+        got = self.items.get(key)
+        if got is not None and got[0] is A and got[1] is B and np.array_equal(got[2], rho):
+            return got[3]
+        result = packed_sum(A, B, rho, tol)
+        self.items[key] = (A, B, np.array(rho, dtype=float), result)
+        self.items.move_to_end(key)
+        while len(self.items) > self.size:
+            self.items.popitem(last=False)
+        return result
 
 
 #: the one :class:`LastSum` of the tapes' series operations (value, then error, of one pair block)
