@@ -120,6 +120,7 @@ def main() -> None:
     ap.add_argument("--nt-size", type=int, default=300)
     ap.add_argument("--pairs", type=int, default=24)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--save", default=None, help="a directory to keep the N = --nt-size kernels in (.npy)")
     a = ap.parse_args()
     var, b1, depth = 1.5, 0.1, a.depth
     sizes = [int(s) for s in a.sizes.split(",")]
@@ -134,8 +135,16 @@ def main() -> None:
             report["tensorprog"][N] = {"cpu": K["cpu"], "wall": K["wall"], "methods": K["methods"],
                                        "accuracy": accuracy(K, pairs, ref, ref_err, True)}
             print(N, json.dumps(report["tensorprog"][N]), flush=True)
+            if N == a.nt_size and a.save:
+                Path(a.save).mkdir(parents=True, exist_ok=True)
+                np.save(f"{a.save}/X.npy", X[:N])
+                for k in ("nngp", "ntk", "nngp_err", "ntk_err"):
+                    np.save(f"{a.save}/tp_{k}.npy", K[k])
             if N == a.nt_size and Path(a.nt_python).exists():
                 nt = nt_kernel(a.nt_python, X[:N], depth, var, b1, work)
+                if a.save:
+                    np.save(f"{a.save}/nt_nngp.npy", nt["nngp"])
+                    np.save(f"{a.save}/nt_ntk.npy", nt["ntk"])
                 report["nt"] = {"N": N, "best": nt["best"], "compile": nt["compile"],
                                 "accuracy": accuracy(nt, pairs, ref, ref_err, False)}
                 print("nt", json.dumps(report["nt"]), flush=True)
