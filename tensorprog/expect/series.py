@@ -17,7 +17,7 @@ three-term recurrence, scaled by √w_i so that nothing overflows) the coefficie
 variances are one matrix product α̃ = F Gᵀ, F_ni = √w_i φ(√a_n z_i).  The tail is
 T̃_α = S̃ − Σ_{k≤K} α̃_k² (S̃ the same rule's E φ²: at the target's scale, T only needs to
 be about tol, far above the rounding ε·S of the difference).  The quadrature error is
-estimated, as in :mod:`.quad`, by the rule at step 1.25h: e_α = ‖α̃ − α̃'‖ (k ≤ K) plus a
+estimated, as in :mod:`.quad`, by the rule at step 2h (every other node): e_α = ‖α̃ − α̃'‖ (k ≤ K) plus a
 rounding floor; it enters both the tail (T_α ≤ T̃_α + |S̃ − S̃'| + 2e_α‖α̃‖ + e_α² + rounding)
 and the truncated sum (|Σ_{k≤K} ρ^k (α_kβ_k − α̃_kβ̃_k)| ≤ e_α‖β̃‖ + ‖α̃‖e_β + e_α e_β for |ρ| ≤ 1).  Horner's
 rounding adds 2(K + 2)·ε·Σ_k |ρ|^k |α̃_k β̃_k|.  The stated error is the sum of the three.
