@@ -66,16 +66,16 @@ class PairsResult:
 def truncation_order(ca: Coefficients, cb: Coefficients, ia: np.ndarray, ib: np.ndarray,
                      rho: np.ndarray, goal: np.ndarray) -> int:
     """The smallest K of :data:`ORDERS` (≤ ca.K) whose truncation bound meets ``goal`` at every
-    pair where the full order's does (pairs beyond it are left to another rule anyway)."""
+    pair; the full order ca.K if some pair misses it even there."""
     full = np.abs(rho) ** (ca.K + 1) * np.sqrt(ca.tail[ia] * cb.tail[ib]) <= goal
-    if not full.any():
+    if not full.all():                  # a pair needs every term there is
         return ca.K
     for K in ORDERS:
         if K >= ca.K:
             break
         ta, tb = ca.truncate(K), cb.truncate(K)
         trunc = np.abs(rho) ** (K + 1) * np.sqrt(ta.tail[ia] * tb.tail[ib])
-        if np.all(trunc[full] <= goal[full]):
+        if np.all(trunc <= goal):
             return K
     return ca.K
 
