@@ -45,7 +45,7 @@ def network(job: dict):
             return stax.ElementwiseNumerical(jnp.tanh, deg=job["deg"], df=lambda x: 1 - jnp.tanh(x) ** 2)
     else:
         raise SystemExit(f"unknown activation {job['act']!r}")
-    layers = [stax.Dense(512, W_std=job["w_std_first"], b_std=None), act()]
+    layers = [stax.Dense(512, W_std=job["w_std_first"], b_std=job.get("b_std_first")), act()]
     for _ in range(job["depth"] - 1):
         layers += [stax.Dense(512, W_std=job["w_std"], b_std=None), act()]
     layers += [stax.Dense(1, W_std=job["w_std_out"], b_std=None)]

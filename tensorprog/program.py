@@ -51,7 +51,8 @@ class Program:
     def compile(self, symbolic: bool = False, tol: float | None = None, max_qmc_points: int | None = None,
                 seed: int | None = None, max_quad_points: int | None = None,
                 max_expand_size: int | None = None, matrix_dist: str | None = None, *,
-                method: str = "recurrence", particles: int | None = None, replicas: int | None = None):
+                method: str = "recurrence", particles: int | None = None, replicas: int | None = None,
+                series_terms: int | None = None):
         """Infinite width: the Master Theorem recurrence (``.limit()`` gives the values).
 
         ``method="particles"`` estimates the limit from finite widths instead (for long programs,
@@ -66,11 +67,12 @@ class Program:
         numerical expectation; ``max_qmc_points``, the budget of quasi-Monte Carlo points per
         expectation; ``seed``, the seed of the randomized QMC rules; ``max_quad_points``, the
         largest tensor quadrature grid (beyond it, QMC); ``max_expand_size``, the largest
-        symbolic expansion tried for a closed form (beyond it, numerics).  A [budget] warning
+        symbolic expansion tried for a closed form (beyond it, numerics); ``series_terms``, the most
+        terms of the Mehler series for E f(x)g(y) (0: off).  A [budget] warning
         names the option whenever a limit was reached; a value out of range is a TPUsageError.
         ``matrix_dist`` swaps the law of every matrix (variance kept), as execute's does."""
         given = dict(tol=tol, max_qmc_points=max_qmc_points, seed=seed, max_quad_points=max_quad_points,
-                     max_expand_size=max_expand_size)
+                     max_expand_size=max_expand_size, series_terms=series_terms)
         limits = _budget({k: v for k, v in given.items() if v is not None}, self.ir.file)   # before sympy loads
         if method == "particles":
             return self._particles(given, symbolic, matrix_dist, particles, replicas)

@@ -7,7 +7,9 @@ program is compiled now and every output must agree within both stated errors pl
 
     |new − old| ≤ err_old + err_new + 1e-13·max(1, |old|),
 
-by the same method (exact stays exact, quadrature stays quadrature, QMC stays QMC).
+by the same method (exact stays exact, quadrature stays quadrature, QMC stays QMC) or a more exact
+one: an engine rule that makes a numeric value exact (batchnorm's per-block radial integration, the
+Mehler series) must land within the old value's stated error, and may not make a value less exact.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from pathlib import Path
 import pytest
 
 import tensorprog as tp
+from tensorprog.limit.accuracy import METHOD_RANK
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = json.loads((ROOT / "tests" / "data" / "limits_before_forms.json").read_text(encoding="utf-8"))
@@ -51,4 +54,4 @@ def test_limits_agree_with_the_reference(path):
         new = limits[name]
         allowed = ref["error"] + new.error + 1e-13 * max(1.0, abs(ref["value"]))
         assert abs(new.value - ref["value"]) <= allowed, (name, ref, new)
-        assert new.method == ref["method"], (name, ref, new)
+        assert METHOD_RANK[new.method] <= METHOD_RANK[ref["method"]], (name, ref, new)

@@ -8,10 +8,14 @@
    function of them, and ``symbolic.evaluate.evaluate`` computes it for all P at once;
    points where the generic formula is singular (e.g. 0/0 at ρ = ±1) are redone as a
    batch of their own (or one by one);
-2. otherwise, for a smooth integrand of d ≤ 3 Gaussians, one tensor rule in whitened
+2. otherwise, an integrand that is a product of factors over independent blocks of Gaussians
+   (covariance entries 0 over the whole batch) is the product of each block's batch; over two
+   Gaussians, f(x)·g(y) goes to the Mehler series (:mod:`.series`: coefficients once per
+   distinct variance, a polynomial in ρ per matrix) where its bound meets the target;
+3. otherwise, for a smooth integrand of d ≤ 3 Gaussians, one tensor rule in whitened
    coordinates ξ (z = L_p ξ, L_p from each Σ_p's eigendecomposition) serves the whole
    batch, refined until every entry meets the target (error as in :mod:`.quad`);
-3. anything else falls back to :func:`.engine.expect` for each matrix.
+4. anything else falls back to :func:`.engine.expect` for each matrix.
 
 The :class:`.budget.Budget` of ``expect`` applies (``tol``, ``max_qmc_points``,
 ``max_quad_points``, ``max_expand_size``, ``seed``); ``BatchResult.budget`` names the
@@ -33,6 +37,8 @@ from .laws import Coord, as_number
 from .linalg import Matrix
 from .quad import ORDERS, estimate_error
 from .reduce import Ctx, Engine
+from .series import numpy_function, separate, series_pairs
+from ..symbolic.mehler import Mean, MeanError, MehlerError, MehlerValue, T, coefficients, hermite_head, step_for
 from ..symbolic.evaluate import compile_exprs, evaluate
 
 
@@ -120,6 +126,7 @@ class ClosedFormTrace:
     that have the same layout (the same constant entries and ties)."""
     F: sp.Expr
     layout: dict
+    error: sp.Expr = sp.Integer(0)       # the stated error as a formula (the series; 0 when exact)
 
 
 def expect_batch(expr: sp.Expr, gaussians: Sequence[sp.Symbol], covs: np.ndarray, *,
@@ -144,6 +151,10 @@ def _batch(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, exact: bool, budge
             res = _closed_form(F, values, expr, gaussians, covs, budget, retry)
             if res.form is not None and not refused:
                 res = replace(res, form=ClosedFormTrace(F, layout))
+            return _refused(res, refused)
+    if expr.free_symbols <= set(gaussians):
+        res = _factored(expr, gaussians, covs, exact, budget, retry)
+        if res is not None:
             return _refused(res, refused)
     if len(gaussians) <= 3 and not kink_args([expr]) and expr.free_symbols <= set(gaussians):
         res = _tensor_batch(expr, gaussians, covs, budget)
@@ -272,3 +283,159 @@ def _tensor_batch(expr: sp.Expr, gaussians: tuple, covs: np.ndarray,
         q_alt, floor = _apply(tape, L, *_rule(d, n, alt=True), ps, max_points)
         errors[ps] = np.maximum(errors[ps], np.abs(values[ps] - q_alt) + floor)
     return values, errors
+
+
+def _blocks(covs: np.ndarray) -> list[list[int]]:
+    """The independent blocks of the Gaussians: connected components of the entries that are
+    not 0 somewhere in the batch."""
+    d = covs.shape[1]
+    tied = np.any(covs != 0, axis=0)
+    seen, out = set(), []
+    for i in range(d):
+        if i in seen:
+            continue
+        block, todo = [], [i]
+        seen.add(i)
+        while todo:
+            k = todo.pop()
+            block.append(k)
+            for j in np.nonzero(tied[k])[0]:
+                if int(j) not in seen:
+                    seen.add(int(j))
+                    todo.append(int(j))
+        out.append(sorted(block))
+    return out
+
+
+def _factored(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, exact: bool, budget: Budget,
+              retry: bool) -> BatchResult | None:
+    """Route 2 of the module doc, or None where it does not apply."""
+    blocks = _blocks(covs)
+    if len(blocks) > 1:
+        return _product(expr, gaussians, covs, blocks, exact, budget, retry)
+    if len(gaussians) == 2 and budget.series_terms > 0:
+        return _series_batch(expr, gaussians, covs, exact, budget, retry)
+    if len(gaussians) == 1 and budget.series_terms > 0 and not kink_args([expr]):
+        return _mean_batch(expr, gaussians, covs, budget)
+    return None
+
+
+#: the order of the coefficients whose error estimate covers E φ (the first coefficient's)
+MEAN_ORDER = 8
+
+
+def _mean_batch(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, budget: Budget) -> BatchResult | None:
+    """E φ(x) for every variance: α_0 of the series' coefficients (the trapezoidal rule, once per
+    distinct variance, error from the rule at step 1.25h); None if some misses the target."""
+    x = gaussians[0]
+    a = covs[:, 0, 0]
+    h = step_for(MEAN_ORDER, 1.5 * float(a.max()))
+    ua, ia = np.unique(a, return_inverse=True)
+    with np.errstate(all="ignore"):
+        c = coefficients(numpy_function(expr, x), ua, MEAN_ORDER, h)
+    values, errors = c.alpha[ia, 0], c.err[ia] + 4 * np.finfo(float).eps * np.abs(c.alpha[ia, 0])
+    if not np.all(np.isfinite(values) & (errors <= budget.tol * np.maximum(1.0, np.abs(values)))):
+        return None
+    S, _, layout = _symbolic_cov(covs)
+    A = hermite_head(expr.xreplace({x: T}), MEAN_ORDER, h)(S[0, 0])
+    return BatchResult(values, errors, Uniform("series", len(covs)),
+                       form=ClosedFormTrace(Mean(A), layout, MeanError(A)))
+
+
+def _product(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, blocks: list[list[int]], exact: bool,
+             budget: Budget, retry: bool) -> BatchResult | None:
+    """E Π_b f_b = Π_b E f_b over independent blocks b (None if a factor ties two blocks); the
+    error of a product A·B is |A|e_B + |B|e_A + e_A e_B."""
+    where = {gaussians[i]: n for n, block in enumerate(blocks) for i in block}
+    parts: list[list[sp.Expr]] = [[] for _ in blocks]
+    coeff = sp.Integer(1)
+    for f in sp.Mul.make_args(expr):
+        owners = {where[g] for g in f.free_symbols if g in where}
+        if len(owners) > 1:
+            return None
+        if owners:
+            parts[owners.pop()].append(f)
+        else:
+            coeff *= f
+    P = len(covs)
+    values, errors = np.full(P, float(coeff)), np.zeros(P)
+    methods, budgets, heavy = Uniform("exact", P), set(), False
+    F, E, layout = coeff, sp.Integer(0), _zero_layout(blocks, covs.shape[1])
+    for block, factors in zip(blocks, parts):
+        if not factors:
+            continue
+        idx = np.array(block)
+        res = _batch(sp.Mul(*factors), tuple(gaussians[i] for i in block), covs[:, idx][:, :, idx],
+                     exact, budget, retry)
+        errors = np.abs(values) * res.errors + np.abs(res.values) * errors + errors * res.errors
+        values = values * res.values
+        methods = _worse(methods, res.methods)
+        budgets |= set(res.budget)
+        heavy = heavy or res.heavy_tail
+        if res.form is None or layout is None:
+            layout = None
+            continue
+        Fb, Eb = _renamed(res.form, block, layout)
+        E = sp.Abs(F) * Eb + sp.Abs(Fb) * E + E * Eb
+        F = F * Fb
+    form = None if layout is None else ClosedFormTrace(F, layout, E)
+    return BatchResult(values, errors, methods, tuple(sorted(budgets)), heavy, form)
+
+
+def _zero_layout(blocks: list[list[int]], d: int) -> dict:
+    """The layout entries between independent blocks: constant 0 (a replay checks they stay so)."""
+    owner = {i: n for n, block in enumerate(blocks) for i in block}
+    return {(i, j): ("const", 0.0) for i in range(d) for j in range(i, d) if owner[i] != owner[j]}
+
+
+def _renamed(form: ClosedFormTrace, block: list[int], layout: dict) -> tuple[sp.Expr, sp.Expr]:
+    """A block's form in the whole covariance's indices: its entries (i, j) become
+    (block[i], block[j]) in ``layout`` (filled in place) and its symbols are renamed to match."""
+    names: dict[sp.Symbol, sp.Symbol] = {}
+    for (i, j), how in form.layout.items():
+        I, J = block[i], block[j]
+        if how[0] == "const":
+            layout[(I, J)] = how
+            continue
+        if how[1] not in names:
+            names[how[1]] = sp.Symbol(f"c_{I}_{J}", positive=(I == J), real=True)
+        layout[(I, J)] = ("sym", names[how[1]], how[2])
+    return form.F.xreplace(names), form.error.xreplace(names)
+
+
+def _worse(a: Sequence[str], b: Sequence[str]) -> Sequence[str]:
+    """Per item, the less exact of two methods."""
+    rank = {"exact": 0, "series": 1, "quadrature": 2, "qmc": 3}
+    ka, kb = method_kinds(a), method_kinds(b)
+    if len(ka) == 1 and len(kb) == 1:
+        return a if rank[next(iter(ka))] >= rank[next(iter(kb))] else b
+    return [x if rank[x] >= rank[y] else y for x, y in zip(a, b)]
+
+
+def _series_batch(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, exact: bool, budget: Budget,
+                  retry: bool) -> BatchResult | None:
+    """E f(x)g(y) for every matrix by the Mehler series (:func:`.series.series_pairs`); the
+    matrices where its bound misses the target go the other routes (without the series)."""
+    parts = separate(expr, gaussians)
+    if parts is None:
+        return None
+    f, g = parts
+    x, y = gaussians
+    same = f.xreplace({x: y}) == g
+    phi = numpy_function(f, x)
+    psi = phi if same else numpy_function(g, y)
+    with np.errstate(all="ignore"):
+        res = series_pairs(phi, psi, covs[:, 0, 0], covs[:, 1, 1], covs[:, 0, 1], budget.tol,
+                           budget.series_terms, same)
+    out = BatchResult(res.values, res.errors, Uniform("series", len(covs)))
+    bad = np.nonzero(~(res.ok & np.isfinite(res.values)))[0]
+    if not len(bad):
+        S, _, layout = _symbolic_cov(covs)
+        h = step_for(res.cover, 1.5 * float(max(covs[:, 0, 0].max(), covs[:, 1, 1].max())))
+        A = hermite_head(f.xreplace({x: T}), res.cover, h)(S[0, 0])
+        B = hermite_head(g.xreplace({y: T}), res.cover, h)(S[1, 1])
+        rho = S[0, 1] * sp.Pow(S[0, 0] * S[1, 1], sp.Rational(-1, 2), evaluate=False)
+        form = ClosedFormTrace(MehlerValue(A, B, rho, sp.Float(budget.tol)), layout, MehlerError(A, B, rho, sp.Float(budget.tol)))
+        return replace(out, form=form)
+    rest = _batch(expr, gaussians, covs[bad], exact, replace(budget, series_terms=0), retry)
+    return _fill(out, bad, rest)

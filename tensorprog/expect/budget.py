@@ -20,13 +20,16 @@ class Budget:
     * ``max_quad_points``: the largest tensor quadrature grid (beyond it, QMC);
     * ``max_expand_size``: the largest symbolic expansion tried for a closed form (beyond it,
       numerics);
-    * ``seed``: the seed of the randomized QMC rules (a limit is reproducible for a seed).
+    * ``seed``: the seed of the randomized QMC rules (a limit is reproducible for a seed);
+    * ``series_terms``: the most terms of the Mehler series for E f(x)g(y) over two Gaussians
+      (:mod:`.series`; the fewest that meet ``tol`` are used; 0 turns the series off).
     """
     tol: float = 1e-10
     max_qmc_points: int = 2 ** 20
     max_quad_points: int = 2_000_000
     max_expand_size: int = 100_000
     seed: int = 0
+    series_terms: int = 1024
 
     def __post_init__(self) -> None:
         """``tol`` positive and finite, each ``max_*`` a positive integer, ``seed`` a non-negative
@@ -37,6 +40,7 @@ class Budget:
         for name in ("max_qmc_points", "max_quad_points", "max_expand_size"):
             whole(getattr(self, name), f"{name} (--{name.replace('_', '-')})", 1)
         whole(self.seed, "seed", 0)
+        whole(self.series_terms, "series_terms", 0)
 
     @classmethod
     def names(cls) -> tuple[str, ...]:

@@ -56,7 +56,7 @@ class Estimate:
     part looks like an integrand of infinite variance: its error bar is then unreliable."""
     value: float
     error: float
-    method: str                  # "exact" | "quadrature" | "qmc"
+    method: str                  # "exact" | "series" | "quadrature" | "qmc"
     exact: sp.Expr | None        # the closed form when method == "exact"
     budget: tuple[str, ...] = ()
     heavy_tail: bool = False
@@ -192,6 +192,7 @@ def _combine(F: sp.Expr, values: Mapping[sp.Dummy, JobResult]) -> Estimate:
     value = float(F.xreplace(sub).evalf(20))
     error = sum(abs(float(sp.diff(F, J).xreplace(sub).evalf(20))) * values[J].error for J in jobs)
     error += 1e-16 * abs(value)
-    method = "qmc" if any(values[J].method == "qmc" for J in jobs) else "quadrature"
+    kinds = {values[J].method for J in jobs}
+    method = next(m for m in ("qmc", "quadrature", "series") if m in kinds or m == "series")
     budget = tuple(sorted({b for J in jobs for b in values[J].budget}))
     return Estimate(value, error, method, None, budget, any(values[J].heavy_tail for J in jobs))

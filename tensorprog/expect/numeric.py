@@ -8,6 +8,8 @@ the directions the integrands see through their linear forms (``linear_forms``).
 Rademacher values are summed exactly (2^m combinations, m ≤ 10; beyond, all go to
 QMC); the D continuous coordinates go to
 
+* two Gaussians and an integrand f(x)·g(y) (no laws): the Mehler series (:mod:`.series`) where
+  its bound meets the target, at most ``budget.series_terms`` terms;
 * D = 1: ``piecewise_1d`` (split at the kinks);
 * D = 2 with kinks whose arguments are piecewise affine: ``iterated_2d``;
 * D ≤ 3 without kinks: a tensor product of the 1D rules;
@@ -39,6 +41,7 @@ from .laws import Coord, Law
 from .qmc import qmc
 from .quad import iterated_2d, piecewise_1d, tensor
 from .radial import on_the_sphere
+from .series import series_job
 from ..symbolic.evaluate import compile_exprs
 
 MAX_SUMMED = 10                  # Rademacher variables summed exactly (2^10 combinations)
@@ -48,7 +51,7 @@ RADIAL_FROM = 3                  # Gaussian dimensions from which homogeneous in
 class JobResult(NamedTuple):
     value: float
     error: float
-    method: str                  # "quadrature" | "qmc"
+    method: str                  # "series" | "quadrature" | "qmc"
     budget: tuple = ()           # Budget fields whose limit stopped it above the target error
     heavy_tail: bool = False     # QMC: the integrand looks like it has infinite variance
 
@@ -88,6 +91,10 @@ def numeric_expect(exprs: Sequence[sp.Expr], gaussians: Sequence[sp.Symbol], cov
         if law.df is not None and c.growth >= float(law.df):
             warnings.warn(f"E[...] may be infinite: the integrand grows like |{u}|^{c.growth:g} and "
                           f"{u} ~ {law.family}(df={law.df}) has E|{u}|^{c.growth:g} = ∞", RuntimeWarning)
+    series = [None] * len(exprs) if laws or d != 2 else \
+        [series_job(e, gaussians, cov, budget.tol, budget.series_terms) for e in exprs]
+    if all(s is not None for s in series):
+        return [JobResult(v, e, "series") for v, e in series]
     tape = compile_exprs(tuple(exprs), symbols)
     kinks = kink_args(exprs)
     ktape = compile_exprs(tuple(kinks), symbols) if kinks else None
@@ -119,8 +126,8 @@ def numeric_expect(exprs: Sequence[sp.Expr], gaussians: Sequence[sp.Symbol], cov
         for k in range(K):
             reached[k] |= b[k]
         heavy |= h
-    return [JobResult(float(v), float(e), m, tuple(sorted(b)), bool(h))
-            for v, e, m, b, h in zip(values, errors, methods, reached, heavy)]
+    return [JobResult(float(v), float(e), m, tuple(sorted(b)), bool(h)) if s is None else JobResult(*s, "series")
+            for v, e, m, b, h, s in zip(values, errors, methods, reached, heavy, series)]
 
 
 def _dispatch(f, kf, coords, kinks, symbols, L, combo, ncont, target, budget: Budget):

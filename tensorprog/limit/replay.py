@@ -2,7 +2,9 @@
 
 A batch compile (:mod:`.batch`) of a kernel template on a few pairs records how each number of
 the recurrence was made: an initial covariance entry, or an expectation E f(ℓ) in closed form
-F(C) over the covariance C of its linear forms, each Cᵢⱼ = Σ_g Σ_h a_ig a_jh Σ_gh a polynomial
+F(C) over the covariance C of its linear forms (or by the Mehler series: F then holds its
+row operations — the coefficients of one input's variance — and its cell operations, with its
+stated error as a formula beside it, :mod:`..symbolic.mehler`), each Cᵢⱼ = Σ_g Σ_h a_ig a_jh Σ_gh a polynomial
 in earlier numbers.  Chained, the outputs are one expression DAG in the initial covariance
 entries of a pair — a = Σ₀₀ (its first input's variance), b = Σ₁₁ (the second's), c = Σ₀₁;
 :class:`Replay` compiles it (and the errors: float rounding ROUNDING·(|E| + max_i Cᵢᵢ) per
@@ -41,6 +43,7 @@ class Replay:
     names: tuple[str, ...]
     constants: tuple[float, ...]            # check k < len(constants) must equal constants[k]
     ties: tuple[int, ...]                   # then (a, b, sign) triples: a = sign·b to 1e-12 (relative)
+    method: str = "exact"                   # "series" when some expectation is the Mehler series
 
     def __call__(self, a: np.ndarray | None, b: np.ndarray | None, c: np.ndarray,
                  work: Workspace | None = None, sides: dict | None = None) -> tuple[list, list, np.ndarray]:
@@ -70,14 +73,15 @@ class Replay:
     def to_json(self) -> dict:
         """The replay as JSON data (see :meth:`.GridTape.to_json`)."""
         return {"tape": self.tape.to_json(), "names": list(self.names), "constants": list(self.constants),
-                "ties": list(self.ties)}
+                "ties": list(self.ties), "method": self.method}
 
     @classmethod
     def from_json(cls, data: dict) -> "Replay":
         """The replay :meth:`to_json` stored (a ValueError if it is not one)."""
         try:
             return cls(GridTape.from_json(data["tape"]), tuple(str(n) for n in data["names"]),
-                       tuple(float(v) for v in data["constants"]), tuple(int(t) for t in data["ties"]))
+                       tuple(float(v) for v in data["constants"]), tuple(int(t) for t in data["ties"]),
+                       "series" if data.get("method") == "series" else "exact")
         except (KeyError, TypeError) as err:
             raise ValueError(f"not a stored replay: {err}") from None
 
@@ -92,6 +96,8 @@ def record(compiled, names: Sequence[str]) -> Replay | None:
     try:
         return builder.replay(names)
     except Unreplayable:
+        return None
+    except ValueError:          # a series whose variance depends on the pair (not a row operation)
         return None
 
 
@@ -111,6 +117,7 @@ class Builder:
         self.memo: dict[int, tuple[sp.Basic, sp.Basic]] = {}
         self.constants: list[tuple[sp.Expr, float]] = []
         self.ties: list[tuple[sp.Expr, sp.Expr, int]] = []
+        self.absolute: dict[int, sp.Expr] = {}                  # k -> the stated error of a series
 
     def replay(self, names: Sequence[str]) -> Replay:
         for sym, source in self.batch.sources.items():
@@ -126,7 +133,9 @@ class Builder:
             charged = (sp.Mul(sp.Float(ROUNDING), sp.Add(*parts, evaluate=False), evaluate=False)
                        if parts else sp.Integer(0))
             values.append(value)
-            errors.append(sp.Add(charged, sp.Float(VALUE_ROUNDING) * sp.Abs(value, evaluate=False), evaluate=False))
+            stated = [self.absolute[k] for k in sorted(self.compiled.deps[var]) if k in self.absolute]
+            errors.append(sp.Add(charged, sp.Float(VALUE_ROUNDING) * sp.Abs(value, evaluate=False), *stated,
+                                 evaluate=False))
         consts = [(e, v) for e, v in self.constants if not self.settled(e, v)]
         checks = [e for e, _ in consts]
         ties: list[int] = []
@@ -136,7 +145,8 @@ class Builder:
         g = self.group
         a, b, c = (self.input(g, i, j) for i, j in ((0, 0), (1, 1), (0, 1)))
         tape = GridTape.compile(tuple(values + errors + checks), [a], [b], [c])
-        return Replay(tape, tuple(names), tuple(v for _, v in consts), tuple(ties))
+        return Replay(tape, tuple(names), tuple(v for _, v in consts), tuple(ties),
+                      "series" if self.absolute else "exact")
 
     @staticmethod
     def settled(expr: sp.Expr, value: float) -> bool:
@@ -174,7 +184,7 @@ class Builder:
         terms of one input before the pairs' — :mod:`..symbolic.grid`)."""
         note = self.batch.notes.get(k)
         est = self.compiled.estimates[k]
-        if note is None or est.method != "exact":
+        if note is None or est.method not in ("exact", "series"):
             raise Unreplayable(f"estimate {k}")
         cov = {ij: self.sub(e) for ij, e in note.cov.items()}
         names: dict[sp.Symbol, sp.Expr] = {}
@@ -186,6 +196,8 @@ class Builder:
             else:
                 self.ties.append((names[how[1]], cov[ij], how[2]))
         value = self.sub(note.trace.F, names)
+        if note.trace.error != 0:                # the series' stated error, a formula of its own
+            self.absolute[k] = self.sub(note.trace.error, names)
         diag = [sp.Abs(cov[(i, i)], evaluate=False) for i in range(note.size)]
         scale = largest(diag)
         return value, (sp.Abs(value, evaluate=False), scale)             # × ROUNDING: its error

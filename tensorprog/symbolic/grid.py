@@ -26,7 +26,8 @@ expression trees, and :meth:`GridTape.to_json` / :meth:`GridTape.from_json` stor
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import OrderedDict
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Callable, Sequence
 
@@ -35,11 +36,46 @@ import sympy as sp
 
 from .evaluate import HEADS_BY_NAME, as_expr, constant_value, head_function
 from .heads import Delta
+from .mehler import HEAD_KINDS, HermiteRow, T, mean_error, mean_value, mehler_error, mehler_value, pack
 
 CONST, ROW, COL, CELL = 0, 1, 2, 3          # bit flags: ROW | COL = CELL
 #: the operations regrouped by space (associative and commutative), and their neutral elements
 ASSOCIATIVE: dict[str, np.ufunc] = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
 NEUTRAL = {"add": 0.0, "mul": 1.0}
+
+
+#: the Mehler series' operations (:mod:`.mehler`): a "hermite" row op packs one function's
+#: coefficients per variance (never folded into a constant: its value is an array); the others
+#: read packed rows and columns
+SERIES_FUNCTIONS: dict[str, Callable] = {"mehler": mehler_value, "mehler_err": mehler_error,
+                                         "mean": mean_value, "mean_err": mean_error}
+SERIES_ARITY = {"hermite": 1, "mehler": 4, "mehler_err": 4, "mean": 1, "mean_err": 1}
+
+
+@dataclass(frozen=True, eq=False)
+class HermiteArg:
+    """The argument of a "hermite" operation: φ as a one-row-symbol tape, the order K and the
+    trapezoidal step h (:func:`.mehler.pack`)."""
+    tape: "GridTape"
+    K: int
+    h: float
+    #: the last few results by their variances' bytes: a band's rows and columns are mostly the
+    #: same inputs, and a tape meets the same function's row and column operation
+    recent: OrderedDict = field(default_factory=OrderedDict, compare=False, repr=False)
+
+    def __call__(self, a: np.ndarray, out=None) -> np.ndarray:
+        a = np.asarray(a, dtype=float)
+        ua, inv = np.unique(a.ravel(), return_inverse=True)
+        key = ua.tobytes()
+        if key not in self.recent:
+            self.recent[key] = pack(lambda t: self.tape([t], [])[0], self.K, self.h, ua)
+            while len(self.recent) > 4:
+                self.recent.popitem(last=False)
+        packed = self.recent[key]
+        return packed[inv].reshape(a.shape + packed.shape[-1:])
+
+    def to_json(self) -> list:
+        return [self.tape.to_json(), self.K, self.h]
 
 
 @dataclass(frozen=True)
@@ -126,6 +162,8 @@ class GridTape:
     def to_json(self) -> dict:
         """The tape as JSON data (numbers, kinds and head names; exponents as [p, q] or a float)."""
         def arg(op: Op) -> object:
+            if isinstance(op.arg, HermiteArg):
+                return op.arg.to_json()
             if isinstance(op.arg, Fraction):
                 return [op.arg.numerator, op.arg.denominator]
             return list(op.arg) if isinstance(op.arg, tuple) else op.arg
@@ -144,9 +182,13 @@ class GridTape:
                     arg = Fraction(int(arg[0]), int(arg[1])) if isinstance(arg, list) else float(arg)
                 elif kind == "add":
                     arg = None if arg is None else tuple(1 if int(a) > 0 else -1 for a in arg)
+                elif kind == "hermite":
+                    arg = HermiteArg(GridTape.from_json(arg[0]), int(arg[1]), float(arg[2]))
+                elif kind in SERIES_FUNCTIONS:
+                    arg = None
                 elif kind == "fn" and arg not in HEADS_BY_NAME and arg != "Pow":
                     raise ValueError(f"unknown head {arg!r}")
-                elif kind not in ASSOCIATIVE and kind != "fn":
+                elif kind not in ASSOCIATIVE and kind != "fn" and kind not in SERIES_ARITY:
                     raise ValueError(f"unknown operation {kind!r}")
                 ops.append(Op(kind, arg, tuple(int(a) for a in args), int(out)))
             consts = {int(k): float(v) for k, v in data["consts"]}
@@ -175,7 +217,9 @@ def check_slots(ops: Sequence[Op], consts: dict[int, float], ninputs: int, outpu
 def check_arity(op: Op) -> None:
     """A ValueError unless the operation has as many arguments as its kind takes."""
     n = len(op.args)
-    if op.kind == "pow":
+    if op.kind in SERIES_ARITY:
+        ok = n == SERIES_ARITY[op.kind]
+    elif op.kind == "pow":
         ok = n == 1
     elif op.kind in ASSOCIATIVE:
         ok = n >= 2 and (op.arg is None or len(op.arg) == n)
@@ -197,7 +241,7 @@ def derived_spaces(ops: Sequence[Op], consts: dict[int, float], nsymbols: tuple[
         space = CONST
         for a in op.args:
             space |= spaces[a]
-        spaces[op.out] = space
+        spaces[op.out] = ROW if op.kind == "hermite" and space == CONST else space
     return spaces
 
 
@@ -257,6 +301,10 @@ class Workspace:
 def function(op: Op) -> Callable:
     """The numpy computation of an operation, taking ``out=`` (an array of the result's shape to
     write it into, not among a fold's third and later arguments; or None)."""
+    if op.kind == "hermite":
+        return op.arg
+    if op.kind in SERIES_FUNCTIONS:
+        return SERIES_FUNCTIONS[op.kind]
     if op.kind == "add" and op.arg is not None:
         return fold_signed(op.arg)
     if op.kind in ASSOCIATIVE:
@@ -340,6 +388,7 @@ class Builder:
         self.ops: list[Op] = []
         self.seen: dict[tuple, int] = {}               # (kind, arg, args) -> slot (shared operations)
         self.negations: dict[int, int] = {}            # slot of −1·y -> slot of y
+        self.hermite: dict[tuple, HermiteArg] = {}     # HermiteRow spec -> its operation's argument
         self.nslots = len(symbols)
 
     def build(self, exprs: Sequence[sp.Basic]) -> GridTape:
@@ -409,6 +458,13 @@ class Builder:
             return self.emit("pow", arg, (args[0],))
         if e.is_Pow:
             return self.emit("fn", "Pow", tuple(args))
+        if isinstance(e, HermiteRow):
+            if e.spec not in self.hermite:
+                phi, K, h = e.spec
+                self.hermite[e.spec] = HermiteArg(Builder([T], [], []).build([phi]), K, h)
+            return self.emit("hermite", self.hermite[e.spec], tuple(args))
+        if e.func in HEAD_KINDS:
+            return self.emit(HEAD_KINDS[e.func], None, tuple(args))
         if isinstance(e, sp.Function):
             if e.func is Delta:
                 raise ValueError(f"the Dirac mass in {e} cannot be evaluated pointwise")
@@ -481,6 +537,10 @@ class Builder:
         for a in args:
             space |= self.spaces[a]
         fn = function(Op(kind, arg, args, -1))
+        if kind == "hermite" and space == CELL:
+            raise ValueError("a variance of the series depends on the pair: not a row or column operation")
+        if kind == "hermite" and space == CONST:
+            space = ROW                                # an array per variance: never a constant
         if space == CONST:
             with np.errstate(all="ignore"):
                 value = float(fn(*[np.float64(self.consts[a]) for a in args]))

@@ -240,7 +240,7 @@ def agrees_with_compile(spec: LimitSpec, replay: Replay, i: np.ndarray, j: np.nd
     lim = compile_program(spec.program, budget=Budget(tol=spec.tol), batch_covs={spec.group: covs}).limit()
     for name, v, e in zip(replay.names, got_values, got_errors):
         out = lim.outputs[name]
-        if out.method != "exact":
+        if out.method not in ("exact", "series"):
             return False
         v, e = np.broadcast_to(v, valid.shape), np.broadcast_to(e, valid.shape)
         if not np.all(np.abs(v - out.value) <= e + np.abs(out.error)):
@@ -304,7 +304,8 @@ def limit_band(spec: LimitSpec, rows: tuple[int, int], values: dict[str, np.ndar
     sides = rest.replay.tape.sides([s * diag[r0:r1, None] + b], [s * diag[None, r0:] + b]) if rest else None
     work = Workspace()
     leftovers = [block_values(spec, block, rows, diag, rest, sides, values, errors, work) for block in blocks]
-    methods = {name: {"exact"} for name in spec.names} if rest is not None else {name: set() for name in spec.names}
+    methods = ({name: {rest.replay.method} for name in spec.names} if rest is not None
+               else {name: set() for name in spec.names})
     warnings = list(rest.warnings) if rest is not None else []
     for code in (SAME, OPPOSITE, PARALLEL, REST):
         parts = [left.pairs for got in leftovers for left in got if left.code == code]
@@ -380,6 +381,8 @@ def pair_values(spec: LimitSpec, kind: str, pairs: Pairs, rows: tuple[int, int],
                 values[name][target] = np.broadcast_to(v, valid.shape)[valid]
                 errors[name][target] = np.broadcast_to(e, valid.shape)[valid]
             warnings += [w for w in found.warnings if w not in warnings]
+            for name in spec.names:
+                methods[name].add(found.replay.method)
             i, j = i[~valid], j[~valid]
     if len(i):
         got = compile_pairs(spec, kind, Pairs(i, j), rows, values, errors)

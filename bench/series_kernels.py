@@ -1,0 +1,160 @@
+"""The Mehler series on dataset kernels: tanh NNGP + NTK of a deep MLP against neural-tangents and a reference.
+
+    PYTHONPATH=. python bench/series_kernels.py [--nt-python /work/nt-venv/bin/python] [--depth 10]
+        [--sizes 300,1000] [--nt-size 300] [--pairs 24] [--json out.json]
+
+The network: programs/kernels/tanh_mlp.tp (NTK by ``grad``) with L = depth, var = var1 = σ² = 1.5 and
+a first-layer bias b1 = 0.1 (stax: Dense(W_std=σ, b_std=√b1) first, Dense(W_std=σ, b_std=None) after,
+ElementwiseNumerical(tanh, deg=25)); inputs N × 10 standard normal (seed 0).  Each tensorprog kernel
+is computed in a fresh process (``TENSORPROG_CACHE_DIR=off``: nothing recorded before), timed as CPU
+seconds (time.process_time) and wall seconds, the import excluded.  ReLU (relu_mlp.tp, same depth,
+var = 2) at the largest size gives the ratio the issue asks for.
+
+Reference: the layer recursion of ``nt_compare.tanh_reference`` (every 1-D and 2-D Gaussian
+expectation by the trapezoidal rule in whitened coordinates, 241 × 241 points at h = 0.1 and
+481 × 481 at h = 0.05: their difference bounds its own error) on sampled pairs, the diagonal
+included.  Reported: the largest |tp − ref|, whether tp's stated error covers it (plus the
+reference's own), and the largest ratio stated / actual error (actual floored at the reference's
+precision).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+CHILD = r"""
+import os, sys, time, json
+os.environ["TENSORPROG_CACHE_DIR"] = "off"
+import numpy as np
+import tensorprog as tp
+X = np.load(sys.argv[1]); params = json.loads(sys.argv[2]); out = sys.argv[3]
+t0, w0 = time.process_time(), time.perf_counter()
+r = tp.kernel(sys.argv[4], X, **params)
+cpu, wall = time.process_time() - t0, time.perf_counter() - w0
+for k, m in r.outputs.items():
+    np.save(out + f"_{k}.npy", np.asarray(m.mean)); np.save(out + f"_{k}_err.npy", np.asarray(m.error))
+print(json.dumps({"cpu": cpu, "wall": wall, "methods": {k: m.method for k, m in r.outputs.items()}}))
+"""
+
+
+def tp_kernel(template: str, X: np.ndarray, params: dict, work: str, tag: str) -> dict:
+    """tp.kernel in a fresh process: its times and arrays."""
+    np.save(f"{work}/{tag}_X.npy", X)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    out = subprocess.run([sys.executable, "-c", CHILD, f"{work}/{tag}_X.npy", json.dumps(params), f"{work}/{tag}",
+                          str(ROOT / "programs" / "kernels" / template)], capture_output=True, text=True, env=env,
+                         check=True)
+    info = json.loads(out.stdout.strip().splitlines()[-1])
+    for k in ("nngp", "ntk", "nngp_err", "ntk_err"):
+        info[k] = np.load(f"{work}/{tag}_{k}.npy")
+    return info
+
+
+def nt_kernel(nt_python: str, X: np.ndarray, depth: int, var: float, b1: float, work: str) -> dict:
+    """neural-tangents' ElementwiseNumerical(tanh, deg=25) kernels (nt_side.py in its own venv)."""
+    np.save(f"{work}/nt_X.npy", X)
+    spec = {"inputs": f"{work}/nt_X.npy", "repeats": 1, "out_dir": work,
+            "jobs": [{"name": "tanh", "act": "tanh", "depth": depth, "deg": 25, "w_std_first": float(np.sqrt(var)),
+                      "w_std": float(np.sqrt(var)), "w_std_out": 1.0, "b_std_first": float(np.sqrt(b1))}]}
+    Path(f"{work}/nt_spec.json").write_text(json.dumps(spec))
+    t0 = time.perf_counter()
+    out = subprocess.run([nt_python, str(ROOT / "bench" / "nt_side.py"), f"{work}/nt_spec.json"],
+                         capture_output=True, text=True, check=True)
+    info = json.loads(out.stdout.strip().splitlines()[-1])["jobs"]["tanh"]
+    info["process_wall"] = time.perf_counter() - t0
+    info["nngp"], info["ntk"] = np.load(f"{work}/tanh_nngp.npy"), np.load(f"{work}/tanh_ntk.npy")
+    return info
+
+
+def references(X: np.ndarray, pairs, depth: int, var: float, b1: float) -> tuple[np.ndarray, np.ndarray]:
+    """(values (P, 2), own errors (P, 2)) of (nngp, ntk) at the pairs, by nt_compare.tanh_reference."""
+    from nt_compare import Trapezoid, tanh_reference
+    q = X @ X.T / X.shape[1]
+    coarse, fine = Trapezoid(0.1), Trapezoid(0.05)
+    vals, errs = [], []
+    for i, j in pairs:
+        s = (var * q[i, i] + b1, var * q[i, j] + b1, var * q[j, j] + b1)
+        a = np.array(tanh_reference(*s, depth, var, 1.0, fine))
+        b = np.array(tanh_reference(*s, depth, var, 1.0, coarse))
+        vals.append(a)
+        errs.append(np.abs(a - b) + 1e-15 * np.abs(a))
+    return np.array(vals), np.array(errs)
+
+
+def sample_pairs(X: np.ndarray, count: int) -> list[tuple[int, int]]:
+    from nt_compare import reference_pairs
+    return sorted(set(reference_pairs(X, count, 0)))
+
+
+def accuracy(K: dict, pairs, ref: np.ndarray, ref_err: np.ndarray, stated: bool) -> dict:
+    out = {}
+    for n, name in enumerate(("nngp", "ntk")):
+        got = np.array([K[name][i, j] for i, j in pairs])
+        actual = np.abs(got - ref[:, n])
+        row = {"max_abs_error": float(actual.max()), "ref_precision": float(ref_err[:, n].max())}
+        if stated:
+            bound = np.array([K[name + "_err"][i, j] for i, j in pairs])
+            row["covered"] = bool(np.all(actual <= bound + ref_err[:, n]))
+            row["max_stated"] = float(bound.max())
+            row["max_ratio_stated_to_actual"] = float(np.max(bound / np.maximum(actual, ref_err[:, n])))
+        out[name] = row
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nt-python", default="/work/nt-venv/bin/python")
+    ap.add_argument("--depth", type=int, default=10)
+    ap.add_argument("--sizes", default="300,1000")
+    ap.add_argument("--nt-size", type=int, default=300)
+    ap.add_argument("--pairs", type=int, default=24)
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--save", default=None, help="a directory to keep the N = --nt-size kernels in (.npy)")
+    a = ap.parse_args()
+    var, b1, depth = 1.5, 0.1, a.depth
+    sizes = [int(s) for s in a.sizes.split(",")]
+    X = np.random.default_rng(0).standard_normal((max(sizes + [a.nt_size]), 10))
+    report = {"depth": depth, "var": var, "b1": b1, "load": os.getloadavg()[0], "tensorprog": {}, "relu": {}}
+    params = dict(L=depth, var=var, var1=var, b1=b1, tol=1e-10)
+    with tempfile.TemporaryDirectory() as work:
+        for N in sizes:
+            K = tp_kernel("tanh_mlp.tp", X[:N], params, work, f"tanh{N}")
+            pairs = sample_pairs(X[:N], a.pairs)
+            ref, ref_err = references(X[:N], pairs, depth, var, b1)
+            report["tensorprog"][N] = {"cpu": K["cpu"], "wall": K["wall"], "methods": K["methods"],
+                                       "accuracy": accuracy(K, pairs, ref, ref_err, True)}
+            print(N, json.dumps(report["tensorprog"][N]), flush=True)
+            if N == a.nt_size and a.save:
+                Path(a.save).mkdir(parents=True, exist_ok=True)
+                np.save(f"{a.save}/X.npy", X[:N])
+                for k in ("nngp", "ntk", "nngp_err", "ntk_err"):
+                    np.save(f"{a.save}/tp_{k}.npy", K[k])
+            if N == a.nt_size and Path(a.nt_python).exists():
+                nt = nt_kernel(a.nt_python, X[:N], depth, var, b1, work)
+                if a.save:
+                    np.save(f"{a.save}/nt_nngp.npy", nt["nngp"])
+                    np.save(f"{a.save}/nt_ntk.npy", nt["ntk"])
+                report["nt"] = {"N": N, "best": nt["best"], "compile": nt["compile"],
+                                "accuracy": accuracy(nt, pairs, ref, ref_err, False)}
+                print("nt", json.dumps(report["nt"]), flush=True)
+        N = max(sizes)
+        R = tp_kernel("relu_mlp.tp", X[:N], dict(L=depth, var=2.0, var1=2.0, b1=b1, tol=1e-10), work, f"relu{N}")
+        report["relu"][N] = {"cpu": R["cpu"], "wall": R["wall"]}
+        print("relu", N, json.dumps(report["relu"][N]), flush=True)
+    if a.json:
+        Path(a.json).write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()

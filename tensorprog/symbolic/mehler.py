@@ -1,0 +1,305 @@
+"""The numbers of the Mehler series (see :mod:`..expect.series` for the rule and its bound).
+
+Coefficients α_k(a) = E[φ(√a z) h_k(z)] of a numpy function φ at many variances by one matrix
+product (the trapezoidal rule on [−13, 13], error estimated by the rule at step 2h: every other node), their
+tail and error estimates, Horner's sum Σ_k ρ^k α_k β_k, and the stated error.  Also the grid
+tape's operations of the series (:mod:`.grid`): a *row* operation packs one variance's
+coefficients with their tail, error and norm (:func:`pack`), computed once per input; *cell*
+operations sum the series and its bound for a pair (:func:`mehler_value`, :func:`mehler_error`).
+The sympy heads :class:`HermiteRow`, :class:`MehlerValue`, :class:`MehlerError`, :class:`Mean`
+and :class:`MeanError` stand for them in the expressions a replay records.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Callable, Sequence
+
+import numpy as np
+import sympy as sp
+
+EPS = np.finfo(float).eps
+Fn = Callable[[np.ndarray], np.ndarray]
+
+
+#: the rule's half-width: beyond |z| = T, pdf(z)·h_k(z)·φ is below 1e-18 (|h_k(z)| e^{−z²/4} ≤ 1)
+HALF_WIDTH = 13.0
+
+
+def step_for(K: int, largest_variance: float) -> float:
+    """The trapezoidal step for coefficients up to order K: h_k oscillates with wavenumber up to
+    √(4K + 2)/2, and φ(√a ·)'s strip of analyticity narrows like 1/√a."""
+    return min(0.05, 1.8 / np.sqrt(4 * K + 2)) * min(1.0, np.sqrt(2.0 / max(largest_variance, 1e-300)))
+
+
+@lru_cache(maxsize=16)
+def hermite_basis(K: int, h: float) -> tuple[np.ndarray, np.ndarray]:
+    """(z, G) of the trapezoidal rule of step h on [−T, T] (Σ w_i f(z_i) ≈ E f(z), z ~ N(0, 1),
+    w_i = h·pdf(z_i)): G[k, i] = √w_i h_k(z_i), k ≤ K, by the recurrence
+    h_{k+1} = (z h_k − √k h_{k−1})/√(k+1) on the scaled values (bounded: |h_k(z)| e^{−z²/4} ≤ 1)."""
+    n = int(np.ceil(HALF_WIDTH / h))
+    z = h * np.arange(-n, n + 1)
+    sw = np.sqrt(h * np.exp(-z ** 2 / 2) / np.sqrt(2 * np.pi))
+    G = np.empty((K + 1, len(z)))
+    G[0] = sw
+    if K:
+        G[1] = z * sw
+    for k in range(1, K):
+        G[k + 1] = (z * G[k] - np.sqrt(k) * G[k - 1]) / np.sqrt(k + 1)
+    return z, G
+
+
+@dataclass(frozen=True)
+class Coefficients:
+    """Hermite coefficients of one function at several variances, with what the bound needs.
+
+    ``alpha`` (V, K+1): α̃_k for each variance; ``tail`` (V,): an upper estimate of
+    T(K) = Σ_{k>K} α_k²; ``err`` (V,): of ‖α − α̃‖₂ (k ≤ K); ``norm`` (V,): ‖α̃‖₂ (≤ √(E φ²) + err);
+    ``square`` (V,): E φ(√a z)² (the diagonal of E φψ when φ = ψ)."""
+    alpha: np.ndarray
+    tail: np.ndarray
+    err: np.ndarray
+    norm: np.ndarray
+    square: np.ndarray
+
+    @property
+    def K(self) -> int:
+        return self.alpha.shape[1] - 1
+
+    def truncate(self, K: int) -> "Coefficients":
+        """The same coefficients up to order K ≤ self.K: the dropped ones join the tail (their
+        error, at most err, is counted in the tail through (√T + err)²)."""
+        drop = self.alpha[:, K + 1:]
+        extra = np.sqrt(np.sum(drop ** 2, axis=1))
+        tail = (np.sqrt(self.tail) + extra + self.err) ** 2
+        return Coefficients(self.alpha[:, :K + 1], tail, self.err, np.sqrt(np.sum(self.alpha[:, :K + 1] ** 2, 1)),
+                            self.square)
+
+
+def _rule(fn: Fn, variances: np.ndarray, K: int, h: float) -> tuple[np.ndarray, ...]:
+    """(α̃, S̃, α̃', S̃'): the coefficients (V, K+1) and E φ(√a z)² (V,) for each variance by the
+    trapezoidal rule of step h (geometric convergence for φ analytic in a strip), and the same by
+    its every other node (the rule of step 2h, for the error estimate: no new evaluation of φ)."""
+    z, G = hermite_basis(K, h)
+    pts = np.sqrt(np.clip(variances, 0.0, None))[:, None] * z[None, :]
+    F = (np.asarray(fn(pts), dtype=float) * np.ones_like(pts)) * G[0]
+    Fc, Gc = F[:, ::2], G[:, ::2]
+    return F @ G.T, np.sum(F ** 2, axis=1), 2 * (Fc @ Gc.T), 2 * np.sum(Fc ** 2, axis=1)
+
+
+def coefficients(fn: Fn, variances: Sequence[float], K: int, h: float | None = None) -> Coefficients:
+    """The coefficients of φ = ``fn`` (a numpy function) up to order K at each variance, with
+    the tail and error estimates of the module doc: the trapezoidal rule at step h, and at step
+    2h (its every other node) for the error estimate (it converges geometrically: the coarser
+    rule's difference overestimates the finer one's error)."""
+    a = np.asarray(variances, dtype=float).ravel()
+    h = step_for(K, float(a.max(initial=0.0))) if h is None else h
+    alpha, S, coarse, S1 = _rule(fn, a, K, h)
+    rounding = 16 * EPS * np.sqrt(S) * np.sqrt(K + 1)
+    err = np.sqrt(np.sum((alpha - coarse) ** 2, axis=1)) + rounding
+    kept = np.sum(alpha ** 2, axis=1)
+    # T(K) = S − Σ_{k≤K} α_k²: the computed difference, S's quadrature error, the coefficients'
+    # (|Σα² − Σα̃²| ≤ 2‖α̃‖e + e²) and the rounding of two sums of size S
+    tail = np.clip(S - kept, 0.0, None) + np.abs(S - S1) + 2 * err * np.sqrt(kept) + err ** 2 + 16 * EPS * S
+    return Coefficients(alpha, tail, err, np.sqrt(kept), S)
+
+
+def derivative(coef: Coefficients, variances: Sequence[float]) -> np.ndarray:
+    """The coefficients of φ′ up to order K − 1 from φ's (index shift, module doc):
+    E φ′(√a z) h_k(z) = √(k+1)·α_{k+1}(a)/√a (a > 0)."""
+    a = np.asarray(variances, dtype=float).ravel()
+    k = np.arange(coef.K)
+    return coef.alpha[:, 1:] * np.sqrt(k + 1)[None, :] / np.sqrt(a)[:, None]
+
+
+def horner(alpha: np.ndarray, beta: np.ndarray, rho: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(Σ_k ρ^k α_k β_k, Σ_k |ρ|^k |α_k β_k|) for rows of α and β (P, K+1) and ρ (P,) by Horner."""
+    K = alpha.shape[1] - 1
+    s = alpha[:, K] * beta[:, K]
+    m = np.abs(s)
+    r = np.abs(rho)
+    for k in range(K - 1, -1, -1):
+        t = alpha[:, k] * beta[:, k]
+        s = s * rho + t
+        m = m * r + np.abs(t)
+    return s, m
+
+
+def bound(ca: Coefficients, cb: Coefficients, ia: np.ndarray, ib: np.ndarray, rho: np.ndarray,
+          magnitude: np.ndarray) -> np.ndarray:
+    """The stated error of the module doc for pairs (rows ia of ca, rows ib of cb, correlation ρ)."""
+    K = ca.K
+    trunc = np.abs(rho) ** (K + 1) * np.sqrt(ca.tail[ia] * cb.tail[ib])
+    coef = ca.err[ia] * cb.norm[ib] + ca.norm[ia] * cb.err[ib] + ca.err[ia] * cb.err[ib]
+    return trunc + coef + 2 * (K + 2) * EPS * magnitude
+
+
+
+
+# ---------------------------------------------------------------------------------------------
+# the grid tape's operations: packed rows [α_0 … α_K, tail, err, norm], value and bound per cell
+
+#: the series aims this far below the target: its terms are cheap, and the expectations of a deep
+#: network's chain pass their errors on to the next layers' covariances
+AIM = 1e-3
+#: the truncation levels of a packed row (those below its K, and K): each cell sums the series
+#: to the smallest level whose bound meets the target at its ρ (a cell's bits depend on it alone)
+LEVELS = (8, 16, 32, 64, 128, 256, 512)
+
+
+def levels(K: int) -> list[int]:
+    return [k for k in LEVELS if k < K] + [K]
+
+
+def pack(fn: Fn, K: int, h: float, a: np.ndarray) -> np.ndarray:
+    """The packed coefficients of φ = fn at the variances ``a`` (any shape; computed once per
+    distinct value): shape a.shape + (W,), [α_0 … α_K, T(L) for each level L of :func:`levels`,
+    e, ‖α̃‖, K] (:func:`coefficients`, at the recorded step h)."""
+    a = np.asarray(a, dtype=float)
+    ua, inv = np.unique(a.ravel(), return_inverse=True)
+    c = coefficients(fn, ua, K, h)
+    tails = [c.truncate(L).tail if L < K else c.tail for L in levels(K)]
+    out = np.concatenate([c.alpha, np.stack(tails, 1), c.err[:, None], c.norm[:, None],
+                          np.full((len(ua), 1), float(K))], axis=1)
+    return out[inv].reshape(a.shape + (out.shape[1],))
+
+
+def packed_sum(A: np.ndarray, B: np.ndarray, rho: np.ndarray, tol: float) -> tuple[np.ndarray, np.ndarray]:
+    """(Σ_{k≤L} ρ^k α_k β_k, its stated error) for packed rows A and columns B (broadcasting) and ρ,
+    each cell to the smallest level L whose truncation bound meets ``tol``·max(1, ‖α̃‖‖β̃‖)/4 at its
+    ρ (the largest level where none does); the rounding of Horner's sum bounded by
+    2(L+2)ε‖α̃‖‖β̃‖ (Cauchy–Schwarz, |ρ| ≤ 1)."""
+    K = int(np.ravel(A[..., -1])[0])
+    ls = levels(K)
+    shape = np.broadcast_shapes(A.shape[:-1], B.shape[:-1], np.shape(rho))
+    rho = np.broadcast_to(np.clip(rho, -1.0, 1.0), shape)
+    r = np.abs(rho)
+    e0, n0 = K + 1 + len(ls), K + 2 + len(ls)
+    eA, nA, eB, nB = A[..., e0], A[..., n0], B[..., e0], B[..., n0]
+    goal = tol * np.maximum(1.0, nA * nB) * AIM
+    level = np.full(shape, len(ls) - 1)
+    for n in range(len(ls) - 2, -1, -1):            # the smallest level that meets the goal
+        trunc = r ** (ls[n] + 1) * np.sqrt(A[..., K + 1 + n] * B[..., K + 1 + n])
+        level = np.where(trunc <= goal, n, level)
+    value, err = np.empty(shape), np.empty(shape)
+    Ab, Bb = np.broadcast_to(A, shape + A.shape[-1:]), np.broadcast_to(B, shape + B.shape[-1:])
+    for n, L in enumerate(ls):
+        idx = np.nonzero(level == n)
+        if not len(idx[0]):
+            continue
+        x = rho[idx]
+        powers = np.empty((len(x), L + 1))          # 1, ρ, ρ², … by repeated products
+        powers[:, 0] = 1.0
+        powers[:, 1:] = x[:, None]
+        np.cumprod(powers, axis=1, out=powers)
+        powers *= Ab[..., :L + 1][idx]
+        powers *= Bb[..., :L + 1][idx]
+        value[idx] = powers.sum(axis=1)
+        col = lambda M, k: M[..., k][idx]           # one packed column at the cells
+        ea, na, eb, nb = col(Ab, e0), col(Ab, n0), col(Bb, e0), col(Bb, n0)
+        err[idx] = (r[idx] ** (L + 1) * np.sqrt(col(Ab, K + 1 + n) * col(Bb, K + 1 + n))
+                    + ea * nb + na * eb + ea * eb + 2 * (L + 2) * EPS * na * nb)
+    return value, err
+
+
+class LastSum:
+    """The last few :func:`packed_sum` results (a tape asks for a pair block's values, and later its
+    errors, with the same packed rows, columns and ρ): kept by the identity of A and B and a copy
+    of ρ (a work array may be overwritten in between: ρ is compared, not trusted)."""
+
+    def __init__(self, size: int = 64) -> None:
+        self.size = size
+        self.items: OrderedDict = OrderedDict()
+
+    def __call__(self, A: np.ndarray, B: np.ndarray, rho: np.ndarray, tol: float) -> tuple[np.ndarray, np.ndarray]:
+        key = (id(A), id(B), A.shape, B.shape, np.shape(rho), tol)
+        got = self.items.get(key)
+        if got is not None and got[0] is A and got[1] is B and np.array_equal(got[2], rho):
+            return got[3]
+        result = packed_sum(A, B, rho, tol)
+        self.items[key] = (A, B, np.array(rho, dtype=float), result)
+        self.items.move_to_end(key)
+        while len(self.items) > self.size:
+            self.items.popitem(last=False)
+        return result
+
+
+#: the one :class:`LastSum` of the tapes' series operations (value, then error, of one pair block)
+LAST_SUM = LastSum()
+
+
+def mehler_value(A: np.ndarray, B: np.ndarray, rho: np.ndarray, tol: np.ndarray, out=None) -> np.ndarray:
+    """Σ_k ρ^k α_k β_k per cell, NaN where the stated error misses ``tol`` (relative above 1):
+    the replay's check then sends that pair to the compile."""
+    s, err = LAST_SUM(A, B, rho, float(tol))
+    s = np.where(err <= tol * np.maximum(1.0, np.abs(s)), s, np.nan)
+    if out is None:
+        return s
+    np.copyto(out, s)
+    return out
+
+
+def mehler_error(A: np.ndarray, B: np.ndarray, rho: np.ndarray, tol: np.ndarray, out=None) -> np.ndarray:
+    """The stated error of :func:`mehler_value` per cell."""
+    err = LAST_SUM(A, B, rho, float(tol))[1]
+    if out is None:
+        return err
+    np.copyto(out, err)
+    return out
+
+
+def mean_value(A: np.ndarray, out=None) -> np.ndarray:
+    """E φ(√a z) = α_0 of a packed row."""
+    return A[..., 0] if out is None else np.copyto(out, A[..., 0]) or out
+
+
+def mean_error(A: np.ndarray, out=None) -> np.ndarray:
+    """The error of α_0: the coefficients' error estimate e."""
+    return A[..., -3] if out is None else np.copyto(out, A[..., -3]) or out
+
+
+class HermiteRow(sp.Function):
+    """The packed coefficients of one function at a variance (a row or column operation).  A
+    subclass per function (:func:`hermite_head`) carries ``spec`` = (φ as an expression of
+    ``symbol``, K, h)."""
+    spec: tuple = ()
+    nargs = 1
+
+
+class MehlerValue(sp.Function):
+    """MehlerValue(A, B, ρ, tol): Σ_k ρ^k α_k β_k (:func:`mehler_value`)."""
+    nargs = 4
+
+
+class MehlerError(sp.Function):
+    """MehlerError(A, B, ρ, tol): its stated error (:func:`mehler_error`)."""
+    nargs = 4
+
+
+class Mean(sp.Function):
+    """Mean(A): E φ(√a z) = α_0 of packed coefficients."""
+    nargs = 1
+
+
+class MeanError(sp.Function):
+    """MeanError(A): the error of Mean(A)."""
+    nargs = 1
+
+
+#: the symbol of every φ in a HermiteRow spec
+T = sp.Symbol("t", real=True)
+_HEADS: dict[tuple, type] = {}
+
+
+def hermite_head(phi: sp.Expr, K: int, h: float) -> type:
+    """The HermiteRow subclass of φ (an expression of :data:`T`), K and h (one per spec)."""
+    key = (phi, int(K), float(h))
+    if key not in _HEADS:
+        _HEADS[key] = type(f"HermiteRow{len(_HEADS)}", (HermiteRow,), {"spec": key})
+    return _HEADS[key]
+
+
+#: the grid tape's operation kinds of the series, and their numpy functions (given the op's arg)
+KINDS = ("hermite", "mehler", "mehler_err", "mean", "mean_err")
+HEAD_KINDS = {MehlerValue: "mehler", MehlerError: "mehler_err", Mean: "mean", MeanError: "mean_err"}
