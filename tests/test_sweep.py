@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import tensorprog as tp
+from tensorprog.limit.accuracy import METHOD_RANK
 from tensorprog.cli import main
 from tensorprog.errors import TPUsageError
 from tensorprog.sweep.grid import Axis, check_memory, parse_axis
@@ -57,8 +58,12 @@ def check_points(text, result, rng, count=5):
             got, err = result.values[name][idx], result.errors[name][idx]
             assert abs(got - lv.value) <= 1e-10 * max(1, abs(lv.value)), (name, params, got, lv.value)
             assert abs(got - lv.value) <= err + lv.error
-            assert result.methods[name][idx] == lv.method
-            assert err == pytest.approx(lv.error, rel=1e-3, abs=1e-15)
+            # the batch may reach a point by a more exact rule than the lone compile (the Mehler
+            # series over the batch, where a single compile keeps 1-D quadrature), never a less exact one
+            method = result.methods[name][idx]
+            assert METHOD_RANK[method] <= METHOD_RANK[lv.method], (name, method, lv.method)
+            if method == lv.method:
+                assert err == pytest.approx(lv.error, rel=1e-3, abs=1e-15)
 
 
 def test_random_grid_equals_pointwise_quadrature():
@@ -66,7 +71,7 @@ def test_random_grid_equals_pointwise_quadrature():
     sw, sb = np.sort(rng.uniform(0.8, 3.0, 4)), np.sort(rng.uniform(0.01, 0.4, 3))
     result = tp.parse(TANH).sweep({"sw": sw, "sb": sb})
     assert result.shape == (4, 3) and result.structures == 1
-    assert set(result.methods["q"].ravel()) == {"quadrature"}
+    assert set(result.methods["q"].ravel()) <= {"series", "quadrature"}
     check_points(TANH, result, rng)
 
 
