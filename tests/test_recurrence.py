@@ -191,3 +191,29 @@ def test_display_reads_records_not_text():
     for module in ("tools/display.py", "limit/printers.py", "display/html.py"):
         source = (ROOT / "tensorprog" / module).read_text()
         assert "import re" not in source and ".lines" not in source, module
+
+
+@pytest.mark.parametrize("program", ["relu_nngp.tp", "wigner_moments.tp", "marchenko_pastur.tp", "BACKWARD"])
+def test_the_sampling_interpreter_of_the_records_agrees_with_the_compiled_limits(program):
+    """Monte Carlo from the records alone (Gaussian base variables, their covariance entries, the
+    Moments' integrands) against the compiled limits (closed forms, quadrature): within 5 SE."""
+    from tensorprog.limit.sample import SampleOptions, sample_recurrence
+    compiled = (tp.parse(BACKWARD) if program == "BACKWARD" else tp.load(ROOT / "programs" / program)).compile()
+    sampled = sample_recurrence(compiled, SampleOptions(points=100_000, seed=7))
+    moments = [r.source.var for r in compiled.recurrence if isinstance(r, ScalarNode) and r.op == "moment"]
+    assert sorted(sampled) == sorted(moments) and moments
+    for var, s in sampled.items():
+        limit = compiled.result(var)
+        assert 0 < s.stderr < 0.05
+        assert abs(s.value - limit.value) <= 5 * s.stderr + limit.error, (var, s, limit)
+
+
+def test_the_sampling_interpreter_refuses_a_law_it_does_not_draw():
+    from tensorprog.errors import TPUsageError
+    from tensorprog.limit.sample import sample_recurrence
+    compiled = tp.parse("vector x ~ normal()\nmatrix W ~ mvt(df=5)\nh = W @ x\nout k = mean(h * h)").compile()
+    with pytest.raises(TPUsageError, match="row scale"):
+        sample_recurrence(compiled)
+    compiled = tp.parse("vector x ~ uniform()\nout k = mean(x * x)").compile()
+    with pytest.raises(TPUsageError, match="uniform"):
+        sample_recurrence(compiled)
