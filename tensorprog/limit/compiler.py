@@ -46,7 +46,7 @@ from .hypotheses import Hypotheses
 from .indices import IndexSet
 from .ledger import Ledger, scalar_limit
 from .recurrence import (Covariance, Expectation, HatBase, InitialBase, MatrixLaw, Record, Recurrence,
-                         ScalarNode, Source, VectorZ, ZdotCoefficient)
+                         ScalarNode, Source, VectorZ, ZdotCoefficient, output_names)
 from .result import Limit, LimitValue, group_limits
 
 #: Nonlins nested deeper than this in one Z-expression are refused (sympy recurses once per level;
@@ -174,6 +174,7 @@ class Compiler:
         self.transposed = {e.matrix for e in program.eqns if isinstance(e, ir.MatMul) and e.transposed}
         self.records: list[Record] = []       # the recurrence as data, in the order derived
         self.sources: dict[int, Source] = {}
+        self.output_names = output_names(program)
         self.expectations: set[int] = set()   # estimate indices already recorded
         self.nesting: dict[int, int] = {}     # var -> depth of the Nonlins nested in its Z
         self._done = False
@@ -211,7 +212,7 @@ class Compiler:
     def source(self, var: int) -> Source:
         """The source name and position of ``var`` (for the records)."""
         if var not in self.sources:
-            self.sources[var] = Source.of(self.program, var)
+            self.sources[var] = Source.of(self.program, var, self.output_names)
         return self.sources[var]
 
     def E(self, expr: sp.Expr, where: ir.Eqn, deps: IndexSet) -> sp.Expr:
@@ -291,7 +292,7 @@ class Compiler:
     def cov_entry(self, group: int, spec) -> Callable[[int, int], sp.Expr]:
         """Entry (i, j) of an initial group's covariance: a number, or a batch symbol."""
         if self.batch and group in self.batch.covs:
-            return lambda i, j: self.batch.number(self.batch.covs[group][:, i, j])
+            return lambda i, j: self.batch.number(self.batch.covs[group][:, i, j], ("input", group, i, j))
         if group in self.symbolic_covs:
             return lambda i, j: self.symbolic_covs[group][i, j]
         return lambda i, j: self.num(spec.cov[i][j] if spec.cov else spec.var)

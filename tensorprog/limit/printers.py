@@ -24,7 +24,7 @@ from ..ir.walk import Rules, fold
 from ..symbolic.dag import distinct_nodes
 from ..symbolic.functions import to_sympy
 from .recurrence import (Covariance, Expectation, HatBase, InitialBase, MatrixLaw, Record, Recurrence,
-                         ScalarNode, Source, VectorZ, ZdotCoefficient)
+                         ScalarNode, Source, VectorZ, ZdotCoefficient, output_names)
 
 #: a Z-expression under more nested Nonlins than this prints as its step, in the program's names
 SHOW_NESTING = 8
@@ -37,8 +37,14 @@ def short(value: sp.Expr) -> str:
 
 
 def labels(program: ir.Program) -> Callable[[int], str]:
-    """var -> its label (the program's name, else ``%k``)."""
-    return lambda var: Source.of(program, var).label
+    """var -> its label in a step: the program's name when it names that variable only, else
+    ``%k`` (a name rebound in a loop, ``x = sin(x)``, names several)."""
+    outputs = output_names(program)
+    names = [Source.of(program, var, outputs).name for var in range(len(program.eqns))]
+    counts: dict[str, int] = {}
+    for name in names:
+        counts[name] = counts.get(name, 0) + 1
+    return lambda var: names[var] if names[var] and counts[names[var]] == 1 else f"%{var}"
 
 
 def show_step(fn: ir.Fn, label: Callable[[int], str]) -> str:
@@ -189,6 +195,7 @@ class Namer:
 
     def __init__(self, compiled: Any) -> None:
         self.program = compiled.program
+        self.outputs = output_names(compiled.program)
         self.symbols: dict[sp.Symbol, str] = {}
         rec: Recurrence = compiled.recurrence
         self.names = {r.source.var: r.source for r in rec if isinstance(r, (MatrixLaw, VectorZ, ScalarNode))}
@@ -207,7 +214,7 @@ class Namer:
 
     def name(self, var: int) -> str:
         """A variable's name in maths: its source name (with ``%k`` when the name is rebound), else %k."""
-        src = self.names.get(var) or Source.of(self.program, var)
+        src = self.names.get(var) or Source.of(self.program, var, self.outputs)
         if not src.name:
             return rf"\%{var}"
         return tex_name(src.name) + (rf"\,[\%{var}]" if src.name in self.repeated else "")

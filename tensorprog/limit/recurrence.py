@@ -28,7 +28,7 @@ Values are sympy expressions; param symbols stay as leaves where the compile kep
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator, Union
+from typing import TYPE_CHECKING, Iterator, Mapping, Union
 
 import sympy as sp
 
@@ -53,12 +53,22 @@ class Source:
         return self.name or f"%{self.var}"
 
     @classmethod
-    def of(cls, program: ir.Program, var: int) -> "Source":
+    def of(cls, program: ir.Program, var: int, outputs: Mapping[int, str] | None = None) -> "Source":
+        """The source of ``var``: a declared name, the first name bound to it, else the first
+        output it is (``outputs``: {var: output name}, :func:`output_names`, to save the search)."""
         e = program.eqns[var]
         name = e.name if isinstance(e, (ir.InitVector, ir.Matrix)) else program.names.get(var, "")
         if not name:
-            name = next((o.name for o in program.outputs if o.var == var), "")
+            name = (outputs if outputs is not None else output_names(program)).get(var, "")
         return cls(var, name, e.pos.line, e.pos.col)
+
+
+def output_names(program: ir.Program) -> dict[int, str]:
+    """var -> the name of the first output that is it."""
+    out: dict[int, str] = {}
+    for o in program.outputs:
+        out.setdefault(o.var, o.name)
+    return out
 
 
 @dataclass(frozen=True)
