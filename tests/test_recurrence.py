@@ -217,3 +217,54 @@ def test_the_sampling_interpreter_refuses_a_law_it_does_not_draw():
     compiled = tp.parse("vector x ~ uniform()\nout k = mean(x * x)").compile()
     with pytest.raises(TPUsageError, match="uniform"):
         sample_recurrence(compiled)
+
+
+#: the fields of each record kind in JSON, as docs/recurrence.md documents them
+SCHEMA = {
+    "matrix": {"family", "variance", "rows", "cols", "row_scale"},
+    "initial": {"symbol", "family", "mean", "group", "member", "cov_row", "variance"},
+    "hat": {"symbol", "matrix", "transposed", "arg", "haar"},
+    "covariance": {"a", "b", "value", "sigma2", "expectation"},
+    "expectation": {"index", "integrand", "value"},
+    "zdot": {"hat", "partner", "sigma2", "coefficient", "expectation"},
+    "vector": {"op", "z", "step", "matrix", "arg", "transposed", "hat", "dot", "outer"},
+    "scalar": {"op", "value", "step", "integrand", "expectation", "limit"},
+}
+
+HAAR_MVT = """
+vector x ~ normal()
+matrix Q ~ orthogonal()
+matrix M ~ mvt(df=6)
+h = Q @ x
+g = Q.T @ (h * h)
+m = M @ tanh(g)
+out a = mean(g * x)
+out b = mean(m * m)
+"""
+
+
+@pytest.mark.parametrize("text", [BACKWARD, HAAR_MVT])
+def test_json_records_follow_the_documented_schema(text):
+    from tensorprog.limit.printers import recurrence_json
+    data = json.loads(json.dumps(recurrence_json(tp.parse(text).compile())))
+    kinds = set()
+    for r in data["records"]:
+        kinds.add(r["kind"])
+        assert set(r) == {"kind", "source"} | SCHEMA[r["kind"]], r["kind"]
+    assert kinds >= {"matrix", "initial", "hat", "covariance", "vector", "scalar"}
+    schema_doc = (ROOT / "docs" / "recurrence.md").read_text()
+    for kind, fields in SCHEMA.items():
+        schema_table = schema_doc.split("## JSON schema", 1)[1]
+        row = next(line for line in schema_table.splitlines() if line.startswith(f"| `{kind}` | `"))
+        assert all(f"`{f}`" in row for f in fields), kind
+
+
+def test_haar_and_mvt_records_name_their_bases():
+    compiled = tp.parse(HAAR_MVT).compile()
+    recs = list(compiled.recurrence)
+    matrix = {r.source.name: r for r in recs if isinstance(r, MatrixLaw)}
+    assert matrix["M"].row_scale is not None and matrix["Q"].row_scale is None
+    haar = [r for r in recs if isinstance(r, VectorZ) and r.op == "haar"]
+    assert [r.source.name for r in haar] == ["h", "g"] and all(r.matrix.name == "Q" for r in haar)
+    html = compiled._repr_html_()
+    assert r"u^{M}" in html and r"\hat{Z}^{Q^{\top}}" in html
