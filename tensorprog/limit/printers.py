@@ -121,6 +121,18 @@ def recurrence_lines(compiled: Any) -> tuple[str, ...]:
 
 
 # ---- JSON ---------------------------------------------------------------------------------------
+#: an expression larger than this as a tree (a DAG shared deeply, e.g. x = x + tanh(x) chains)
+#: is written as null in JSON: its text would grow exponentially with the depth
+MAX_JSON_NODES = 5000
+
+
+def expr_text(expr: sp.Basic | None) -> str | None:
+    """An expression as sympy's text, or None when it has more than MAX_JSON_NODES nodes as a tree."""
+    if expr is None or tree_size(expr, MAX_JSON_NODES) > MAX_JSON_NODES:
+        return None
+    return sp.sstr(expr)
+
+
 def expr_json(value: Any) -> Any:
     """A value as JSON: a sympy number as a float when it is one, else its text (``sstr``)."""
     if value is None:
@@ -130,8 +142,8 @@ def expr_json(value: Any) -> Any:
             try:
                 return float(value)
             except TypeError:
-                return sp.sstr(value)
-        return sp.sstr(value)
+                return expr_text(value)
+        return expr_text(value)
     return ir.jsonable(value)
 
 
@@ -163,17 +175,17 @@ def record_json(r: Record, label: Callable[[int], str]) -> dict:
         out.update(a=r.a.name, b=r.b.name, value=expr_json(r.value), sigma2=expr_json(r.sigma2),
                    expectation=r.expectation)
     elif isinstance(r, Expectation):
-        out.update(index=r.index, integrand=sp.sstr(r.integrand), value=expr_json(r.value))
+        out.update(index=r.index, integrand=expr_text(r.integrand), value=expr_json(r.value))
     elif isinstance(r, ZdotCoefficient):
         out.update(hat=r.hat.name, partner=ref(r.partner), sigma2=expr_json(r.sigma2),
                    coefficient=expr_json(r.coefficient), expectation=r.expectation)
     elif isinstance(r, VectorZ):
-        out.update(op=r.op, z=sp.sstr(r.z), step=None if r.step is None else show_step(r.step, label),
+        out.update(op=r.op, z=expr_text(r.z), step=None if r.step is None else show_step(r.step, label),
                    matrix=ref(r.matrix), transposed=r.transposed, arg=ref(r.arg),
-                   hat=None if r.hat is None else r.hat.name, dot=sp.sstr(r.dot), outer=sp.sstr(r.outer))
+                   hat=None if r.hat is None else r.hat.name, dot=expr_text(r.dot), outer=expr_text(r.outer))
     elif isinstance(r, ScalarNode):
         out.update(op=r.op, value=expr_json(r.value), step=show_step(r.step, label),
-                   integrand=None if r.integrand is None else sp.sstr(r.integrand),
+                   integrand=expr_text(r.integrand),
                    expectation=r.expectation, limit=limit_json(r.limit))
     return out
 
