@@ -104,6 +104,7 @@ class Lowerer:
         self.warnings: list[str] = []                   # "LINE:COL: warning ...", located by lower()
         self.bound_somewhere: set[str] = set()
         self.kernel: KernelData | None = None           # a kernel template's pair (kernel_inputs)
+        self.names: dict[int, str] = {}                 # var -> the first name bound to it
 
     @property
     def eqns(self) -> list[ir.Eqn]:
@@ -236,6 +237,8 @@ class Lowerer:
         if name in self.dims and name != "n" or name in self.defs:
             raise located(TPNameError, node, f"'{name}' is already a {'dim' if name in self.dims else 'def'}")
         self.env[(name, idx)] = value
+        if isinstance(value, RExpr) and value.var is not None:     # provenance: the var's source name
+            self.names.setdefault(value.var, f"{name}[{', '.join(map(str, idx))}]" if idx else name)
 
     # ---- statements
     def run(self, statements) -> None:
@@ -560,7 +563,7 @@ def lower_with(module: S.Module, overrides: Mapping[str, float] | None = None, *
                                 dims=dict(low.dims), params=dict(low.params), file=file, source=source,
                                 base_dir=base_dir, warnings=tuple(f"{file}:{w}" for w in low.warnings),
                                 overrides={k: float(v) for k, v in overrides.items()},
-                                max_nodes=max_nodes)), layout
+                                max_nodes=max_nodes, names=dict(low.names))), layout
 
 
 def expanded(program: ir.Program) -> ir.Program:
