@@ -38,18 +38,8 @@ SHOW_NODES = 20_000
 def shown_whole(expr: sp.Expr, nesting: int) -> bool:
     """Whether ``expr`` is printed in the base variables: Nonlins nested less than
     :data:`SHOW_NESTING` deep and at most :data:`SHOW_NODES` nodes as a tree."""
-    return nesting < SHOW_NESTING and tree_size(expr) <= SHOW_NODES
+    return nesting < SHOW_NESTING and tree_size(expr, SHOW_NODES) <= SHOW_NODES
 
-
-def tree_size(expr: sp.Expr) -> float:
-    """The number of nodes of ``expr`` as a tree (what ``str`` prints), counted over its DAG."""
-    memo: dict = {}
-
-    def size(e: sp.Basic) -> float:
-        if e not in memo:
-            memo[e] = 1.0 + sum(size(a) for a in e.args)
-        return memo[e]
-    return size(expr)
 
 def short(value: sp.Expr) -> str:
     """A covariance for the text: a float to 6 digits, anything else as sympy prints it."""
