@@ -145,3 +145,12 @@ def test_kink_conditioning_against_monte_carlo():
     z = rng.multivariate_normal(np.zeros(4), C, size=2_000_000)
     sample = z[:, 0] ** 2 * z[:, 1] * z[:, 2] * (z[:, 0] > z[:, 1]) * (z[:, 2] > 0)
     assert abs(got - sample.mean()) <= 5 * sample.std() / math.sqrt(len(sample))
+
+
+def test_a_power_of_a_non_polynomial_sum_is_not_a_norm():
+    """(2 + cos ℓ)^(-1) is a power of a sum of Gaussians' functions but no quadratic form: the rule
+    declines and the engine integrates it (found by the fuzzer: sympy's Poly raised)."""
+    out = tp.parse("vector x1 ~ normal()\nout o0 = mean(1 / (2 + cos(x1)))").limit().outputs["o0"]
+    ref = integrate.quad(lambda z: np.exp(-z * z / 2) / np.sqrt(2 * np.pi) / (2 + np.cos(z)), -40, 40,
+                         epsabs=1e-13)[0]
+    assert abs(out.value - ref) <= out.error + 1e-12

@@ -50,7 +50,10 @@ def norm_forms(expr: sp.Expr, gaussians: tuple) -> list[sp.Expr]:
         b, e = p.base, p.exp
         if (e.is_Integer and e >= 0) or not b.is_Add or not b.free_symbols or b.free_symbols - gs:
             continue
-        P = sp.Poly(b, *sorted(b.free_symbols, key=str))
+        gens = sorted(b.free_symbols, key=str)
+        if not b.is_polynomial(*gens):                  # e.g. (2 + cos ℓ)^(-1): not a norm
+            continue
+        P = sp.Poly(b, *gens)
         if P.is_homogeneous and P.total_degree() == 2:
             out.add(b)
     return sorted(out, key=sp.default_sort_key)
