@@ -75,20 +75,30 @@ out c = mean(y * y)
 """
 PROGRAMS = {"relu_nngp": {}, "wigner_moments": {}, "golikov_sgd_mup": {"lr": 0.5}, "sgd_two_layer": {},
             "haar": {}}
+#: with --controls: each program's control variates (scalars the recurrence gives; :mod:`tensorprog.limit.controls`)
+#: and the programs studied only with them (mup_train.tp at T = 2: f[0] controls f1, fT and the loss)
+CONTROLS = {"relu_nngp": ("kxx",), "wigner_moments": ("m2",), "golikov_sgd_mup": ("f0",), "sgd_two_layer": ("f0",),
+            "haar": ("b",), "mup_train": ("f[0]",)}
+CONTROL_ONLY = {"mup_train": {"T": 2}}
 
 
 def program_of(name: str, params: dict) -> tp.Program:
     return tp.parse(HAAR, file="haar.tp") if name == "haar" else tp.load(ROOT / "programs" / f"{name}.tp", **params)
 
 
-def study(name: str, params: dict, seeds: int, n: int, replicas: int) -> list[dict]:
+def study(name: str, params: dict, seeds: int, n: int, replicas: int, controls: tuple[str, ...] = ()) -> list[dict]:
+    from tensorprog.limit.particles import ParticleOptions, particles
     program = program_of(name, params)
     exact = program.compile().limit().outputs
     start = time.process_time()
-    runs = [program.compile(method="particles", particles=n, replicas=replicas, seed=s) for s in range(seeds)]
+    runs = [particles(program.ir, ParticleOptions(particles=n, replicas=replicas, seed=s, controls=controls))
+            for s in range(seeds)]
     cpu = time.process_time() - start
     rows = []
     for out, ref in exact.items():
+        if runs[0].outputs[out].method != "particles":
+            continue                        # a control: its recurrence value is reported
+
         actual = np.array([r.limit().outputs[out].value - ref.value for r in runs])
         stated = np.array([r.limit().outputs[out].error for r in runs])
         rms = math.sqrt(np.mean(actual ** 2))
@@ -106,13 +116,20 @@ def main() -> None:
     ap.add_argument("--replicas", type=int, default=8)
     ap.add_argument("--programs", default=",".join(PROGRAMS))
     ap.add_argument("--json", default=None)
+    ap.add_argument("--controls", action="store_true",
+                    help="with each program's control variates (CONTROLS), mup_train.tp T = 2 added")
     args = ap.parse_args()
+    table = PROGRAMS | (CONTROL_ONLY if args.controls else {})
+    names = args.programs.split(",") + ([n for n in CONTROL_ONLY if args.controls and n not in args.programs]
+                                         if args.programs == ",".join(PROGRAMS) else [])
     rows = []
     print(f"load average {os.getloadavg()[0]:.1f}; N = {args.particles}, R = {args.replicas}, {args.seeds} seeds")
     print("| program | output | exact | coverage | mean stated error | rms actual error | ratio | engine | CPU s / seed |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for name in args.programs.split(","):
-        for r in study(name, PROGRAMS[name], args.seeds, args.particles, args.replicas):
+    for name in names:
+        controls = CONTROLS[name] if args.controls else ()
+        for r in study(name, table[name], args.seeds, args.particles, args.replicas, controls):
+            r["controls"] = ",".join(controls)
             rows.append(r)
             print(f"| {r['program']} | {r['output']} | {r['exact']:.6g} | {r['coverage']:.2f} | {r['mean_error']:.3g} | "
                   f"{r['rms_actual']:.3g} | {r['ratio']:.1f} | {r['engine']} | {r['cpu_s_per_seed']:.2f} |", flush=True)

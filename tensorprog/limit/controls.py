@@ -59,6 +59,22 @@ class Fit:
     control_error: float
 
 
+def parse_names(text: str) -> tuple[str, ...]:
+    """Comma-separated scalar names; commas inside brackets (``K[1, 2]``) belong to the name."""
+    names, depth, current = [], 0, ""
+    for ch in text:
+        depth += (ch == "[") - (ch == "]")
+        if ch == "," and depth == 0:
+            names.append(current.strip())
+            current = ""
+        else:
+            current += ch
+    names.append(current.strip())
+    if not all(names):
+        raise TPUsageError(f"expected comma-separated scalar names, e.g. f[0],f1, got {text!r}")
+    return tuple(names)
+
+
 def scalar_vars(program: ir.Program) -> dict[str, int]:
     """The program's named scalars (Moment or Scalar equations) and outputs: name -> variable."""
     named = {name: var for var, name in program.names.items()
