@@ -76,7 +76,8 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run_particles(program: str, T: int, particles: int, replicas: int, seed: int, jobs: int = 1) -> dict:
+def run_particles(program: str, T: int, particles: int, replicas: int, seed: int, jobs: int = 1,
+                  controls: tuple[str, ...] = ()) -> dict:
     """Lower and run ``program`` by particles in this process (``jobs`` worker processes for the
     replicas: the same numbers as one, their CPU seconds counted): the limit and the times."""
     import tensorprog as tp
@@ -84,12 +85,13 @@ def run_particles(program: str, T: int, particles: int, replicas: int, seed: int
     p = tp.load(ROOT / "programs" / program, T=T)
     lowered, lowered_cpu = time.perf_counter() - wall, time.process_time() - cpu
     with tp.finite.options(jobs=jobs):
-        res = p.compile(method="particles", particles=particles, replicas=replicas, seed=seed)
+        res = p.compile(method="particles", particles=particles, replicas=replicas, seed=seed,
+                        controls=controls or None)
     lim = res.limit()
     return {"program": program, "T": T, "particles": particles, "replicas": replicas, "seed": seed,
             "equations": len(p.ir.eqns), "engine": res.engine, "lower_s": lowered, "lower_cpu_s": lowered_cpu,
             "wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() + children_cpu() - cpu,
-            "jobs": jobs,
+            "jobs": jobs, "controls": list(controls),
             "outputs": {k: {"value": v.value, "error": v.error, "statistical": res.outputs[k].statistical,
                             "bias": res.outputs[k].bias} for k, v in lim.outputs.items()},
             "max_error": max(v.error for v in lim.outputs.values()),
@@ -126,7 +128,8 @@ def in_subprocess(args: list[str]) -> dict:
 
 def row(r: dict) -> str:
     errors = ", ".join(f"{k} {v['value']:.6f} ± {v['error']:.1e}" for k, v in r["outputs"].items())
-    return (f"| {r['program']} | {r['T']} | {r['particles']} / {r['particles'] // 4} | {r['replicas']} | "
+    cv = f" (CV {','.join(r['controls'])})" if r.get("controls") else ""
+    return (f"| {r['program']}{cv} | {r['T']} | {r['particles']} / {r['particles'] // 4} | {r['replicas']} | "
             f"{r['equations']} | {r['lower_s']:.1f} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | {r['peak_rss_gib']:.2f} | "
             f"{r['max_error']:.1e} | {r['load']:.1f} | {errors} |")
 
@@ -158,11 +161,14 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=8)
     ap.add_argument("--jobs", type=int, default=1, help="worker processes for the replicas")
     ap.add_argument("--save", default="", help="write the results (a JSON list) to this file")
+    ap.add_argument("--controls", default="", help="control variates, e.g. 'f[0],f[1],f[2]' (mup)")
     ap.add_argument("--child", action="store_true")
     args = ap.parse_args()
     program = "mup_train.tp" if args.what == "mup" else "mup_deep_train.tp"
     if args.child:
-        r = run_particles(program, args.T, args.particles, args.replicas, args.seed, args.jobs)
+        from tensorprog.limit.controls import parse_names
+        controls = parse_names(args.controls) if args.controls else ()
+        r = run_particles(program, args.T, args.particles, args.replicas, args.seed, args.jobs, controls)
         if args.widths:
             r["widths"] = run_widths(program, args.T, [int(w) for w in args.widths.split(",")], args.trials, args.seed)
         print(json.dumps(r))
@@ -175,7 +181,7 @@ def main() -> None:
     for what, T, n, R, widths in configs:
         load = os.getloadavg()[0]
         r = in_subprocess([what, "--T", str(T), "--particles", str(n), "--replicas", str(R), "--seed", str(args.seed),
-                           "--jobs", str(args.jobs),
+                           "--jobs", str(args.jobs), "--controls", args.controls,
                            "--widths", widths, "--trials", str(args.trials)])
         r["load"] = load
         print(row(r), flush=True)

@@ -76,9 +76,9 @@ out c = mean(y * y)
 PROGRAMS = {"relu_nngp": {}, "wigner_moments": {}, "golikov_sgd_mup": {"lr": 0.5}, "sgd_two_layer": {},
             "haar": {}}
 #: with --controls: each program's control variates (scalars the recurrence gives; :mod:`tensorprog.limit.controls`)
-#: and the programs studied only with them (mup_train.tp at T = 2: f[0] controls f1, fT and the loss)
+#: and the programs studied only with them (mup_train.tp at T = 2: f[0] and f[1] control fT and the loss)
 CONTROLS = {"relu_nngp": ("kxx",), "wigner_moments": ("m2",), "golikov_sgd_mup": ("f0",), "sgd_two_layer": ("f0",),
-            "haar": ("b",), "mup_train": ("f[0]",)}
+            "haar": ("a",), "mup_train": ("f[0]", "f[1]")}
 CONTROL_ONLY = {"mup_train": {"T": 2}}
 
 
