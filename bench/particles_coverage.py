@@ -87,11 +87,10 @@ def program_of(name: str, params: dict) -> tp.Program:
 
 
 def study(name: str, params: dict, seeds: int, n: int, replicas: int, controls: tuple[str, ...] = ()) -> list[dict]:
-    from tensorprog.limit.particles import ParticleOptions, particles
     program = program_of(name, params)
     exact = program.compile().limit().outputs
     start = time.process_time()
-    runs = [particles(program.ir, ParticleOptions(particles=n, replicas=replicas, seed=s, controls=controls))
+    runs = [program.compile(method="particles", particles=n, replicas=replicas, seed=s, controls=controls or None)
             for s in range(seeds)]
     cpu = time.process_time() - start
     rows = []

@@ -107,7 +107,8 @@ class Program:
         chosen = {k: v for k, v in dict(particles=particles, replicas=replicas, seed=given["seed"],
                                         controls=tuple(controls) if controls else None).items()
                   if v is not None}
-        return run_particles(self.ir, ParticleOptions(**chosen), matrix_dist=matrix_dist)
+        from .lang.lower import expanded
+        return run_particles(self.ir, ParticleOptions(**chosen), matrix_dist=matrix_dist, expand=expanded)
 
     def sweep(self, params: Mapping[str, object], n: int | None = None, trials: int = 1, seed: int = 0, *,
               tol: float | None = None, max_qmc_points: int | None = None, max_quad_points: int | None = None,

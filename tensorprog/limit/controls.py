@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -94,10 +95,12 @@ def resolve(program: ir.Program, names: tuple[str, ...]) -> dict[str, int]:
     return {n: known[n] for n in names}
 
 
-def prefix_limits(program: ir.Program, controls: dict[str, int]) -> list[ControlLimit]:
+def prefix_limits(program: ir.Program, controls: dict[str, int],
+                  expand: Callable[[ir.Program], ir.Program] | None = None) -> list[ControlLimit]:
     """The recurrence's limits of the controls, compiled from the program's prefix that ends at the
-    last of them (the equations after it cannot change them: ``eqns[k]`` binds ``%k``)."""
-    from ..lang.lower import expanded
+    last of them (the equations after it cannot change them: ``eqns[k]`` binds ``%k``); ``expand``
+    expands its updated matrices (``tensorprog.lang.lower.expanded``, which the caller passes: the
+    recurrence reads them expanded)."""
     from .compiler import compile_program
     pos = program.outputs[0].pos if program.outputs else ir.Pos(1, 1)
     end = max(controls.values()) + 1
@@ -106,7 +109,7 @@ def prefix_limits(program: ir.Program, controls: dict[str, int]) -> list[Control
                    for g in program.groups)
     prefix = dataclasses.replace(program, eqns=program.eqns[:end], outputs=outputs,
                                  groups=tuple(g for g in groups if g.members))
-    limit = compile_program(expanded(prefix)).limit().outputs
+    limit = compile_program(expand(prefix) if expand else prefix).limit().outputs
     return [ControlLimit(name, var, float(limit[name].value), float(limit[name].error), limit[name].method)
             for name, var in controls.items()]
 

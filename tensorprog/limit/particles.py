@@ -269,13 +269,14 @@ def run_seeds(seed: int) -> tuple[int, int]:
 
 
 def particles(program: ir.Program, opts: ParticleOptions = ParticleOptions(),
-              matrix_dist: str | None = None) -> ParticlesResult:
+              matrix_dist: str | None = None, expand=None) -> ParticlesResult:
     """The limit of every output of ``program`` by particles (module docstring), with the control
-    variates ``opts.controls`` when given (:mod:`.controls`)."""
+    variates ``opts.controls`` when given (:mod:`.controls`; ``expand`` expands updated matrices
+    for their recurrence: ``tensorprog.lang.lower.expanded``, passed by ``Program.compile``)."""
     check_options(program, opts)
     conditional = choose_engine(program, opts.conditional, matrix_dist)
     start = time.perf_counter()
-    controls = control_limits(program, opts, matrix_dist)
+    controls = control_limits(program, opts, matrix_dist, expand)
     runnable = with_outputs(program, controls) if controls else program
     seed_large, seed_small = run_seeds(opts.seed)
     large = run_width(runnable, opts.particles, opts.replicas, seed_large, conditional, matrix_dist)
@@ -294,7 +295,7 @@ def particles(program: ir.Program, opts: ParticleOptions = ParticleOptions(),
                            warnings, time.perf_counter() - start, controls)
 
 
-def control_limits(program: ir.Program, opts: ParticleOptions, matrix_dist: str | None) -> list:
+def control_limits(program: ir.Program, opts: ParticleOptions, matrix_dist: str | None, expand=None) -> list:
     """The controls' limits by the recurrence (:func:`.controls.prefix_limits`); refused when the
     replicas are too few to fit them or a matrix law is swapped (the prefix would not see it)."""
     if not opts.controls:
@@ -307,7 +308,7 @@ def control_limits(program: ir.Program, opts: ParticleOptions, matrix_dist: str 
         raise TPUsageError(f"{len(names)} control variates need at least {len(names) + MIN_REPLICAS} replicas "
                            f"(the fit uses R - 1 - {len(names)} degrees of freedom); raise --replicas",
                            file=program.file)
-    return prefix_limits(program, resolve(program, names))
+    return prefix_limits(program, resolve(program, names), expand)
 
 
 def estimate(name: str, var: int, large: WidthRun, small: WidthRun, controls: list, ratio: float,
