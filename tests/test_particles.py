@@ -328,6 +328,7 @@ def test_control_variates_of_a_later_scalar_use_the_prefix():
     assert abs(r.limit().outputs["f1"].value - golikov["f1"].value) < 1e-8
     assert r.outputs["fT"].method == "particles" and len(r.outputs["fT"].beta) == 2
     assert "control variates" in str(r) and r.to_dict()["controls"][1]["name"] == "f[1]"
+    assert "control variates" in r._repr_html_() and "f[1]" in r._repr_html_()
 
 
 @pytest.mark.parametrize("controls, replicas, words", [
@@ -347,3 +348,15 @@ def test_cli_control_variates():
     assert "control variates" in out and "f0 = 0" in out
     code, _, err = run_cli("compile", str(PROGRAMS / "golikov_sgd_mup.tp"), "--control-variates", "f0")
     assert code == 2 and "--method particles only" in err
+
+
+def test_collinear_controls_lose_one_degree_of_freedom_not_the_fit():
+    """f[0] and dl[0] = f[0] − y are collinear: the fit is the same as with f[0] alone, and its
+    degrees of freedom are those of one control."""
+    program = tp.load(PROGRAMS / "mup_train.tp", T=2)
+    one = program.compile(method="particles", particles=256, replicas=8, controls=("f[0]",))
+    two = program.compile(method="particles", particles=256, replicas=8, controls=("f[0]", "dl[0]"))
+    for out in ("f1", "fT"):
+        assert two.outputs[out].dof == one.outputs[out].dof == 8 - 2
+        assert abs(two.outputs[out].value - one.outputs[out].value) < 1e-12
+        assert abs(two.outputs[out].se - one.outputs[out].se) < 1e-12

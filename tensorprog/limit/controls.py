@@ -129,11 +129,11 @@ def fit(large_y: np.ndarray, small_y: np.ndarray, large_c: np.ndarray, small_c: 
     a, b = ratio / (ratio - 1), 1 / (ratio - 1)
     z = a * large_y - b * small_y
     d = a * large_c - b * small_c - exact
-    r, p = d.shape
+    r = d.shape[0]
     x = np.column_stack([np.ones(r), d])
     coef, *_ = np.linalg.lstsq(x, z, rcond=None)
     resid = z - x @ coef
-    dof = r - 1 - p
+    dof = r - int(np.linalg.matrix_rank(x))     # R − 1 − p, less for collinear controls (f[0] and dl[0])
     s2 = float(resid @ resid) / dof
     cov = np.linalg.pinv(x.T @ x)
     se = math.sqrt(max(s2 * cov[0, 0], 0.0))
