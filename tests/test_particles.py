@@ -360,3 +360,15 @@ def test_collinear_controls_lose_one_degree_of_freedom_not_the_fit():
         assert two.outputs[out].dof == one.outputs[out].dof == 8 - 2
         assert abs(two.outputs[out].value - one.outputs[out].value) < 1e-12
         assert abs(two.outputs[out].se - one.outputs[out].se) < 1e-12
+
+
+def test_arrays_of_outputs_entry_by_entry():
+    """``out K[i]`` is reported entry by entry (it was an internal error), with controls too."""
+    source = ("vector x ~ normal()\nmatrix W ~ normal()\ny = W @ x\n"
+              "out K[1] = mean(y * y)\nout K[2] = mean(x * y)\n")
+    program = tp.parse(source, file="arrays.tp")
+    plain = program.compile(method="particles", particles=512, replicas=8).limit().outputs
+    assert abs(plain["K[1]"].value - 1) <= plain["K[1]"].error
+    cv = program.compile(method="particles", particles=512, replicas=8, controls=("K[2]",)).limit().outputs
+    assert cv["K[2]"].value == 0 and cv["K[1]"].method == "particles"
+    assert abs(cv["K[1]"].value - 1) <= cv["K[1]"].error

@@ -234,9 +234,10 @@ def run_width(program: ir.Program, n: int, replicas: int, seed: int, conditional
     extra = {"conditional": True} if conditional else {}
     result = execute(program, n, trials=replicas, seed=seed, matrix_dist=matrix_dist, **extra)
     seconds = time.perf_counter() - start
-    means = {k: float(o.mean) for k, o in result.outputs.items()}
-    sems = {k: float(o.std / math.sqrt(len(o.values))) for k, o in result.outputs.items()}
-    values = {k: tuple(float(v) for v in o.values) for k, o in result.outputs.items()}
+    entries = result.entries                   # every scalar output (an array's entries one by one)
+    means = {k: float(o.mean) for k, o in entries.items()}
+    sems = {k: float(o.std / math.sqrt(len(o.values))) for k, o in entries.items()}
+    values = {k: tuple(float(v) for v in o.values) for k, o in entries.items()}
     return WidthRun(n, replicas, seed, means, sems, seconds, values)
 
 
