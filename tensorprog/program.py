@@ -98,6 +98,7 @@ class Program:
     def _particles(self, given: dict, symbolic: bool, matrix_dist: str | None, particles: int | None,
                    replicas: int | None, controls: tuple[str, ...] | None = None):
         """``compile(method="particles")``: the options checked, then the two runs."""
+        from .limit.controls import control_names
         from .limit.particles import ParticleOptions
         from .limit.particles import particles as run_particles
         ignored = [k for k, v in given.items() if v is not None and k != "seed"] + (["symbolic"] if symbolic else [])
@@ -105,7 +106,7 @@ class Program:
             raise TPUsageError(f"{', '.join(ignored)}: options of the recurrence, not of --method particles "
                                "(which takes --particles, --replicas and --seed)", file=self.ir.file)
         chosen = {k: v for k, v in dict(particles=particles, replicas=replicas, seed=given["seed"],
-                                        controls=tuple(controls) if controls else None).items()
+                                        controls=control_names(controls) if controls else None).items()
                   if v is not None}
         from .lang.lower import expanded
         return run_particles(self.ir, ParticleOptions(**chosen), matrix_dist=matrix_dist, expand=expanded)

@@ -369,6 +369,6 @@ def test_arrays_of_outputs_entry_by_entry():
     program = tp.parse(source, file="arrays.tp")
     plain = program.compile(method="particles", particles=512, replicas=8).limit().outputs
     assert abs(plain["K[1]"].value - 1) <= plain["K[1]"].error
-    cv = program.compile(method="particles", particles=512, replicas=8, controls=("K[2]",)).limit().outputs
+    cv = program.compile(method="particles", particles=512, replicas=8, controls="K[2]").limit().outputs
     assert cv["K[2]"].value == 0 and cv["K[1]"].method == "particles"
     assert abs(cv["K[1]"].value - 1) <= cv["K[1]"].error

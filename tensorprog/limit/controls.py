@@ -76,6 +76,15 @@ def parse_names(text: str) -> tuple[str, ...]:
     return tuple(names)
 
 
+def control_names(controls: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """``controls`` as a tuple of names: a string is comma-separated (:func:`parse_names`)."""
+    if isinstance(controls, str):
+        return parse_names(controls)
+    if not all(isinstance(c, str) for c in controls):
+        raise TPUsageError(f"controls must be scalar names (strings), got {controls!r}")
+    return tuple(controls)
+
+
 def scalar_vars(program: ir.Program) -> dict[str, int]:
     """The program's named scalars (Moment or Scalar equations) and outputs: name -> variable."""
     named = {name: var for var, name in program.names.items()

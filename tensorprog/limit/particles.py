@@ -28,6 +28,10 @@ noise, a ``[particles]`` warning says so (raise N).
 Allocation: with cost ∝ N·R and Var ∝ 1/(N·R), the same replica count at both widths minimises
 SE for the cost (the small width then adds 1/r of the time).
 
+Control variates (opt-in, ``controls``): scalars whose limits the recurrence gives cheaply on the
+program's prefix (its first steps) are reported by every replica too, and a regression on them
+removes part of the other outputs' spread (:mod:`.controls`, which states the estimator and its error).
+
 The finite-width engine is the conditional one of :mod:`tensorprog.finite`
 (``execute(..., conditional=True)``: Gaussian conditioning, exact in law at any width, O(n·k)
 per product) when every matrix's law can be conditioned (normal, mvt, orthogonal), else the dense
