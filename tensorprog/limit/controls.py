@@ -51,13 +51,13 @@ class ControlLimit:
 @dataclass(frozen=True)
 class Fit:
     """The control-variate estimate of one output: ``value`` (the intercept α̂), its standard error,
-    degrees of freedom, the coefficients β and the adjusted difference of the two widths' means."""
+    degrees of freedom, the coefficients β and the adjusted difference of the two widths' means
+    (Δ_Y − β·Δ_C, whose 1/(r − 1) is the bias term)."""
     value: float
     se: float
     dof: float
     beta: tuple[float, ...]
     difference: float
-    control_error: float
 
 
 def parse_names(text: str) -> tuple[str, ...]:
@@ -148,4 +148,4 @@ def fit(large_y: np.ndarray, small_y: np.ndarray, large_c: np.ndarray, small_c: 
     se = math.sqrt(max(s2 * cov[0, 0], 0.0))
     beta = coef[1:]
     difference = float(np.mean(large_y - small_y) - beta @ np.mean(large_c - small_c, axis=0))
-    return Fit(float(coef[0]), se, float(dof), tuple(float(v) for v in beta), difference, 0.0)
+    return Fit(float(coef[0]), se, float(dof), tuple(float(v) for v in beta), difference)
