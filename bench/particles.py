@@ -42,7 +42,24 @@ conditional state of 804 products per matrix and the chains' stacks). The worker
 the table's column (ru_maxrss of the parent). One trial at N = 16384 in a process of its own: peak
 RSS 0.71 GiB, 22.9 CPU s.
 
-Against the targets:
+With control variates (``--controls 'f[0],f[1],f[2]'``: scalars of the first steps, whose limits the
+recurrence gives on the program's prefix in 4–5 CPU s; :mod:`tensorprog.limit.controls`), same machine,
+load 6–14, seed 0 unless said (bench/results/particles_mup5_cv.json, particles_mup100_cv.json):
+
+| program | T | N / N_s | R | equations | lowering s (wall) | wall s | CPU s | peak RSS GiB | largest error | load | outputs |
+|---|---|---|---|---|---|---|---|---|---|---|---|
+| mup_train.tp (CV f[0],f[1],f[2]) | 5 | 65536 / 16384 | 32 | 95 | 2.0 | 25.4 | 8.0 | 0.37 | 1.2e-04 | 13.7 | f1 0.345848 ± 6.6e-10, fT 0.846058 ± 1.2e-04, loss 0.011849 ± 1.9e-05 |
+| (the same, seed 1) | 5 | 65536 / 16384 | 32 | 95 | 0.9 | 21.4 | 8.5 | 0.37 | 1.5e-04 | 13.1 | f1 0.345848 ± 6.6e-10, fT 0.846039 ± 1.5e-04, loss 0.011851 ± 2.3e-05 |
+| mup_train.tp (CV f[0],f[1],f[2]) | 5 | 65536 / 16384 | 24 | 95 | 1.8 | 35.8 | 7.7 | 0.37 | 1.6e-04 | 6.7 | f1 0.345848 ± 6.6e-10, fT 0.846066 ± 1.6e-04, loss 0.011848 ± 2.5e-05 |
+| mup_train.tp (no controls) | 5 | 65536 / 16384 | 24 | 95 | 1.8 | 14.4 | 3.0 | 0.14 | 1.6e-03 | 6.0 | f1 0.346504 ± 1.6e-03, fT 0.846210 ± 7.2e-04, loss 0.011826 ± 1.1e-04 |
+| mup_train.tp (CV f[0],f[1]) | 100 | 65536 / 16384 | 16 | 2697 | 2.8 | 236.1 | 52.3 | 0.49 | 6.6e-10 | 10.2 | f1 0.345848 ± 6.6e-10, fT 1.000000 ± 6.6e-16, loss 0.000000 ± 3.0e-33 |
+| mup_train.tp (CV f[0],f[1],f[2]) | 100 | 65536 / 16384 | 16 | 2697 | 5.2 | 447.4 | 59.5 | 0.49 | 6.6e-10 | 5.9 | f1 0.345848 ± 6.6e-10, fT 1.000000 ± 8.6e-16, loss 0.000000 ± 3.1e-33 |
+
+f1 is a control, so it is reported by the recurrence; the controls cut fT's error 4.5× (≈ 20× the
+N·R). T = 5: **both targets met** (R = 32: 8.0 / 8.5 CPU s, error 1.2e-4 / 1.5e-4 for seeds 0 / 1); T = 100:
+**met** (52.3 CPU s with f[0], f[1]).
+
+Against the targets (without control variates):
 
 * T = 5, error ≤ 2e-4 in < 10 s: **missed**, as before (statistical: about 40× the N·R).
 * T = 100, error ≤ 1e-3 in < 60 s: fT and the loss **met** in 56.5 CPU s. f1 (the output after the
@@ -76,7 +93,8 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run_particles(program: str, T: int, particles: int, replicas: int, seed: int, jobs: int = 1) -> dict:
+def run_particles(program: str, T: int, particles: int, replicas: int, seed: int, jobs: int = 1,
+                  controls: tuple[str, ...] = ()) -> dict:
     """Lower and run ``program`` by particles in this process (``jobs`` worker processes for the
     replicas: the same numbers as one, their CPU seconds counted): the limit and the times."""
     import tensorprog as tp
@@ -84,12 +102,13 @@ def run_particles(program: str, T: int, particles: int, replicas: int, seed: int
     p = tp.load(ROOT / "programs" / program, T=T)
     lowered, lowered_cpu = time.perf_counter() - wall, time.process_time() - cpu
     with tp.finite.options(jobs=jobs):
-        res = p.compile(method="particles", particles=particles, replicas=replicas, seed=seed)
+        res = p.compile(method="particles", particles=particles, replicas=replicas, seed=seed,
+                        controls=controls or None)
     lim = res.limit()
     return {"program": program, "T": T, "particles": particles, "replicas": replicas, "seed": seed,
             "equations": len(p.ir.eqns), "engine": res.engine, "lower_s": lowered, "lower_cpu_s": lowered_cpu,
             "wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() + children_cpu() - cpu,
-            "jobs": jobs,
+            "jobs": jobs, "controls": list(controls),
             "outputs": {k: {"value": v.value, "error": v.error, "statistical": res.outputs[k].statistical,
                             "bias": res.outputs[k].bias} for k, v in lim.outputs.items()},
             "max_error": max(v.error for v in lim.outputs.values()),
@@ -126,7 +145,8 @@ def in_subprocess(args: list[str]) -> dict:
 
 def row(r: dict) -> str:
     errors = ", ".join(f"{k} {v['value']:.6f} ± {v['error']:.1e}" for k, v in r["outputs"].items())
-    return (f"| {r['program']} | {r['T']} | {r['particles']} / {r['particles'] // 4} | {r['replicas']} | "
+    cv = f" (CV {','.join(r['controls'])})" if r.get("controls") else ""
+    return (f"| {r['program']}{cv} | {r['T']} | {r['particles']} / {r['particles'] // 4} | {r['replicas']} | "
             f"{r['equations']} | {r['lower_s']:.1f} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | {r['peak_rss_gib']:.2f} | "
             f"{r['max_error']:.1e} | {r['load']:.1f} | {errors} |")
 
@@ -158,11 +178,14 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=8)
     ap.add_argument("--jobs", type=int, default=1, help="worker processes for the replicas")
     ap.add_argument("--save", default="", help="write the results (a JSON list) to this file")
+    ap.add_argument("--controls", default="", help="control variates, e.g. 'f[0],f[1],f[2]' (mup)")
     ap.add_argument("--child", action="store_true")
     args = ap.parse_args()
     program = "mup_train.tp" if args.what == "mup" else "mup_deep_train.tp"
     if args.child:
-        r = run_particles(program, args.T, args.particles, args.replicas, args.seed, args.jobs)
+        from tensorprog.limit.controls import parse_names
+        controls = parse_names(args.controls) if args.controls else ()
+        r = run_particles(program, args.T, args.particles, args.replicas, args.seed, args.jobs, controls)
         if args.widths:
             r["widths"] = run_widths(program, args.T, [int(w) for w in args.widths.split(",")], args.trials, args.seed)
         print(json.dumps(r))
@@ -175,7 +198,7 @@ def main() -> None:
     for what, T, n, R, widths in configs:
         load = os.getloadavg()[0]
         r = in_subprocess([what, "--T", str(T), "--particles", str(n), "--replicas", str(R), "--seed", str(args.seed),
-                           "--jobs", str(args.jobs),
+                           "--jobs", str(args.jobs), "--controls", args.controls,
                            "--widths", widths, "--trials", str(args.trials)])
         r["load"] = load
         print(row(r), flush=True)

@@ -47,6 +47,30 @@ Haar analogue, merged from the cond branch):
 | haar | a | 0.960049 | 1.00 | 0.0508 | 0.0141 | 3.6 | conditional | 0.02 |
 | haar | b | 0.519976 | 1.00 | 0.0196 | 0.00535 | 3.7 | conditional | 0.02 |
 | haar | c | 1.03995 | 1.00 | 0.0393 | 0.0107 | 3.7 | conditional | 0.02 |
+
+With control variates (``--controls``: the CONTROLS below; the controls' own rows are left out, since
+they are reported by their recurrence values; mup_train.tp at T = 2 added), same N, R and seeds, load
+6–10 (bench/results/particles_coverage_cv.json):
+
+| program | output | exact | coverage | mean stated error | rms actual error | ratio | engine | CPU s / seed |
+|---|---|---|---|---|---|---|---|---|
+| relu_nngp | kxy | 0.33791 | 1.00 | 0.059 | 0.0154 | 3.8 | conditional | 0.05 |
+| wigner_moments | m3 | 0 | 1.00 | 0.228 | 0.0598 | 3.8 | conditional | 0.04 |
+| wigner_moments | m4 | 2 | 1.00 | 0.125 | 0.0342 | 3.7 | conditional | 0.04 |
+| wigner_moments | m6 | 5 | 1.00 | 0.598 | 0.164 | 3.7 | conditional | 0.04 |
+| golikov_sgd_mup | f1 | 0.345848 | 0.98 | 0.0253 | 0.00658 | 3.8 | conditional | 0.02 |
+| golikov_sgd_mup | K | 0.78305 | 0.99 | 0.0714 | 0.0179 | 4.0 | conditional | 0.02 |
+| golikov_sgd_mup | f_lin | 0.391525 | 0.99 | 0.0357 | 0.00892 | 4.0 | conditional | 0.02 |
+| golikov_sgd_mup | dfeat | 0.0940133 | 1.00 | 0.0145 | 0.0039 | 3.7 | conditional | 0.02 |
+| sgd_two_layer | f1 | 0.345848 | 0.98 | 0.0251 | 0.00653 | 3.8 | conditional | 0.02 |
+| haar | b | 0.519976 | 1.00 | 0.0107 | 0.00264 | 4.0 | conditional | 0.02 |
+| haar | c | 1.03995 | 1.00 | 0.0214 | 0.00528 | 4.0 | conditional | 0.02 |
+| mup_train (T = 2) | fT | 0.535556 | 1.00 | 0.00751 | 0.00154 | 4.9 | conditional | 0.31 |
+| mup_train (T = 2) | loss | 0.107854 | 1.00 | 0.00357 | 0.000729 | 4.9 | conditional | 0.31 |
+
+Coverage 98–100%, ratio 3.7–4.9: honest.  (A control identical to an output at every width, e.g. b
+for c under Haar where |Oᵀt| = |t|, leaves no residual: the stated error is then the control's own
+quadrature error, 1e-10, against a 1e-16 actual one; that is why haar's control is a.)
 """
 from __future__ import annotations
 
@@ -75,20 +99,29 @@ out c = mean(y * y)
 """
 PROGRAMS = {"relu_nngp": {}, "wigner_moments": {}, "golikov_sgd_mup": {"lr": 0.5}, "sgd_two_layer": {},
             "haar": {}}
+#: with --controls: each program's control variates (scalars the recurrence gives; :mod:`tensorprog.limit.controls`)
+#: and the programs studied only with them (mup_train.tp at T = 2: f[0] and f[1] control fT and the loss)
+CONTROLS = {"relu_nngp": ("kxx",), "wigner_moments": ("m2",), "golikov_sgd_mup": ("f0",), "sgd_two_layer": ("f0",),
+            "haar": ("a",), "mup_train": ("f[0]", "f[1]")}
+CONTROL_ONLY = {"mup_train": {"T": 2}}
 
 
 def program_of(name: str, params: dict) -> tp.Program:
     return tp.parse(HAAR, file="haar.tp") if name == "haar" else tp.load(ROOT / "programs" / f"{name}.tp", **params)
 
 
-def study(name: str, params: dict, seeds: int, n: int, replicas: int) -> list[dict]:
+def study(name: str, params: dict, seeds: int, n: int, replicas: int, controls: tuple[str, ...] = ()) -> list[dict]:
     program = program_of(name, params)
     exact = program.compile().limit().outputs
     start = time.process_time()
-    runs = [program.compile(method="particles", particles=n, replicas=replicas, seed=s) for s in range(seeds)]
+    runs = [program.compile(method="particles", particles=n, replicas=replicas, seed=s, controls=controls or None)
+            for s in range(seeds)]
     cpu = time.process_time() - start
     rows = []
     for out, ref in exact.items():
+        if runs[0].outputs[out].method != "particles":
+            continue                        # a control: its recurrence value is reported
+
         actual = np.array([r.limit().outputs[out].value - ref.value for r in runs])
         stated = np.array([r.limit().outputs[out].error for r in runs])
         rms = math.sqrt(np.mean(actual ** 2))
@@ -106,13 +139,20 @@ def main() -> None:
     ap.add_argument("--replicas", type=int, default=8)
     ap.add_argument("--programs", default=",".join(PROGRAMS))
     ap.add_argument("--json", default=None)
+    ap.add_argument("--controls", action="store_true",
+                    help="with each program's control variates (CONTROLS), mup_train.tp T = 2 added")
     args = ap.parse_args()
+    table = PROGRAMS | (CONTROL_ONLY if args.controls else {})
+    names = args.programs.split(",") + ([n for n in CONTROL_ONLY if args.controls and n not in args.programs]
+                                         if args.programs == ",".join(PROGRAMS) else [])
     rows = []
     print(f"load average {os.getloadavg()[0]:.1f}; N = {args.particles}, R = {args.replicas}, {args.seeds} seeds")
     print("| program | output | exact | coverage | mean stated error | rms actual error | ratio | engine | CPU s / seed |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for name in args.programs.split(","):
-        for r in study(name, PROGRAMS[name], args.seeds, args.particles, args.replicas):
+    for name in names:
+        controls = CONTROLS[name] if args.controls else ()
+        for r in study(name, table[name], args.seeds, args.particles, args.replicas, controls):
+            r["controls"] = ",".join(controls)
             rows.append(r)
             print(f"| {r['program']} | {r['output']} | {r['exact']:.6g} | {r['coverage']:.2f} | {r['mean_error']:.3g} | "
                   f"{r['rms_actual']:.3g} | {r['ratio']:.1f} | {r['engine']} | {r['cpu_s_per_seed']:.2f} |", flush=True)

@@ -74,6 +74,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="seed of the randomized QMC rules, or of --method particles (default 0)")
     co.add_argument("--jobs", "-j", type=int, default=None, metavar="J",
                     help="--method particles: run replicas in J worker processes (0: one per core)")
+    co.add_argument("--control-variates", type=_names, default=None, metavar="S1,S2,...",
+                    help="--method particles: scalars (outputs or named, e.g. 'f[0]') whose limits the "
+                         "recurrence gives on the program's prefix, used as control variates")
     cv = command("converge", "finite width against the limit at several widths, with the fitted rate")
     cv.add_argument("--widths", type=_widths, required=True, metavar="N1,N2,...",
                     help="comma-separated widths, e.g. 256,512,1024")
@@ -207,6 +210,14 @@ def _integer(text: str) -> int | float:
     return int(value) if value.is_integer() else value
 
 
+def _names(text: str) -> tuple[str, ...]:
+    from .limit.controls import parse_names
+    try:
+        return parse_names(text)
+    except TPUsageError as err:
+        raise argparse.ArgumentTypeError(err.message) from None
+
+
 def _widths(text: str) -> list[int]:
     from .tools.converge import parse_widths
     try:
@@ -268,10 +279,12 @@ def cmd_compile(args) -> str:
                                "(which takes --particles, --replicas, --seed and --jobs)", file=args.file)
         with options(**({} if args.jobs is None else {"jobs": args.jobs})):
             compiled = _load(args).compile(method="particles", particles=args.particles, replicas=args.replicas,
-                                           seed=args.seed, matrix_dist=args.matrix_dist)
+                                           seed=args.seed, matrix_dist=args.matrix_dist,
+                                           controls=args.control_variates)
         return render_compiled(compiled, compiled.limit(), args.emit)
-    if args.particles is not None or args.replicas is not None or args.jobs is not None:
-        raise TPUsageError("--particles, --replicas and --jobs apply to --method particles only", file=args.file)
+    if args.particles is not None or args.replicas is not None or args.jobs is not None or args.control_variates:
+        raise TPUsageError("--particles, --replicas, --jobs and --control-variates apply to --method particles "
+                           "only", file=args.file)
     compiled = _load(args).compile(symbolic=args.symbolic, tol=args.tol, max_qmc_points=args.max_qmc_points,
                                    max_quad_points=args.max_quad_points, max_expand_size=args.max_expand_size,
                                    matrix_dist=args.matrix_dist, seed=args.seed)

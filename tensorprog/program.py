@@ -52,14 +52,16 @@ class Program:
                 seed: int | None = None, max_quad_points: int | None = None,
                 max_expand_size: int | None = None, matrix_dist: str | None = None, *,
                 method: str = "recurrence", particles: int | None = None, replicas: int | None = None,
-                series_terms: int | None = None):
+                series_terms: int | None = None, controls: tuple[str, ...] | None = None):
         """Infinite width: the Master Theorem recurrence (``.limit()`` gives the values).
 
         ``method="particles"`` estimates the limit from finite widths instead (for long programs,
         whose expectations are integrals in too many dimensions): ``particles`` (the width N) and
         ``replicas`` (R) of :class:`tensorprog.limit.particles.ParticleOptions`, ``seed`` its seed;
         it returns a :class:`~tensorprog.limit.particles.ParticlesResult` (``.limit()`` likewise),
-        whose values have method ``particles`` (:mod:`tensorprog.limit.particles`).
+        whose values have method ``particles`` (:mod:`tensorprog.limit.particles`); ``controls``
+        names scalars whose limits the recurrence gives on the program's prefix (e.g. the first
+        steps' outputs), used as control variates (:mod:`tensorprog.limit.controls`).
 
         ``symbolic``: closed forms where they exist (params that enter only initial covariances
         stay symbols).  The others are the fields of :class:`tensorprog.expect.budget.Budget`,
@@ -75,12 +77,13 @@ class Program:
                      max_expand_size=max_expand_size, series_terms=series_terms)
         limits = _budget({k: v for k, v in given.items() if v is not None}, self.ir.file)   # before sympy loads
         if method == "particles":
-            return self._particles(given, symbolic, matrix_dist, particles, replicas)
+            return self._particles(given, symbolic, matrix_dist, particles, replicas, controls)
         if method != "recurrence":
             raise TPUsageError(f"unknown compile method {method!r}: use 'recurrence' (the default) or "
                                "'particles'", file=self.ir.file)
-        if particles is not None or replicas is not None:
-            raise TPUsageError("--particles and --replicas apply to --method particles only", file=self.ir.file)
+        if particles is not None or replicas is not None or controls:
+            raise TPUsageError("--particles, --replicas and --control-variates apply to --method particles only",
+                               file=self.ir.file)
         from .limit.compiler import compile_program
         from .distributions.swap import with_matrix_family
         from .lang.lower import expanded
@@ -93,17 +96,20 @@ class Program:
         return compile_program(program, symbolic=True, budget=limits, symbolic_covs=covs, param_values=values)
 
     def _particles(self, given: dict, symbolic: bool, matrix_dist: str | None, particles: int | None,
-                   replicas: int | None):
+                   replicas: int | None, controls: tuple[str, ...] | None = None):
         """``compile(method="particles")``: the options checked, then the two runs."""
+        from .limit.controls import control_names
         from .limit.particles import ParticleOptions
         from .limit.particles import particles as run_particles
         ignored = [k for k, v in given.items() if v is not None and k != "seed"] + (["symbolic"] if symbolic else [])
         if ignored:
             raise TPUsageError(f"{', '.join(ignored)}: options of the recurrence, not of --method particles "
                                "(which takes --particles, --replicas and --seed)", file=self.ir.file)
-        chosen = {k: v for k, v in dict(particles=particles, replicas=replicas, seed=given["seed"]).items()
+        chosen = {k: v for k, v in dict(particles=particles, replicas=replicas, seed=given["seed"],
+                                        controls=control_names(controls) if controls else None).items()
                   if v is not None}
-        return run_particles(self.ir, ParticleOptions(**chosen), matrix_dist=matrix_dist)
+        from .lang.lower import expanded
+        return run_particles(self.ir, ParticleOptions(**chosen), matrix_dist=matrix_dist, expand=expanded)
 
     def sweep(self, params: Mapping[str, object], n: int | None = None, trials: int = 1, seed: int = 0, *,
               tol: float | None = None, max_qmc_points: int | None = None, max_quad_points: int | None = None,

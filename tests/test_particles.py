@@ -260,3 +260,115 @@ def test_a_pure_1_over_n_bias_is_removed_and_named():
     assert abs(v.value) <= v.error and abs(v.value) < 3 * v.se                # ... the extrapolation is not
     assert v.bias > v.statistical
     assert any("[particles] o:" in w and "--particles" in w for w in res.limit().warnings)
+
+
+# ---- control variates (tensorprog/limit/controls.py) ------------------------------------------
+def synthetic_run(rng, width: int, c: float, c0: float, b1: float, bc: float, beta: float,
+                  sigma: float, replicas: int):
+    """A WidthRun of an output y and a control z at width n: z = c0 + bc/n + ε_z/√n,
+    y = c + b1/n + β ε_z/√n + σ ε/√n (ε's standard normal)."""
+    from tensorprog.limit.particles import WidthRun
+    ez, e = rng.standard_normal(replicas), rng.standard_normal(replicas)
+    z = c0 + bc / width + ez / math.sqrt(width)
+    y = c + b1 / width + (beta * ez + sigma * e) / math.sqrt(width)
+    values = {"y": tuple(y), "z": tuple(z)}
+    return WidthRun(width, replicas, 0, {k: float(np.mean(v)) for k, v in values.items()},
+                    {k: float(np.std(v, ddof=1) / math.sqrt(replicas)) for k, v in values.items()}, 0.0, values)
+
+
+@pytest.mark.parametrize("replicas", [8, 16])
+@pytest.mark.parametrize("b1, bc", [(0.0, 0.0), (5.0, -3.0)])
+def test_control_variates_cover_and_reduce_the_error(replicas, b1, bc):
+    from tensorprog.limit.controls import ControlLimit
+    from tensorprog.limit.particles import estimate
+    rng = np.random.default_rng(7 * replicas + int(b1))
+    c, c0, n = 0.7, 0.2, 4096
+    control = [ControlLimit("z", 1, c0, 0.0, "exact")]
+    with_cv, without = [], []
+    for _ in range(2000):
+        large = synthetic_run(rng, n, c, c0, b1, bc, 2.0, 0.3, replicas)
+        small = synthetic_run(rng, n // 4, c, c0, b1, bc, 2.0, 0.3, replicas)
+        with_cv.append(estimate("y", 0, large, small, control, 4.0, replicas))
+        without.append(estimate("y", 0, large, small, [], 4.0, replicas))
+    for runs in (with_cv, without):
+        actual = np.array([v.value - c for v in runs])
+        errors = np.array([v.error for v in runs])
+        assert np.mean(np.abs(actual) <= errors) >= 0.95
+        assert np.mean(errors) <= 10 * math.sqrt(np.mean(actual ** 2))
+    rms = [math.sqrt(np.mean([(v.value - c) ** 2 for v in runs])) for runs in (with_cv, without)]
+    assert rms[0] < 0.3 * rms[1], rms            # the control explains 2²/(2² + 0.3²) of the variance
+
+
+def test_control_variates_on_a_program_with_a_known_limit():
+    """One μP SGD step (golikov_sgd_mup.tp, lr = 0.5): f0 (limit 0 by the recurrence) controls the
+    others; over fixed seeds every stated error covers the quadrature limit, f0 is reported by its
+    recurrence value, and the errors are at most 10× the rms actual error."""
+    program = tp.load(PROGRAMS / "golikov_sgd_mup.tp", lr=0.5)
+    exact = program.compile().limit().outputs
+    runs = [program.compile(method="particles", particles=256, replicas=8, seed=s, controls=("f0",))
+            for s in range(8)]
+    assert runs[0].controls[0].name == "f0" and runs[0].controls[0].value == exact["f0"].value
+    for r in runs:
+        lim = r.limit().outputs
+        assert lim["f0"].method == exact["f0"].method and lim["f0"].value == exact["f0"].value
+        for out in ("f1", "K", "f_lin", "dfeat"):
+            assert lim[out].method == "particles" and len(r.outputs[out].beta) == 1
+            assert abs(lim[out].value - exact[out].value) <= lim[out].error, (out, r.options.seed)
+    for out in ("f1", "K", "f_lin", "dfeat"):
+        actual = [r.outputs[out].value - exact[out].value for r in runs]
+        assert np.mean([r.outputs[out].error for r in runs]) <= 10 * math.sqrt(np.mean(np.square(actual)))
+
+
+def test_control_variates_of_a_later_scalar_use_the_prefix():
+    """mup_train.tp (T = 5): f[0] and f[1] are scalars of its first steps; their limits come from
+    the program's prefix (as cheap as golikov_sgd_mup.tp), f1 is reported by the recurrence."""
+    program = tp.load(PROGRAMS / "mup_train.tp", T=5)
+    r = program.compile(method="particles", particles=256, replicas=8, controls=("f[0]", "f[1]"))
+    golikov = tp.load(PROGRAMS / "golikov_sgd_mup.tp", lr=0.5).compile().limit().outputs
+    assert abs(r.limit().outputs["f1"].value - golikov["f1"].value) < 1e-8
+    assert r.outputs["fT"].method == "particles" and len(r.outputs["fT"].beta) == 2
+    assert "control variates" in str(r) and r.to_dict()["controls"][1]["name"] == "f[1]"
+    assert "control variates" in r._repr_html_() and "f[1]" in r._repr_html_()
+
+
+@pytest.mark.parametrize("controls, replicas, words", [
+    (("nope",), 8, "not a scalar of this program"),
+    (("f0", "K", "f1", "dfeat"), 7, "need at least 8 replicas"),
+])
+def test_bad_control_variates_are_usage_errors(controls, replicas, words):
+    program = tp.load(PROGRAMS / "golikov_sgd_mup.tp", lr=0.5)
+    with pytest.raises(TPUsageError, match=words):
+        program.compile(method="particles", particles=256, replicas=replicas, controls=controls)
+
+
+def test_cli_control_variates():
+    code, out, err = run_cli("compile", str(PROGRAMS / "golikov_sgd_mup.tp"), "-D", "lr=0.5", "--method",
+                             "particles", "--particles", "256", "--replicas", "8", "--control-variates", "f0")
+    assert code == 0, err
+    assert "control variates" in out and "f0 = 0" in out
+    code, _, err = run_cli("compile", str(PROGRAMS / "golikov_sgd_mup.tp"), "--control-variates", "f0")
+    assert code == 2 and "--method particles only" in err
+
+
+def test_collinear_controls_lose_one_degree_of_freedom_not_the_fit():
+    """f[0] and dl[0] = f[0] − y are collinear: the fit is the same as with f[0] alone, and its
+    degrees of freedom are those of one control."""
+    program = tp.load(PROGRAMS / "mup_train.tp", T=2)
+    one = program.compile(method="particles", particles=256, replicas=8, controls=("f[0]",))
+    two = program.compile(method="particles", particles=256, replicas=8, controls=("f[0]", "dl[0]"))
+    for out in ("f1", "fT"):
+        assert two.outputs[out].dof == one.outputs[out].dof == 8 - 2
+        assert abs(two.outputs[out].value - one.outputs[out].value) < 1e-12
+        assert abs(two.outputs[out].se - one.outputs[out].se) < 1e-12
+
+
+def test_arrays_of_outputs_entry_by_entry():
+    """``out K[i]`` is reported entry by entry (it was an internal error), with controls too."""
+    source = ("vector x ~ normal()\nmatrix W ~ normal()\ny = W @ x\n"
+              "out K[1] = mean(y * y)\nout K[2] = mean(x * y)\n")
+    program = tp.parse(source, file="arrays.tp")
+    plain = program.compile(method="particles", particles=512, replicas=8).limit().outputs
+    assert abs(plain["K[1]"].value - 1) <= plain["K[1]"].error
+    cv = program.compile(method="particles", particles=512, replicas=8, controls="K[2]").limit().outputs
+    assert cv["K[2]"].value == 0 and cv["K[1]"].method == "particles"
+    assert abs(cv["K[1]"].value - 1) <= cv["K[1]"].error

@@ -28,6 +28,10 @@ noise, a ``[particles]`` warning says so (raise N).
 Allocation: with cost ∝ N·R and Var ∝ 1/(N·R), the same replica count at both widths minimises
 SE for the cost (the small width then adds 1/r of the time).
 
+Control variates (opt-in, ``controls``): scalars whose limits the recurrence gives cheaply on the
+program's prefix (its first steps) are reported by every replica too, and a regression on them
+removes part of the other outputs' spread (:mod:`.controls`, which states the estimator and its error).
+
 The finite-width engine is the conditional one of :mod:`tensorprog.finite`
 (``execute(..., conditional=True)``: Gaussian conditioning, exact in law at any width, O(n·k)
 per product) when every matrix's law can be conditioned (normal, mvt, orthogonal), else the dense
@@ -44,6 +48,7 @@ import numpy as np
 from .. import ir
 from ..errors import TPUsageError
 from .accuracy import VALUE_ROUNDING
+from .controls import fit, prefix_limits, resolve, with_outputs
 
 #: the two-sided coverage of the statistical term (±2.58σ for a Gaussian, about ±3 standard
 #: errors at the Student quantile of 16 replicas)
@@ -67,6 +72,9 @@ class ParticleOptions:
     ratio: int = 4
     seed: int = 0
     conditional: bool | None = None
+    #: scalars of the program (outputs or named, e.g. ``f[0]``) used as control variates: their
+    #: limits come from the recurrence on the program's prefix (:mod:`.controls`)
+    controls: tuple[str, ...] = ()
 
     @property
     def small(self) -> int:
@@ -83,6 +91,7 @@ class WidthRun:
     means: dict[str, float]
     sems: dict[str, float]
     seconds: float
+    values: dict[str, tuple[float, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -94,11 +103,15 @@ class ParticleValue:
     bias: float
     se: float
     dof: float
+    #: the control variates' coefficients (empty without controls)
+    beta: tuple[float, ...] = ()
+    #: ``particles``, or the recurrence's method for an output that is a control
+    method: str = "particles"
 
     def as_limit(self):
         """The :class:`~.result.LimitValue` (method ``particles``, no closed form)."""
         from .result import LimitValue           # (sympy: not loaded by the command line's start)
-        return LimitValue(self.value, self.error, "particles")
+        return LimitValue(self.value, self.error, self.method)
 
 
 @dataclass
@@ -113,6 +126,7 @@ class ParticlesResult:
     outputs: dict[str, ParticleValue]
     warnings: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    controls: list = field(default_factory=list)       # the ControlLimits of :mod:`.controls`
 
     def limit(self):
         """The :class:`~.result.Limit` of every output, with the run's warnings."""
@@ -124,7 +138,11 @@ class ParticlesResult:
         o = self.options
         lines = [f"particles: width N = {self.large.width} and N/{o.ratio} = {self.small.width}, "
                  f"{o.replicas} replicas each, {self.engine} engine, seed {o.seed}, {self.seconds:.3g} s",
-                 "value = Richardson extrapolation to 1/n -> 0; error = t*SE (99%) + |1/n correction|",
+                 "value = Richardson extrapolation to 1/n -> 0; error = t*SE (99%) + |1/n correction|"]
+        if self.controls:
+            shown = ", ".join(f"{c.name} = {c.value:.10g} ± {c.error:.2g}" for c in self.controls)
+            lines.append(f"control variates (limits by the recurrence on the program's prefix): {shown}")
+        lines += [
                  f"{'output':<12} {'mean at N':>14} {'SE':>9} {'mean at N/' + str(o.ratio):>14} {'SE':>9} "
                  f"{'statistical':>11} {'bias':>9}"]
         for name, v in self.outputs.items():
@@ -144,7 +162,10 @@ class ParticlesResult:
         return {"particles": self.options.particles, "replicas": self.options.replicas,
                 "ratio": self.options.ratio, "seed": self.options.seed, "engine": self.engine,
                 "seconds": self.seconds, "runs": [run(self.large), run(self.small)],
-                "outputs": {k: {"statistical": v.statistical, "bias": v.bias, "se": v.se, "dof": v.dof}
+                "controls": [{"name": c.name, "value": c.value, "error": c.error, "method": c.method}
+                             for c in self.controls],
+                "outputs": {k: {"statistical": v.statistical, "bias": v.bias, "se": v.se, "dof": v.dof,
+                                "beta": list(v.beta), "method": v.method}
                             for k, v in self.outputs.items()}}
 
     def _repr_html_(self) -> str:
@@ -217,9 +238,11 @@ def run_width(program: ir.Program, n: int, replicas: int, seed: int, conditional
     extra = {"conditional": True} if conditional else {}
     result = execute(program, n, trials=replicas, seed=seed, matrix_dist=matrix_dist, **extra)
     seconds = time.perf_counter() - start
-    means = {k: float(o.mean) for k, o in result.outputs.items()}
-    sems = {k: float(o.std / math.sqrt(len(o.values))) for k, o in result.outputs.items()}
-    return WidthRun(n, replicas, seed, means, sems, seconds)
+    entries = result.entries                   # every scalar output (an array's entries one by one)
+    means = {k: float(o.mean) for k, o in entries.items()}
+    sems = {k: float(o.std / math.sqrt(len(o.values))) for k, o in entries.items()}
+    values = {k: tuple(float(v) for v in o.values) for k, o in entries.items()}
+    return WidthRun(n, replicas, seed, means, sems, seconds, values)
 
 
 def conditional_available() -> bool:
@@ -251,24 +274,66 @@ def run_seeds(seed: int) -> tuple[int, int]:
 
 
 def particles(program: ir.Program, opts: ParticleOptions = ParticleOptions(),
-              matrix_dist: str | None = None) -> ParticlesResult:
-    """The limit of every output of ``program`` by particles (module docstring)."""
+              matrix_dist: str | None = None, expand=None) -> ParticlesResult:
+    """The limit of every output of ``program`` by particles (module docstring), with the control
+    variates ``opts.controls`` when given (:mod:`.controls`; ``expand`` expands updated matrices
+    for their recurrence: ``tensorprog.lang.lower.expanded``, passed by ``Program.compile``)."""
     check_options(program, opts)
     conditional = choose_engine(program, opts.conditional, matrix_dist)
     start = time.perf_counter()
+    controls = control_limits(program, opts, matrix_dist, expand)
+    runnable = with_outputs(program, controls) if controls else program
     seed_large, seed_small = run_seeds(opts.seed)
-    large = run_width(program, opts.particles, opts.replicas, seed_large, conditional, matrix_dist)
-    small = run_width(program, opts.small, opts.replicas, seed_small, conditional, matrix_dist)
+    large = run_width(runnable, opts.particles, opts.replicas, seed_large, conditional, matrix_dist)
+    small = run_width(runnable, opts.small, opts.replicas, seed_small, conditional, matrix_dist)
     ratio = opts.particles / opts.small
     outputs, warnings = {}, []
-    for name in large.means:
-        v = extrapolate((large.means[name], large.sems[name], opts.replicas),
-                        (small.means[name], small.sems[name], opts.replicas), ratio)
+    for name, var in ((o.name, o.var) for o in program.outputs):
+        v = estimate(name, var, large, small, controls, ratio, opts.replicas)
         outputs[name] = v
         resolved = v.bias * (ratio - 1) > 3 * math.hypot(large.sems[name], small.sems[name])
-        if resolved and v.bias > v.statistical:
+        if resolved and v.bias > v.statistical and v.method == "particles":
             warnings.append(f"[particles] {name}: the 1/n correction ({v.bias:.2g}) exceeds the statistical "
                             f"error ({v.statistical:.2g}) and dominates the stated error; a larger "
                             "--particles makes it smaller")
     return ParticlesResult(program, opts, "conditional" if conditional else "dense", large, small, outputs,
-                           warnings, time.perf_counter() - start)
+                           warnings, time.perf_counter() - start, controls)
+
+
+def control_limits(program: ir.Program, opts: ParticleOptions, matrix_dist: str | None, expand=None) -> list:
+    """The controls' limits by the recurrence (:func:`.controls.prefix_limits`); refused when the
+    replicas are too few to fit them or a matrix law is swapped (the prefix would not see it)."""
+    if not opts.controls:
+        return []
+    if matrix_dist:
+        raise TPUsageError("control variates take the program's own matrix laws (drop --matrix-dist)",
+                           file=program.file)
+    names = tuple(dict.fromkeys(opts.controls))
+    if opts.replicas < len(names) + MIN_REPLICAS:
+        raise TPUsageError(f"{len(names)} control variates need at least {len(names) + MIN_REPLICAS} replicas "
+                           f"(the fit uses R - 1 - {len(names)} degrees of freedom); raise --replicas",
+                           file=program.file)
+    return prefix_limits(program, resolve(program, names), expand)
+
+
+def estimate(name: str, var: int, large: WidthRun, small: WidthRun, controls: list, ratio: float,
+             replicas: int) -> ParticleValue:
+    """One output's value and error: the recurrence's limit for a control, the control-variate fit
+    (:func:`.controls.fit`) with controls, else the Richardson extrapolation of the replica means."""
+    if not controls:
+        return extrapolate((large.means[name], large.sems[name], replicas),
+                           (small.means[name], small.sems[name], replicas), ratio)
+    same = [c for c in controls if c.var == var]
+    if same:
+        c = same[0]
+        return ParticleValue(c.value, c.error, 0.0, 0.0, 0.0, math.inf, (), c.method)
+    cols = [c.name for c in controls]
+    f = fit(np.array(large.values[name]), np.array(small.values[name]),
+            np.array([large.values[c] for c in cols]).T, np.array([small.values[c] for c in cols]).T,
+            np.array([c.value for c in controls]), ratio)
+    statistical = student_quantile(f.dof) * f.se
+    bias = abs(f.difference) / (ratio - 1)
+    control_error = sum(abs(b) * c.error for b, c in zip(f.beta, controls))
+    error = statistical + bias + control_error + VALUE_ROUNDING * abs(f.value)
+    return ParticleValue(f.value, error, statistical, bias, f.se, f.dof, f.beta)
+

@@ -444,6 +444,9 @@ def particles_html(result: Any) -> str:
                f"{esc(result.engine)} engine, seed {esc(o.seed)}, {result.seconds:.3g} s<br/><small>value: "
                "Richardson extrapolation to 1/n → 0; error = statistical (Student t, 99%) + bias "
                "(the 1/n correction)</small>")
+    if getattr(result, "controls", None):
+        shown = ", ".join(f"{esc(c.name)} = {num(c.value, '.10g')} ± {num(c.error, '.2g')}" for c in result.controls)
+        caption += f"<br/><small>control variates (limits by the recurrence): {shown}</small>"
     header = ["output", "value", "± error", "statistical", "bias", f"mean at {int(large.width)} ± SE",
               f"mean at {int(small.width)} ± SE"]
     return box("particles", caption, table(header, rows, numeric=[False] + [True] * 6),
