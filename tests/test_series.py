@@ -153,3 +153,16 @@ def test_dataset_kernel_matches_per_pair_compiles():
         for name in ("nngp", "ntk"):
             got, err = K.outputs[name].mean[i, j], K.outputs[name].error[i, j]
             assert abs(got - ref[name].value) <= err + ref[name].error
+
+
+@pytest.mark.parametrize("K,h", [(0, 0.05), (7, 0.05), (64, 0.05), (65, 0.0371)])
+def test_parity_fold_equals_the_plain_products(K, h):
+    """The folded products (even orders from φ's even part, odd from its odd part) equal F @ Gᵀ
+    on the rule's nodes and on its every other node (with and without z = 0 among them)."""
+    from tensorprog.symbolic.mehler import folded_basis, hermite_basis
+    z, G = hermite_basis(K, h)
+    _, sw, fine, coarse = folded_basis(K, h)
+    F = np.random.default_rng(1).standard_normal((5, len(z))) * sw
+    assert np.allclose(fine.product(F, K), F @ G.T, rtol=0, atol=1e-14)
+    assert np.allclose(coarse.product(F[:, ::2], K), F[:, ::2] @ G[:, ::2].T, rtol=0, atol=1e-14)
+    assert len(coarse.zero) == (1 if (len(z) // 2) % 2 == 0 else 0)

@@ -77,15 +77,76 @@ class Coefficients:
                             self.square)
 
 
+@dataclass(frozen=True)
+class Folded:
+    """A symmetric node set folded by parity: h_k(−z) = (−1)^k h_k(z), so with F the weighted
+    values at the nodes, Σ_i F_i G[k, i] = Σ_{z_i>0} (F(z_i) ± F(−z_i)) G[k, i] (+ the node z = 0
+    for even k): the even orders from F's even part, the odd ones from its odd part, each a
+    product of half the nodes by half the orders (a quarter of the work, twice)."""
+    pos: np.ndarray          # indices of the nodes z > 0, ascending
+    neg: np.ndarray          # indices of their mirrors −z
+    zero: np.ndarray         # the index of z = 0 (empty if not a node)
+    even: np.ndarray         # G[0::2, pos].T, contiguous
+    odd: np.ndarray          # G[1::2, pos].T, contiguous
+    even0: np.ndarray        # G[0::2, zero] (shape (len(zero), ⌈(K+1)/2⌉))
+
+    def product(self, F: np.ndarray, K: int) -> np.ndarray:
+        """F @ G.T (shape (V, K+1)) by the parity fold."""
+        plus, minus = F[:, self.pos], F[:, self.neg]
+        out = np.empty((F.shape[0], K + 1))
+        out[:, 0::2] = (plus + minus) @ self.even
+        if len(self.zero):
+            out[:, 0::2] += F[:, self.zero] @ self.even0
+        if K:
+            out[:, 1::2] = (plus - minus) @ self.odd
+        return out
+
+
+def fold(z: np.ndarray, G: np.ndarray) -> Folded:
+    """The parity fold of the nodes z (symmetric about 0) and their basis G (:class:`Folded`)."""
+    pos = np.nonzero(z > 0)[0]
+    neg = len(z) - 1 - pos
+    if not np.array_equal(z[neg], -z[pos]):
+        raise ValueError("the parity fold needs nodes symmetric about 0")
+    zero = np.nonzero(z == 0)[0]
+    return Folded(pos, neg, zero, np.ascontiguousarray(G[0::2][:, pos].T), np.ascontiguousarray(G[1::2][:, pos].T),
+                  np.ascontiguousarray(G[0::2][:, zero].T))
+
+
+@lru_cache(maxsize=16)
+def folded_basis(K: int, h: float) -> tuple[np.ndarray, np.ndarray, Folded, Folded]:
+    """(z, √w, the fold of the rule of step h, the fold of its every other node) (:func:`hermite_basis`)."""
+    z, G = hermite_basis(K, h)
+    return z, G[0], fold(z, G), fold(z[::2], G[:, ::2])
+
+
 def _rule(fn: Fn, variances: np.ndarray, K: int, h: float) -> tuple[np.ndarray, ...]:
     """(α̃, S̃, α̃', S̃'): the coefficients (V, K+1) and E φ(√a z)² (V,) for each variance by the
     trapezoidal rule of step h (geometric convergence for φ analytic in a strip), and the same by
-    its every other node (the rule of step 2h, for the error estimate: no new evaluation of φ)."""
-    z, G = hermite_basis(K, h)
+    its every other node (the rule of step 2h, for the error estimate: no new evaluation of φ).
+    The products with the basis go by the parity fold (:class:`Folded`), on one BLAS thread
+    (:func:`one_thread`)."""
+    z, sw, fine, coarse = folded_basis(K, h)
     pts = np.sqrt(np.clip(variances, 0.0, None))[:, None] * z[None, :]
-    F = (np.asarray(fn(pts), dtype=float) * np.ones_like(pts)) * G[0]
-    Fc, Gc = F[:, ::2], G[:, ::2]
-    return F @ G.T, np.sum(F ** 2, axis=1), 2 * (Fc @ Gc.T), 2 * np.sum(Fc ** 2, axis=1)
+    F = (np.asarray(fn(pts), dtype=float) * np.ones_like(pts)) * sw
+    Fc = F[:, ::2]
+    with one_thread():
+        return (fine.product(F, K), np.einsum("ij,ij->i", F, F), 2 * coarse.product(Fc, K),
+                2 * np.einsum("ij,ij->i", Fc, Fc))
+
+
+@lru_cache(maxsize=1)
+def _controller():
+    from threadpoolctl import ThreadpoolController      # imported when coefficients are first computed
+    return ThreadpoolController()
+
+
+def one_thread():
+    """A context with BLAS on one thread.  The products of :func:`_rule` are small (hundreds of
+    variances by hundreds of nodes and orders): OpenBLAS's threads spin for them on a loaded
+    machine (2× the whole kernel's CPU time, measured on N = 300 tanh), and the coefficients' bits
+    then do not depend on the thread count."""
+    return _controller().limit(limits=1, user_api="blas")
 
 
 def coefficients(fn: Fn, variances: Sequence[float], K: int, h: float | None = None) -> Coefficients:
