@@ -3,7 +3,7 @@
     /work/nt-venv/bin/python bench/nt_side.py SPEC.json
 
 SPEC.json: {"inputs": "X.npy", "out_dir": DIR, "repeats": R, "jobs": [JOB, ...]} with
-JOB = {"name": str, "act": "relu" | "tanh", "depth": L, "w_std": σ_w, "w_std_first": σ_1,
+JOB = {"name": str, "act": "relu" | "tanh" | "silu", "depth": L, "w_std": σ_w, "w_std_first": σ_1,
 "w_std_out": σ_out, "deg": 25 (tanh only), "batch_size": 0 (0: whole matrix at once),
 "inputs": X.npy (optional, overrides the spec's)}.
 
@@ -43,6 +43,12 @@ def network(job: dict):
     elif job["act"] == "tanh":
         def act():
             return stax.ElementwiseNumerical(jnp.tanh, deg=job["deg"], df=lambda x: 1 - jnp.tanh(x) ** 2)
+    elif job["act"] == "silu":
+        def act():
+            def df(x):
+                s = jax.nn.sigmoid(x)
+                return s * (1 + x * (1 - s))
+            return stax.ElementwiseNumerical(lambda x: x * jax.nn.sigmoid(x), deg=job["deg"], df=df)
     else:
         raise SystemExit(f"unknown activation {job['act']!r}")
     layers = [stax.Dense(512, W_std=job["w_std_first"], b_std=job.get("b_std_first")), act()]

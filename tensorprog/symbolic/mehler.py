@@ -56,12 +56,14 @@ class Coefficients:
 
     ``alpha`` (V, K+1): α̃_k for each variance; ``tail`` (V,): an upper estimate of
     T(K) = Σ_{k>K} α_k²; ``err`` (V,): of ‖α − α̃‖₂ (k ≤ K); ``norm`` (V,): ‖α̃‖₂ (≤ √(E φ²) + err);
-    ``square`` (V,): E φ(√a z)² (the diagonal of E φψ when φ = ψ)."""
+    ``square`` (V,): E φ(√a z)² (the diagonal of E φψ when φ = ψ); ``square_err`` (V,): its error
+    estimate (the rule at step 2h, plus rounding)."""
     alpha: np.ndarray
     tail: np.ndarray
     err: np.ndarray
     norm: np.ndarray
     square: np.ndarray
+    square_err: np.ndarray
 
     @property
     def K(self) -> int:
@@ -74,7 +76,7 @@ class Coefficients:
         extra = np.sqrt(np.sum(drop ** 2, axis=1))
         tail = (np.sqrt(self.tail) + extra + self.err) ** 2
         return Coefficients(self.alpha[:, :K + 1], tail, self.err, np.sqrt(np.sum(self.alpha[:, :K + 1] ** 2, 1)),
-                            self.square)
+                            self.square, self.square_err)
 
 
 @dataclass(frozen=True)
@@ -163,7 +165,7 @@ def coefficients(fn: Fn, variances: Sequence[float], K: int, h: float | None = N
     # T(K) = S − Σ_{k≤K} α_k²: the computed difference, S's quadrature error, the coefficients'
     # (|Σα² − Σα̃²| ≤ 2‖α̃‖e + e²) and the rounding of two sums of size S
     tail = np.clip(S - kept, 0.0, None) + np.abs(S - S1) + 2 * err * np.sqrt(kept) + err ** 2 + 16 * EPS * S
-    return Coefficients(alpha, tail, err, np.sqrt(kept), S)
+    return Coefficients(alpha, tail, err, np.sqrt(kept), S, np.abs(S - S1) + 16 * EPS * S)
 
 
 def derivative(coef: Coefficients, variances: Sequence[float]) -> np.ndarray:
@@ -216,12 +218,13 @@ def levels(K: int) -> list[int]:
 def pack(fn: Fn, K: int, h: float, a: np.ndarray) -> np.ndarray:
     """The packed coefficients of φ = fn at the variances ``a`` (any shape; computed once per
     distinct value): shape a.shape + (W,), [α_0 … α_K, T(L) for each level L of :func:`levels`,
-    e, ‖α̃‖, K] (:func:`coefficients`, at the recorded step h)."""
+    S = E φ², its error, e, ‖α̃‖, K] (:func:`coefficients`, at the recorded step h)."""
     a = np.asarray(a, dtype=float)
     ua, inv = np.unique(a.ravel(), return_inverse=True)
     c = coefficients(fn, ua, K, h)
     tails = [c.truncate(L).tail if L < K else c.tail for L in levels(K)]
-    out = np.concatenate([c.alpha, np.stack(tails, 1), c.err[:, None], c.norm[:, None],
+    out = np.concatenate([c.alpha, np.stack(tails, 1), c.square[:, None], c.square_err[:, None],
+                          c.err[:, None], c.norm[:, None],
                           np.full((len(ua), 1), float(K))], axis=1)
     return out[inv].reshape(a.shape + (out.shape[1],))
 
@@ -230,13 +233,15 @@ def packed_sum(A: np.ndarray, B: np.ndarray, rho: np.ndarray, tol: float) -> tup
     """(Σ_{k≤L} ρ^k α_k β_k, its stated error) for packed rows A and columns B (broadcasting) and ρ,
     each cell to the smallest level L whose truncation bound meets ``tol``·max(1, ‖α̃‖‖β̃‖)/4 at its
     ρ (the largest level where none does); the rounding of Horner's sum bounded by
-    2(L+2)ε‖α̃‖‖β̃‖ (Cauchy–Schwarz, |ρ| ≤ 1)."""
+    2(L+2)ε‖α̃‖‖β̃‖ (Cauchy–Schwarz, |ρ| ≤ 1).  A cell at ρ = 1 whose row and column are the same
+    (one function at one variance: u = v) takes the 1-D rule's E φ² and its error instead (no
+    truncation there: the diagonal of a kernel agrees with its own variances, :func:`diagonal`)."""
     K = int(np.ravel(A[..., -1])[0])
     ls = levels(K)
     shape = np.broadcast_shapes(A.shape[:-1], B.shape[:-1], np.shape(rho))
     rho = np.broadcast_to(np.clip(rho, -1.0, 1.0), shape)
     r = np.abs(rho)
-    e0, n0 = K + 1 + len(ls), K + 2 + len(ls)
+    s0, e0, n0 = K + 1 + len(ls), K + 3 + len(ls), K + 4 + len(ls)
     eA, nA, eB, nB = A[..., e0], A[..., n0], B[..., e0], B[..., n0]
     goal = tol * np.maximum(1.0, nA * nB) * AIM
     level = np.full(shape, len(ls) - 1)
@@ -261,7 +266,33 @@ def packed_sum(A: np.ndarray, B: np.ndarray, rho: np.ndarray, tol: float) -> tup
         ea, na, eb, nb = col(Ab, e0), col(Ab, n0), col(Bb, e0), col(Bb, n0)
         err[idx] = (r[idx] ** (L + 1) * np.sqrt(col(Ab, K + 1 + n) * col(Bb, K + 1 + n))
                     + ea * nb + na * eb + ea * eb + 2 * (L + 2) * EPS * na * nb)
+    diagonal(Ab, Bb, rho, s0, value, err)
     return value, err
+
+
+def diagonal(A: np.ndarray, B: np.ndarray, rho: np.ndarray, s0: int, value: np.ndarray, err: np.ndarray) -> None:
+    """Where the packed row and column are equal (one function at one variance) and ρ is 1 to
+    rounding (ρ ≥ 1 − 8ε: the diagonal of a kernel), the value S = E φ(u)² (ρ = 1) and its error,
+    in place.  With c_k = α_k² ≥ 0, f(ρ) = Σ ρ^k c_k is increasing and
+    0 ≤ f(1) − f(ρ) = Σ (1 − ρ^k) c_k ≤ (1 − ρ)·Σ_{k≤L} k c_k + T(L) for every level L (1 − ρ^k ≤ k(1 − ρ),
+    and ≤ 1): the least of these (0 at ρ = 1) joins S's own error, with the coefficients' error in
+    Σ k c_k (≤ L(2‖α̃‖e + e²))."""
+    idx = np.nonzero(rho >= 1.0 - 8 * EPS)
+    if not len(idx[0]):
+        return
+    a, b = A[idx], B[idx]
+    same = np.all(a == b, axis=1)
+    if not np.any(same):
+        return
+    a, d = a[same], 1.0 - rho[idx][same]
+    cells = tuple(i[same] for i in idx)
+    K = int(a[0, -1])
+    ls = levels(K)
+    weighted = np.cumsum(np.arange(K + 1) * a[:, :K + 1] ** 2, axis=1)
+    e, n = a[:, s0 + 2], a[:, s0 + 3]
+    gap = np.min([d * (weighted[:, L] + L * (2 * n * e + e * e)) + a[:, K + 1 + m] for m, L in enumerate(ls)], axis=0)
+    value[cells] = a[:, s0]
+    err[cells] = a[:, s0 + 1] + np.where(d > 0, gap, 0.0)
 
 
 class LastSum:
