@@ -245,29 +245,45 @@ def packed_sum(A: np.ndarray, B: np.ndarray, rho: np.ndarray, tol: float) -> tup
     eA, nA, eB, nB = A[..., e0], A[..., n0], B[..., e0], B[..., n0]
     goal = tol * np.maximum(1.0, nA * nB) * AIM
     level = np.full(shape, len(ls) - 1)
+    with np.errstate(divide="ignore"):             # in logarithms: log 0 = −∞ meets any goal
+        log_r, log_goal = np.log(r), np.log(goal)
+        half_a, half_b = 0.5 * np.log(A[..., K + 1:K + len(ls)]), 0.5 * np.log(B[..., K + 1:K + len(ls)])
     for n in range(len(ls) - 2, -1, -1):            # the smallest level that meets the goal
-        trunc = r ** (ls[n] + 1) * np.sqrt(A[..., K + 1 + n] * B[..., K + 1 + n])
-        level = np.where(trunc <= goal, n, level)
+        meets = (ls[n] + 1) * log_r + half_a[..., n] + half_b[..., n] <= log_goal
+        level[meets] = n
     value, err = np.empty(shape), np.empty(shape)
     Ab, Bb = np.broadcast_to(A, shape + A.shape[-1:]), np.broadcast_to(B, shape + B.shape[-1:])
     for n, L in enumerate(ls):
         idx = np.nonzero(level == n)
         if not len(idx[0]):
             continue
-        x = rho[idx]
-        powers = np.empty((len(x), L + 1))          # 1, ρ, ρ², … by repeated products
-        powers[:, 0] = 1.0
-        powers[:, 1:] = x[:, None]
-        np.cumprod(powers, axis=1, out=powers)
-        powers *= Ab[..., :L + 1][idx]
-        powers *= Bb[..., :L + 1][idx]
-        value[idx] = powers.sum(axis=1)
+        value[idx] = power_sums(Ab[..., :L + 1], Bb[..., :L + 1], rho, idx)
         col = lambda M, k: M[..., k][idx]           # one packed column at the cells
         ea, na, eb, nb = col(Ab, e0), col(Ab, n0), col(Bb, e0), col(Bb, n0)
         err[idx] = (r[idx] ** (L + 1) * np.sqrt(col(Ab, K + 1 + n) * col(Bb, K + 1 + n))
                     + ea * nb + na * eb + ea * eb + 2 * (L + 2) * EPS * na * nb)
     diagonal(Ab, Bb, rho, s0, value, err)
     return value, err
+
+
+#: cells per block of :func:`power_sums` (its (cells, L + 1) work arrays stay in cache)
+BLOCK = 4096
+
+
+def power_sums(A: np.ndarray, B: np.ndarray, rho: np.ndarray, idx: tuple) -> np.ndarray:
+    """Σ_k ρ^k α_k β_k at the cells ``idx`` of A, B (broadcast to the cells, (…, L+1)) and ρ: the
+    powers 1, ρ, ρ², … by repeated products, block by block of :data:`BLOCK` cells."""
+    out = np.empty(len(idx[0]))
+    for start in range(0, len(out), BLOCK):
+        cells = tuple(i[start:start + BLOCK] for i in idx)
+        powers = np.empty((len(cells[0]), A.shape[-1]))
+        powers[:, 0] = 1.0
+        powers[:, 1:] = rho[cells][:, None]
+        np.cumprod(powers, axis=1, out=powers)
+        powers *= A[cells]
+        powers *= B[cells]
+        out[start:start + BLOCK] = powers.sum(axis=1)
+    return out
 
 
 def diagonal(A: np.ndarray, B: np.ndarray, rho: np.ndarray, s0: int, value: np.ndarray, err: np.ndarray) -> None:
