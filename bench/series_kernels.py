@@ -152,7 +152,7 @@ def main() -> None:
                     if save:
                         np.save(f"{save}/nt_nngp.npy", nt["nngp"])
                         np.save(f"{save}/nt_ntk.npy", nt["ntk"])
-                    report["nt"][act] = {"N": N, "best": nt["best"], "compile": nt["compile"],
+                    report["nt"][act] = {"N": N, "best": nt["best"], "best_cpu": nt.get("best_cpu"), "compile": nt["compile"],
                                          "accuracy": accuracy(nt, pairs, ref, ref_err, False)}
                     print("nt", act, json.dumps(report["nt"][act]), flush=True)
         N = max(sizes)
