@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from scipy import special
 
 import tensorprog as tp
 
@@ -169,13 +170,26 @@ class Trapezoid:
 def tanh_reference(q11: float, q12: float, q22: float, depth: int, var: float, var1: float,
                    rule: Trapezoid) -> tuple[float, float]:
     """(nngp, ntk) of the tanh MLP at one pair: the layer recursion with trapezoidal expectations."""
-    phi = np.tanh
+    return mlp_reference(q11, q12, q22, depth, var, var1, rule, np.tanh, lambda x: 1 - np.tanh(x) ** 2)
 
-    def dphi(x):
-        return 1 - np.tanh(x) ** 2
 
+def silu(x):
+    """x·sigmoid(x)."""
+    return x * special.expit(x)
+
+
+def dsilu(x):
+    """silu′(x) = σ(x)(1 + x(1 − σ(x)))."""
+    s = special.expit(x)
+    return s * (1 + x * (1 - s))
+
+
+def mlp_reference(q11: float, q12: float, q22: float, depth: int, var: float, var1: float,
+                  rule: Trapezoid, phi, dphi) -> tuple[float, float]:
+    """(nngp, ntk) of the φ MLP (φ′ = dphi) at one pair: the layer recursion with trapezoidal
+    expectations."""
     def sq(x):
-        return np.tanh(x) ** 2
+        return phi(x) ** 2
 
     s11, s12, s22 = var1 * q11, var1 * q12, var1 * q22
     theta = s12

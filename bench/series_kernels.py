@@ -1,7 +1,7 @@
-"""The Mehler series on dataset kernels: tanh NNGP + NTK of a deep MLP against neural-tangents and a reference.
+"""The Mehler series on dataset kernels: tanh and SiLU NNGP + NTK of a deep MLP against neural-tangents and a reference.
 
     PYTHONPATH=. python bench/series_kernels.py [--nt-python /work/nt-venv/bin/python] [--depth 10]
-        [--sizes 300,1000] [--nt-size 300] [--pairs 24] [--json out.json]
+        [--sizes 300,1000] [--nt-size 300] [--activations tanh,silu] [--pairs 24] [--json out.json]
 
 The network: programs/kernels/tanh_mlp.tp (NTK by ``grad``) with L = depth, var = var1 = σ² = 1.5 and
 a first-layer bias b1 = 0.1 (stax: Dense(W_std=σ, b_std=√b1) first, Dense(W_std=σ, b_std=None) after,
@@ -61,32 +61,34 @@ def tp_kernel(template: str, X: np.ndarray, params: dict, work: str, tag: str) -
     return info
 
 
-def nt_kernel(nt_python: str, X: np.ndarray, depth: int, var: float, b1: float, work: str) -> dict:
-    """neural-tangents' ElementwiseNumerical(tanh, deg=25) kernels (nt_side.py in its own venv)."""
+def nt_kernel(nt_python: str, X: np.ndarray, depth: int, var: float, b1: float, work: str, act: str = "tanh") -> dict:
+    """neural-tangents' ElementwiseNumerical(φ, deg=25) kernels (nt_side.py in its own venv)."""
     np.save(f"{work}/nt_X.npy", X)
     spec = {"inputs": f"{work}/nt_X.npy", "repeats": 1, "out_dir": work,
-            "jobs": [{"name": "tanh", "act": "tanh", "depth": depth, "deg": 25, "w_std_first": float(np.sqrt(var)),
+            "jobs": [{"name": act, "act": act, "depth": depth, "deg": 25, "w_std_first": float(np.sqrt(var)),
                       "w_std": float(np.sqrt(var)), "w_std_out": 1.0, "b_std_first": float(np.sqrt(b1))}]}
     Path(f"{work}/nt_spec.json").write_text(json.dumps(spec))
     t0 = time.perf_counter()
     out = subprocess.run([nt_python, str(ROOT / "bench" / "nt_side.py"), f"{work}/nt_spec.json"],
                          capture_output=True, text=True, check=True)
-    info = json.loads(out.stdout.strip().splitlines()[-1])["jobs"]["tanh"]
+    info = json.loads(out.stdout.strip().splitlines()[-1])["jobs"][act]
     info["process_wall"] = time.perf_counter() - t0
-    info["nngp"], info["ntk"] = np.load(f"{work}/tanh_nngp.npy"), np.load(f"{work}/tanh_ntk.npy")
+    info["nngp"], info["ntk"] = np.load(f"{work}/{act}_nngp.npy"), np.load(f"{work}/{act}_ntk.npy")
     return info
 
 
-def references(X: np.ndarray, pairs, depth: int, var: float, b1: float) -> tuple[np.ndarray, np.ndarray]:
-    """(values (P, 2), own errors (P, 2)) of (nngp, ntk) at the pairs, by nt_compare.tanh_reference."""
-    from nt_compare import Trapezoid, tanh_reference
+def references(X: np.ndarray, pairs, depth: int, var: float, b1: float,
+               act: str = "tanh") -> tuple[np.ndarray, np.ndarray]:
+    """(values (P, 2), own errors (P, 2)) of (nngp, ntk) at the pairs, by nt_compare.mlp_reference."""
+    from nt_compare import Trapezoid, dsilu, mlp_reference, silu
+    phi, dphi = {"tanh": (np.tanh, lambda x: 1 - np.tanh(x) ** 2), "silu": (silu, dsilu)}[act]
     q = X @ X.T / X.shape[1]
     coarse, fine = Trapezoid(0.1), Trapezoid(0.05)
     vals, errs = [], []
     for i, j in pairs:
         s = (var * q[i, i] + b1, var * q[i, j] + b1, var * q[j, j] + b1)
-        a = np.array(tanh_reference(*s, depth, var, 1.0, fine))
-        b = np.array(tanh_reference(*s, depth, var, 1.0, coarse))
+        a = np.array(mlp_reference(*s, depth, var, 1.0, fine, phi, dphi))
+        b = np.array(mlp_reference(*s, depth, var, 1.0, coarse, phi, dphi))
         vals.append(a)
         errs.append(np.abs(a - b) + 1e-15 * np.abs(a))
     return np.array(vals), np.array(errs)
@@ -119,6 +121,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="300,1000")
     ap.add_argument("--nt-size", type=int, default=300)
     ap.add_argument("--pairs", type=int, default=24)
+    ap.add_argument("--activations", default="tanh,silu", help="of tanh, silu (programs/kernels/<act>_mlp.tp)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--save", default=None, help="a directory to keep the N = --nt-size kernels in (.npy)")
     a = ap.parse_args()
@@ -127,27 +130,31 @@ def main() -> None:
     X = np.random.default_rng(0).standard_normal((max(sizes + [a.nt_size]), 10))
     report = {"depth": depth, "var": var, "b1": b1, "load": os.getloadavg()[0], "tensorprog": {}, "relu": {}}
     params = dict(L=depth, var=var, var1=var, b1=b1, tol=1e-10)
+    report["nt"] = {}
     with tempfile.TemporaryDirectory() as work:
-        for N in sizes:
-            K = tp_kernel("tanh_mlp.tp", X[:N], params, work, f"tanh{N}")
-            pairs = sample_pairs(X[:N], a.pairs)
-            ref, ref_err = references(X[:N], pairs, depth, var, b1)
-            report["tensorprog"][N] = {"cpu": K["cpu"], "wall": K["wall"], "methods": K["methods"],
-                                       "accuracy": accuracy(K, pairs, ref, ref_err, True)}
-            print(N, json.dumps(report["tensorprog"][N]), flush=True)
-            if N == a.nt_size and a.save:
-                Path(a.save).mkdir(parents=True, exist_ok=True)
-                np.save(f"{a.save}/X.npy", X[:N])
-                for k in ("nngp", "ntk", "nngp_err", "ntk_err"):
-                    np.save(f"{a.save}/tp_{k}.npy", K[k])
-            if N == a.nt_size and Path(a.nt_python).exists():
-                nt = nt_kernel(a.nt_python, X[:N], depth, var, b1, work)
-                if a.save:
-                    np.save(f"{a.save}/nt_nngp.npy", nt["nngp"])
-                    np.save(f"{a.save}/nt_ntk.npy", nt["ntk"])
-                report["nt"] = {"N": N, "best": nt["best"], "compile": nt["compile"],
-                                "accuracy": accuracy(nt, pairs, ref, ref_err, False)}
-                print("nt", json.dumps(report["nt"]), flush=True)
+        for act in a.activations.split(","):
+            report["tensorprog"][act] = {}
+            for N in sizes:
+                K = tp_kernel(f"{act}_mlp.tp", X[:N], params, work, f"{act}{N}")
+                pairs = sample_pairs(X[:N], a.pairs)
+                ref, ref_err = references(X[:N], pairs, depth, var, b1, act)
+                report["tensorprog"][act][N] = {"cpu": K["cpu"], "wall": K["wall"], "methods": K["methods"],
+                                                "accuracy": accuracy(K, pairs, ref, ref_err, True)}
+                print(act, N, json.dumps(report["tensorprog"][act][N]), flush=True)
+                save = f"{a.save}/{act}" if a.save else None
+                if N == a.nt_size and save:
+                    Path(save).mkdir(parents=True, exist_ok=True)
+                    np.save(f"{save}/X.npy", X[:N])
+                    for k in ("nngp", "ntk", "nngp_err", "ntk_err"):
+                        np.save(f"{save}/tp_{k}.npy", K[k])
+                if N == a.nt_size and Path(a.nt_python).exists():
+                    nt = nt_kernel(a.nt_python, X[:N], depth, var, b1, work, act)
+                    if save:
+                        np.save(f"{save}/nt_nngp.npy", nt["nngp"])
+                        np.save(f"{save}/nt_ntk.npy", nt["ntk"])
+                    report["nt"][act] = {"N": N, "best": nt["best"], "best_cpu": nt.get("best_cpu"), "compile": nt["compile"],
+                                         "accuracy": accuracy(nt, pairs, ref, ref_err, False)}
+                    print("nt", act, json.dumps(report["nt"][act]), flush=True)
         N = max(sizes)
         R = tp_kernel("relu_mlp.tp", X[:N], dict(L=depth, var=2.0, var1=2.0, b1=b1, tol=1e-10), work, f"relu{N}")
         report["relu"][N] = {"cpu": R["cpu"], "wall": R["wall"]}

@@ -2,7 +2,7 @@
 neural-tangents' ElementwiseNumerical(deg=25).
 
     PYTHONPATH=. python bench/series_kernels.py --sizes 300 --save /tmp/series_gallery --json out.json
-    PYTHONPATH=. python docs/make_gallery_series.py /tmp/series_gallery
+    PYTHONPATH=. python docs/make_gallery_series.py /tmp/series_gallery/tanh   (or /tmp/series_gallery/silu)
 
 The 300 inputs (N × 10 standard normal, seed 0) are split 200 / 100; the target is
 y = sin(2 x₀) + x₁ x₂ / 2 (noise-free).  Kernel ridge regression f = K_te,tr (K_tr,tr + λ I)⁻¹ y with

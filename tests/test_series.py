@@ -153,3 +153,37 @@ def test_dataset_kernel_matches_per_pair_compiles():
         for name in ("nngp", "ntk"):
             got, err = K.outputs[name].mean[i, j], K.outputs[name].error[i, j]
             assert abs(got - ref[name].value) <= err + ref[name].error
+
+
+@pytest.mark.parametrize("K,h", [(0, 0.05), (7, 0.05), (64, 0.05), (65, 0.0371)])
+def test_parity_fold_equals_the_plain_products(K, h):
+    """The folded products (even orders from φ's even part, odd from its odd part) equal F @ Gᵀ
+    on the rule's nodes and on its every other node (with and without z = 0 among them)."""
+    from tensorprog.symbolic.mehler import folded_basis, hermite_basis
+    z, G = hermite_basis(K, h)
+    _, sw, fine, coarse = folded_basis(K, h)
+    F = np.random.default_rng(1).standard_normal((5, len(z))) * sw
+    assert np.allclose(fine.product(F, K), F @ G.T, rtol=0, atol=1e-14)
+    assert np.allclose(coarse.product(F[:, ::2], K), F[:, ::2] @ G[:, ::2].T, rtol=0, atol=1e-14)
+    assert len(coarse.zero) == (1 if (len(z) // 2) % 2 == 0 else 0)
+
+
+def test_diagonal_cells_take_the_1d_square():
+    """At ρ = 1 (and one ulp below) with the same packed row and column, the cell is E φ(u)² by the
+    1-D rule (against scipy's quad), its stated error covering the difference and small; a
+    different column at ρ = 1 still takes the series."""
+    from tensorprog.symbolic.mehler import pack, packed_sum, step_for
+
+    def silu(t):
+        return t / (1 + np.exp(-t))
+
+    a = np.array([0.4, 1.3, 3.0])
+    A = pack(silu, 256, step_for(256, 3.0), a)
+    rho = np.array([1.0, 1.0 - 2.0 ** -53, 1.0])
+    value, err = packed_sum(A, A, rho, 1e-10)
+    ref = np.array([quad1(lambda t: silu(t) ** 2, v) for v in a])
+    assert np.all(np.abs(value - ref) <= err + 1e-15 * ref)
+    assert np.all(err <= 1e-13)
+    assert value[0] == A[0, 256 + 1 + 6]                    # exactly S (ρ = 1: no truncation)
+    other, _ = packed_sum(A, A[::-1], np.ones(3), 1e-10)
+    assert other[0] != A[0, 256 + 1 + 6]

@@ -56,12 +56,14 @@ class Coefficients:
 
     ``alpha`` (V, K+1): α̃_k for each variance; ``tail`` (V,): an upper estimate of
     T(K) = Σ_{k>K} α_k²; ``err`` (V,): of ‖α − α̃‖₂ (k ≤ K); ``norm`` (V,): ‖α̃‖₂ (≤ √(E φ²) + err);
-    ``square`` (V,): E φ(√a z)² (the diagonal of E φψ when φ = ψ)."""
+    ``square`` (V,): E φ(√a z)² (the diagonal of E φψ when φ = ψ); ``square_err`` (V,): its error
+    estimate (the rule at step 2h, plus rounding)."""
     alpha: np.ndarray
     tail: np.ndarray
     err: np.ndarray
     norm: np.ndarray
     square: np.ndarray
+    square_err: np.ndarray
 
     @property
     def K(self) -> int:
@@ -74,18 +76,79 @@ class Coefficients:
         extra = np.sqrt(np.sum(drop ** 2, axis=1))
         tail = (np.sqrt(self.tail) + extra + self.err) ** 2
         return Coefficients(self.alpha[:, :K + 1], tail, self.err, np.sqrt(np.sum(self.alpha[:, :K + 1] ** 2, 1)),
-                            self.square)
+                            self.square, self.square_err)
+
+
+@dataclass(frozen=True)
+class Folded:
+    """A symmetric node set folded by parity: h_k(−z) = (−1)^k h_k(z), so with F the weighted
+    values at the nodes, Σ_i F_i G[k, i] = Σ_{z_i>0} (F(z_i) ± F(−z_i)) G[k, i] (+ the node z = 0
+    for even k): the even orders from F's even part, the odd ones from its odd part, each a
+    product of half the nodes by half the orders (a quarter of the work, twice)."""
+    pos: np.ndarray          # indices of the nodes z > 0, ascending
+    neg: np.ndarray          # indices of their mirrors −z
+    zero: np.ndarray         # the index of z = 0 (empty if not a node)
+    even: np.ndarray         # G[0::2, pos].T, contiguous
+    odd: np.ndarray          # G[1::2, pos].T, contiguous
+    even0: np.ndarray        # G[0::2, zero] (shape (len(zero), ⌈(K+1)/2⌉))
+
+    def product(self, F: np.ndarray, K: int) -> np.ndarray:
+        """F @ G.T (shape (V, K+1)) by the parity fold."""
+        plus, minus = F[:, self.pos], F[:, self.neg]
+        out = np.empty((F.shape[0], K + 1))
+        out[:, 0::2] = (plus + minus) @ self.even
+        if len(self.zero):
+            out[:, 0::2] += F[:, self.zero] @ self.even0
+        if K:
+            out[:, 1::2] = (plus - minus) @ self.odd
+        return out
+
+
+def fold(z: np.ndarray, G: np.ndarray) -> Folded:
+    """The parity fold of the nodes z (symmetric about 0) and their basis G (:class:`Folded`)."""
+    pos = np.nonzero(z > 0)[0]
+    neg = len(z) - 1 - pos
+    if not np.array_equal(z[neg], -z[pos]):
+        raise ValueError("the parity fold needs nodes symmetric about 0")
+    zero = np.nonzero(z == 0)[0]
+    return Folded(pos, neg, zero, np.ascontiguousarray(G[0::2][:, pos].T), np.ascontiguousarray(G[1::2][:, pos].T),
+                  np.ascontiguousarray(G[0::2][:, zero].T))
+
+
+@lru_cache(maxsize=16)
+def folded_basis(K: int, h: float) -> tuple[np.ndarray, np.ndarray, Folded, Folded]:
+    """(z, √w, the fold of the rule of step h, the fold of its every other node) (:func:`hermite_basis`)."""
+    z, G = hermite_basis(K, h)
+    return z, G[0], fold(z, G), fold(z[::2], G[:, ::2])
 
 
 def _rule(fn: Fn, variances: np.ndarray, K: int, h: float) -> tuple[np.ndarray, ...]:
     """(α̃, S̃, α̃', S̃'): the coefficients (V, K+1) and E φ(√a z)² (V,) for each variance by the
     trapezoidal rule of step h (geometric convergence for φ analytic in a strip), and the same by
-    its every other node (the rule of step 2h, for the error estimate: no new evaluation of φ)."""
-    z, G = hermite_basis(K, h)
+    its every other node (the rule of step 2h, for the error estimate: no new evaluation of φ).
+    The products with the basis go by the parity fold (:class:`Folded`), on one BLAS thread
+    (:func:`one_thread`)."""
+    z, sw, fine, coarse = folded_basis(K, h)
     pts = np.sqrt(np.clip(variances, 0.0, None))[:, None] * z[None, :]
-    F = (np.asarray(fn(pts), dtype=float) * np.ones_like(pts)) * G[0]
-    Fc, Gc = F[:, ::2], G[:, ::2]
-    return F @ G.T, np.sum(F ** 2, axis=1), 2 * (Fc @ Gc.T), 2 * np.sum(Fc ** 2, axis=1)
+    F = (np.asarray(fn(pts), dtype=float) * np.ones_like(pts)) * sw
+    Fc = F[:, ::2]
+    with one_thread():
+        return (fine.product(F, K), np.einsum("ij,ij->i", F, F), 2 * coarse.product(Fc, K),
+                2 * np.einsum("ij,ij->i", Fc, Fc))
+
+
+@lru_cache(maxsize=1)
+def _controller():
+    from threadpoolctl import ThreadpoolController      # imported when coefficients are first computed
+    return ThreadpoolController()
+
+
+def one_thread():
+    """A context with BLAS on one thread.  The products of :func:`_rule` are small (hundreds of
+    variances by hundreds of nodes and orders): OpenBLAS's threads spin for them on a loaded
+    machine (2× the whole kernel's CPU time, measured on N = 300 tanh), and the coefficients' bits
+    then do not depend on the thread count."""
+    return _controller().limit(limits=1, user_api="blas")
 
 
 def coefficients(fn: Fn, variances: Sequence[float], K: int, h: float | None = None) -> Coefficients:
@@ -102,7 +165,7 @@ def coefficients(fn: Fn, variances: Sequence[float], K: int, h: float | None = N
     # T(K) = S − Σ_{k≤K} α_k²: the computed difference, S's quadrature error, the coefficients'
     # (|Σα² − Σα̃²| ≤ 2‖α̃‖e + e²) and the rounding of two sums of size S
     tail = np.clip(S - kept, 0.0, None) + np.abs(S - S1) + 2 * err * np.sqrt(kept) + err ** 2 + 16 * EPS * S
-    return Coefficients(alpha, tail, err, np.sqrt(kept), S)
+    return Coefficients(alpha, tail, err, np.sqrt(kept), S, np.abs(S - S1) + 16 * EPS * S)
 
 
 def derivative(coef: Coefficients, variances: Sequence[float]) -> np.ndarray:
@@ -155,12 +218,13 @@ def levels(K: int) -> list[int]:
 def pack(fn: Fn, K: int, h: float, a: np.ndarray) -> np.ndarray:
     """The packed coefficients of φ = fn at the variances ``a`` (any shape; computed once per
     distinct value): shape a.shape + (W,), [α_0 … α_K, T(L) for each level L of :func:`levels`,
-    e, ‖α̃‖, K] (:func:`coefficients`, at the recorded step h)."""
+    S = E φ², its error, e, ‖α̃‖, K] (:func:`coefficients`, at the recorded step h)."""
     a = np.asarray(a, dtype=float)
     ua, inv = np.unique(a.ravel(), return_inverse=True)
     c = coefficients(fn, ua, K, h)
     tails = [c.truncate(L).tail if L < K else c.tail for L in levels(K)]
-    out = np.concatenate([c.alpha, np.stack(tails, 1), c.err[:, None], c.norm[:, None],
+    out = np.concatenate([c.alpha, np.stack(tails, 1), c.square[:, None], c.square_err[:, None],
+                          c.err[:, None], c.norm[:, None],
                           np.full((len(ua), 1), float(K))], axis=1)
     return out[inv].reshape(a.shape + (out.shape[1],))
 
@@ -169,38 +233,82 @@ def packed_sum(A: np.ndarray, B: np.ndarray, rho: np.ndarray, tol: float) -> tup
     """(Σ_{k≤L} ρ^k α_k β_k, its stated error) for packed rows A and columns B (broadcasting) and ρ,
     each cell to the smallest level L whose truncation bound meets ``tol``·max(1, ‖α̃‖‖β̃‖)/4 at its
     ρ (the largest level where none does); the rounding of Horner's sum bounded by
-    2(L+2)ε‖α̃‖‖β̃‖ (Cauchy–Schwarz, |ρ| ≤ 1)."""
+    2(L+2)ε‖α̃‖‖β̃‖ (Cauchy–Schwarz, |ρ| ≤ 1).  A cell at ρ = 1 whose row and column are the same
+    (one function at one variance: u = v) takes the 1-D rule's E φ² and its error instead (no
+    truncation there: the diagonal of a kernel agrees with its own variances, :func:`diagonal`)."""
     K = int(np.ravel(A[..., -1])[0])
     ls = levels(K)
     shape = np.broadcast_shapes(A.shape[:-1], B.shape[:-1], np.shape(rho))
     rho = np.broadcast_to(np.clip(rho, -1.0, 1.0), shape)
     r = np.abs(rho)
-    e0, n0 = K + 1 + len(ls), K + 2 + len(ls)
+    s0, e0, n0 = K + 1 + len(ls), K + 3 + len(ls), K + 4 + len(ls)
     eA, nA, eB, nB = A[..., e0], A[..., n0], B[..., e0], B[..., n0]
     goal = tol * np.maximum(1.0, nA * nB) * AIM
     level = np.full(shape, len(ls) - 1)
+    with np.errstate(divide="ignore"):             # in logarithms: log 0 = −∞ meets any goal
+        log_r, log_goal = np.log(r), np.log(goal)
+        half_a, half_b = 0.5 * np.log(A[..., K + 1:K + len(ls)]), 0.5 * np.log(B[..., K + 1:K + len(ls)])
     for n in range(len(ls) - 2, -1, -1):            # the smallest level that meets the goal
-        trunc = r ** (ls[n] + 1) * np.sqrt(A[..., K + 1 + n] * B[..., K + 1 + n])
-        level = np.where(trunc <= goal, n, level)
+        meets = (ls[n] + 1) * log_r + half_a[..., n] + half_b[..., n] <= log_goal
+        level[meets] = n
     value, err = np.empty(shape), np.empty(shape)
     Ab, Bb = np.broadcast_to(A, shape + A.shape[-1:]), np.broadcast_to(B, shape + B.shape[-1:])
     for n, L in enumerate(ls):
         idx = np.nonzero(level == n)
         if not len(idx[0]):
             continue
-        x = rho[idx]
-        powers = np.empty((len(x), L + 1))          # 1, ρ, ρ², … by repeated products
-        powers[:, 0] = 1.0
-        powers[:, 1:] = x[:, None]
-        np.cumprod(powers, axis=1, out=powers)
-        powers *= Ab[..., :L + 1][idx]
-        powers *= Bb[..., :L + 1][idx]
-        value[idx] = powers.sum(axis=1)
+        value[idx] = power_sums(Ab[..., :L + 1], Bb[..., :L + 1], rho, idx)
         col = lambda M, k: M[..., k][idx]           # one packed column at the cells
         ea, na, eb, nb = col(Ab, e0), col(Ab, n0), col(Bb, e0), col(Bb, n0)
         err[idx] = (r[idx] ** (L + 1) * np.sqrt(col(Ab, K + 1 + n) * col(Bb, K + 1 + n))
                     + ea * nb + na * eb + ea * eb + 2 * (L + 2) * EPS * na * nb)
+    diagonal(Ab, Bb, rho, s0, value, err)
     return value, err
+
+
+#: cells per block of :func:`power_sums` (its (cells, L + 1) work arrays stay in cache)
+BLOCK = 4096
+
+
+def power_sums(A: np.ndarray, B: np.ndarray, rho: np.ndarray, idx: tuple) -> np.ndarray:
+    """Σ_k ρ^k α_k β_k at the cells ``idx`` of A, B (broadcast to the cells, (…, L+1)) and ρ: the
+    powers 1, ρ, ρ², … by repeated products, block by block of :data:`BLOCK` cells."""
+    out = np.empty(len(idx[0]))
+    for start in range(0, len(out), BLOCK):
+        cells = tuple(i[start:start + BLOCK] for i in idx)
+        powers = np.empty((len(cells[0]), A.shape[-1]))
+        powers[:, 0] = 1.0
+        powers[:, 1:] = rho[cells][:, None]
+        np.cumprod(powers, axis=1, out=powers)
+        powers *= A[cells]
+        powers *= B[cells]
+        out[start:start + BLOCK] = powers.sum(axis=1)
+    return out
+
+
+def diagonal(A: np.ndarray, B: np.ndarray, rho: np.ndarray, s0: int, value: np.ndarray, err: np.ndarray) -> None:
+    """Where the packed row and column are equal (one function at one variance) and ρ is 1 to
+    rounding (ρ ≥ 1 − 8ε: the diagonal of a kernel), the value S = E φ(u)² (ρ = 1) and its error,
+    in place.  With c_k = α_k² ≥ 0, f(ρ) = Σ ρ^k c_k is increasing and
+    0 ≤ f(1) − f(ρ) = Σ (1 − ρ^k) c_k ≤ (1 − ρ)·Σ_{k≤L} k c_k + T(L) for every level L (1 − ρ^k ≤ k(1 − ρ),
+    and ≤ 1): the least of these (0 at ρ = 1) joins S's own error, with the coefficients' error in
+    Σ k c_k (≤ L(2‖α̃‖e + e²))."""
+    idx = np.nonzero(rho >= 1.0 - 8 * EPS)
+    if not len(idx[0]):
+        return
+    a, b = A[idx], B[idx]
+    same = np.all(a == b, axis=1)
+    if not np.any(same):
+        return
+    a, d = a[same], 1.0 - rho[idx][same]
+    cells = tuple(i[same] for i in idx)
+    K = int(a[0, -1])
+    ls = levels(K)
+    weighted = np.cumsum(np.arange(K + 1) * a[:, :K + 1] ** 2, axis=1)
+    e, n = a[:, s0 + 2], a[:, s0 + 3]
+    gap = np.min([d * (weighted[:, L] + L * (2 * n * e + e * e)) + a[:, K + 1 + m] for m, L in enumerate(ls)], axis=0)
+    value[cells] = a[:, s0]
+    err[cells] = a[:, s0 + 1] + np.where(d > 0, gap, 0.0)
 
 
 class LastSum:
