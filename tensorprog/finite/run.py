@@ -108,7 +108,7 @@ class ExecResult:
 
     def _repr_html_(self) -> str:
         """Jupyter: a table of mean, std and SE per output."""
-        from ..tools.display import exec_html
+        from .display import exec_html
         return exec_html(self)
 
 

@@ -21,6 +21,9 @@ class Program:
     source: str = ""
     base_dir: str = "."
     warnings: tuple[str, ...] = ()      # "FILE:LINE:COL: warning ..." of the lowering (e.g. rounding)
+    #: var -> the program's name for it, the first name bound to it (``a[2]``, ``da3``); unnamed
+    #: intermediates are absent (printers show them as ``%k``)
+    names: dict[int, str] = field(default_factory=dict)
 
     def eqn(self, var: int) -> Eqn:
         return self.eqns[var]

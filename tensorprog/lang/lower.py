@@ -101,6 +101,7 @@ class Lowerer:
         self.steps = 0
         self.warnings: list[str] = []                   # "LINE:COL: warning ...", located by lower()
         self.bound_somewhere: set[str] = set()
+        self.names: dict[int, str] = {}                 # var -> the first name bound to it
 
     @property
     def eqns(self) -> list[ir.Eqn]:
@@ -183,6 +184,8 @@ class Lowerer:
         if name in self.dims and name != "n" or name in self.defs:
             raise located(TPNameError, node, f"'{name}' is already a {'dim' if name in self.dims else 'def'}")
         self.env[(name, idx)] = value
+        if isinstance(value, RExpr) and value.var is not None:     # provenance: the var's source name
+            self.names.setdefault(value.var, f"{name}[{', '.join(map(str, idx))}]" if idx else name)
 
     # ---- statements
     def run(self, statements) -> None:
@@ -463,4 +466,5 @@ def lower(module: S.Module, overrides: Mapping[str, float] | None = None, *, fil
         raise TPLimitError("the program nests too deeply", 1, 1, file, source) from None
     return ir.verify(ir.Program(tuple(low.eqns), tuple(low.groups), tuple(low.outputs.values()),
                                 dims=dict(low.dims), params=dict(low.params), file=file, source=source,
-                                base_dir=base_dir, warnings=tuple(f"{file}:{w}" for w in low.warnings)))
+                                base_dir=base_dir, warnings=tuple(f"{file}:{w}" for w in low.warnings),
+                                names=dict(low.names)))

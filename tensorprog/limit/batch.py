@@ -66,9 +66,10 @@ class Batch:
 
     def number(self, array: np.ndarray, source: tuple | None = None) -> sp.Expr:
         """A constant if the batch agrees on it, else a fresh symbol carrying the array.
-        ``source``: where the array comes from (an initial covariance entry is recognised)."""
+        ``source``: where the array comes from, stated by the caller when it makes it
+        (("input", g, i, j): entry (i, j) of group g's initial covariance; ("estimate", k)); a
+        number without one makes the batch unreplayable."""
         array = np.asarray(array, dtype=float)
-        source = source or self.input_source(array)
         if source is None:
             self.replayable = False
         array = np.broadcast_to(array, (self.P,))
@@ -81,18 +82,6 @@ class Batch:
         if source is not None:
             self.sources[sym] = source
         return sym
-
-    def input_source(self, array: np.ndarray) -> tuple | None:
-        """("input", g, i, j) when ``array`` is the view covs[g][:, i, j], else None."""
-        for g, c in self.covs.items():
-            owner = c if c.base is None else c.base
-            if array.ndim != 1 or array.base is not owner or array.strides != (c.strides[0],) or c.ndim != 3:
-                continue
-            offset, rest = divmod(array.__array_interface__["data"][0] - c.__array_interface__["data"][0], c.itemsize)
-            i, j = divmod(offset, c.shape[2])
-            if not rest and 0 <= i < c.shape[1] and c.strides[1:] == (c.shape[2] * c.itemsize, c.itemsize):
-                return ("input", g, i, j)
-        return None
 
     def note(self, index: int, est: BatchEstimate, cov: Mapping[tuple[int, int], sp.Expr], size: int) -> None:
         """Record how estimate ``index`` was computed (a batch that cannot say is not replayable)."""

@@ -45,10 +45,10 @@ from .haar import Arithmetic, HaarMatrix, HaarShape, Term
 from .hypotheses import Hypotheses
 from .indices import IndexSet
 from .ledger import Ledger, scalar_limit
+from .recurrence import (Covariance, Expectation, HatBase, InitialBase, MatrixLaw, Record, Recurrence,
+                         ScalarNode, Source, VectorZ, ZdotCoefficient, output_names)
 from .result import Limit, LimitValue, group_limits
 
-#: str(compiled) prints a Z-expression with more nested Nonlins in the IR's %-names instead
-SHOW_NESTING = 8
 #: Nonlins nested deeper than this in one Z-expression are refused (sympy recurses once per level;
 #: 300 levels compile in ~2 s, 1000 in ~40 s); Python's recursion limit is raised to RECURSION meanwhile
 MAX_NESTING = 500
@@ -73,12 +73,13 @@ def recursion_limit(at_least: int) -> Iterator[None]:
 class Compiled:
     """The Z-recurrence of a program with every scalar's limit (``limit()`` packages the outputs).
 
-    ``lines``: the recurrence as text (``str``); ``Z``: vector var -> Z-expression; ``c``:
+    ``recurrence``: the recurrence as data (:mod:`.recurrence`), which the printers read
+    (``lines``, ``str``: as text, :mod:`.printers`); ``Z``: vector var -> Z-expression; ``c``:
     scalar var -> c̊; ``estimates``: every expectation; ``deps``: var -> indices of the
     estimates it rests on (an :class:`~.indices.IndexSet`, a bitset: O(L²) bits for L layers, not
     O(L²) set entries); ``scalar_error``: var -> propagated error of a function of scalars."""
     program: ir.Program
-    lines: tuple[str, ...]
+    recurrence: Recurrence
     Z: Mapping[int, sp.Expr]
     c: Mapping[int, sp.Expr]
     estimates: tuple[Estimate, ...]
@@ -99,16 +100,22 @@ class Compiled:
         flat = {o.name: self.result(o.var) for o in self.program.outputs}
         return Limit(group_limits(self.program.outputs, flat), list(self.warnings), flat)
 
+    @property
+    def lines(self) -> tuple[str, ...]:
+        """The recurrence as text, one line per record that defines a variable (:mod:`.printers`)."""
+        from .printers import recurrence_lines
+        return recurrence_lines(self)
+
     def __str__(self) -> str:
         return "\n".join(self.lines)
 
     def _repr_html_(self) -> str:
-        """Jupyter: the recurrence typeset (Ẑ covariances, Ż terms), see :mod:`tensorprog.tools.display`."""
-        from ..tools.display import compiled_html
+        """Jupyter: the recurrence typeset (Ẑ covariances, Ż terms), see :mod:`.printers`."""
+        from .printers import compiled_html
         return compiled_html(self)
 
     def _repr_latex_(self) -> str:
-        from ..tools.display import compiled_latex
+        from .printers import compiled_latex
         return compiled_latex(self)
 
 
@@ -165,7 +172,10 @@ class Compiler:
         self.haar: dict[tuple[int, bool], HaarMatrix] = {}       # (orthogonal matrix, direction) -> its products
         self.haar_deps: dict[tuple[int, bool], IndexSet] = {}    # the estimates those rest on
         self.transposed = {e.matrix for e in program.eqns if isinstance(e, ir.MatMul) and e.transposed}
-        self.lines: list[str] = []
+        self.records: list[Record] = []       # the recurrence as data, in the order derived
+        self.sources: dict[int, Source] = {}
+        self.output_names = output_names(program)
+        self.expectations: set[int] = set()   # estimate indices already recorded
         self.nesting: dict[int, int] = {}     # var -> depth of the Nonlins nested in its Z
         self._done = False
 
@@ -178,7 +188,7 @@ class Compiler:
         with recursion_limit(RECURSION):
             for e in self.program.eqns:
                 getattr(self, "do_" + type(e).__name__)(e)
-        return Compiled(self.program, tuple(self.lines), MappingProxyType(dict(self.Z)),
+        return Compiled(self.program, Recurrence(tuple(self.records)), MappingProxyType(dict(self.Z)),
                         MappingProxyType(dict(self.c)), tuple(self.ledger.estimates),
                         MappingProxyType({v: d.copy() for v, d in self.deps.items()}),
                         MappingProxyType(dict(self.scalar_error)),
@@ -199,8 +209,24 @@ class Compiler:
         out.update(*(self.deps[a] for a in args))
         return out
 
+    def source(self, var: int) -> Source:
+        """The source name and position of ``var`` (for the records)."""
+        if var not in self.sources:
+            self.sources[var] = Source.of(self.program, var, self.output_names)
+        return self.sources[var]
+
     def E(self, expr: sp.Expr, where: ir.Eqn, deps: IndexSet) -> sp.Expr:
-        return self.ledger.E(expr, where, deps)
+        """E[expr] by the ledger; the first time, an expectation node in the records."""
+        value = self.ledger.E(expr, where, deps)
+        index = self.ledger.index(expr)
+        if index not in self.expectations:
+            self.expectations.add(index)
+            self.records.append(Expectation(self.source(where.var), index, expr, value))
+        return value
+
+    def expectation_of(self, expr: sp.Expr) -> int:
+        """The estimate index of an expectation already taken."""
+        return self.ledger.index(expr)
 
     def result(self, var: int) -> LimitValue:
         """A scalar's limit, as far as compiled."""
@@ -260,13 +286,18 @@ class Compiler:
         self.base_of[e.var] = sym
         self.Z[e.var] = mean + sym
         self.deps[e.var] = IndexSet()
-        law = f"{spec.family}" + (f"(cov row {list(spec.cov[e.member])})" if spec.cov else f"(var={spec.var:g})")
-        self.lines.append(f"Z[{e.name}] = {self.Z[e.var]}    ~ {law}")
+        src = self.source(e.var)
+        self.records.append(InitialBase(src, sym, spec.family, mean, e.group, e.member,
+                                        tuple(spec.cov[e.member]) if spec.cov else None,
+                                        None if spec.cov else spec.var))
+        if spec.law.gaussian:
+            self.records += [Covariance(src, sym, other, value) for other, value in covs.items()]
+        self.records.append(VectorZ(src, "initial", self.Z[e.var]))
 
     def cov_entry(self, group: int, spec) -> Callable[[int, int], sp.Expr]:
         """Entry (i, j) of an initial group's covariance: a number, or a batch symbol."""
         if self.batch and group in self.batch.covs:
-            return lambda i, j: self.batch.number(self.batch.covs[group][:, i, j])
+            return lambda i, j: self.batch.number(self.batch.covs[group][:, i, j], ("input", group, i, j))
         if group in self.symbolic_covs:
             return lambda i, j: self.symbolic_covs[group][i, j]
         return lambda i, j: self.num(spec.cov[i][j] if spec.cov else spec.var)
@@ -285,7 +316,8 @@ class Compiler:
         if e.dist.law.haar and e.var in self.transposed:
             for direction in ({False} if self.use_zdot else {False, True}):
                 self.haar[(e.var, direction)] = self.haar_matrix(e, direction)
-        self.lines.append(f"{e.name}: {e.dist.family}, variance {e.dist.var:g}/{e.cols} ({e.rows}x{e.cols})")
+        self.records.append(MatrixLaw(self.source(e.var), e.dist.family, e.dist.var, e.rows, e.cols,
+                                      u if scale_law is not None else None))
 
     def haar_matrix(self, e: ir.Matrix, direction: bool) -> HaarMatrix:
         """The products by a Haar-orthogonal matrix used transposed (:mod:`.haar`); ``direction`` keys
@@ -325,6 +357,8 @@ class Compiler:
         if key in self.matmul_of:                      # the same product again: the same vector
             self.Z[e.var] = self.Z[self.matmul_of[key]]
             self.deps[e.var] = self.deps[self.matmul_of[key]]
+            self.records.append(VectorZ(self.source(e.var), "same", self.Z[e.var], matrix=self.source(e.matrix),
+                                        transposed=e.transposed, arg=self.source(self.matmul_of[key])))
             return
         self.matmul_of[key] = e.var
         if (e.matrix, e.transposed and not self.use_zdot) in self.haar:
@@ -336,10 +370,15 @@ class Compiler:
         hat = sp.Symbol(f"Zhat_{name}_{e.var}", real=True)
         deps = self.deps[e.arg].copy()
         covs = {hat: fam.sigma2 * self.E(zx * zx, e, deps)}
+        src = self.source(e.var)
+        entries = [Covariance(src, hat, hat, covs[hat], fam.sigma2, self.expectation_of(zx * zx))]
         for other, zy, y in fam.members:
             deps |= self.deps[y]
             covs[other] = fam.sigma2 * self.E(zx * zy, e, deps)
+            entries.append(Covariance(src, hat, other, covs[other], fam.sigma2, self.expectation_of(zx * zy)))
         self.add_gaussian(hat, covs)
+        self.records.append(HatBase(src, hat, self.source(e.matrix), e.transposed, self.source(e.arg)))
+        self.records += entries
         fam.members.append((hat, zx, e.arg))
         dot = self.zdot(e, zx, deps) if self.use_zdot else sp.Integer(0)
         outer = scale if scale is not None and not e.transposed else sp.Integer(1)
@@ -349,11 +388,9 @@ class Compiler:
         self.Z[e.var] = outer * (hat + dot)
         self.deps[e.var] = deps
         self.hypotheses.matmul(e)
-        self.lines.append(f"Z[%{e.var}] = " + (f"{outer}*(" if outer != 1 else "") + f"{hat}"
-                          + (f" + {dot}" if dot != 0 else "") + (")" if outer != 1 else "")
-                          + f"    # {name} @ %{e.arg};  Var {hat} = {_short(covs[hat])}"
-                          + "".join(f", Cov(., {o}) = {_short(v)}" for o, v in covs.items()
-                                    if o is not hat and v != 0))
+        self.records.append(VectorZ(src, "matmul", self.Z[e.var], matrix=self.source(e.matrix), transposed=e.transposed,
+                                    arg=self.source(e.arg), hat=hat, dot=dot, outer=outer,
+                                    nesting=self.nesting.get(e.var, 0)))
 
     def haar_matmul(self, e: ir.MatMul) -> None:
         """Z of a product by a Haar-orthogonal matrix used transposed: s·(Σ_k c_k v_k + g), the
@@ -363,19 +400,22 @@ class Compiler:
         deps.update(self.deps[e.arg])
         name = self.program.eqns[e.matrix].name + ("T" if e.transposed else "") + f"_{e.var}"
         product = state.product(e.arg, name, e.transposed)
+        src = self.source(e.var)
         if product.hat is not None:
             self.add_gaussian(product.hat, {h: state.arith.to_sympy(c) for h, c in product.covs.items()})
+            self.records.append(HatBase(src, product.hat, self.source(e.matrix), e.transposed, self.source(e.arg),
+                                        haar=True))
         terms = [(state.arith.to_sympy(c), self.Z[t] if isinstance(t, int) else t) for t, c in product.seen.items()]
         images = sp.Add(*(c * z for c, z in terms if c != 0))
         self.Z[e.var] = state.shape.scale * images
         self.deps[e.var] = deps.copy()
         self.nesting[e.var] = max((self.nesting.get(t, 0) for t in product.seen if isinstance(t, int)), default=0)
         self.hypotheses.matmul(e)
-        covs = {h: state.arith.to_sympy(c) for h, c in product.covs.items()}
-        self.lines.append(f"Z[%{e.var}] = {self.Z[e.var]}    # {name.rsplit('_', 1)[0]} @ %{e.arg} (Haar)"
-                          + (f";  Var {product.hat} = {_short(covs[product.hat])}" if product.hat is not None else "")
-                          + "".join(f", Cov(., {o}) = {_short(v)}" for o, v in covs.items()
-                                    if o is not product.hat and v != 0))
+        if product.hat is not None:
+            covs = {h: state.arith.to_sympy(c) for h, c in product.covs.items()}
+            self.records += [Covariance(src, product.hat, h, v) for h, v in covs.items()]
+        self.records.append(VectorZ(src, "haar", self.Z[e.var], matrix=self.source(e.matrix), transposed=e.transposed,
+                                    arg=self.source(e.arg), hat=product.hat, nesting=self.nesting[e.var]))
 
     def zdot(self, e: ir.MatMul, zx: sp.Expr, deps: IndexSet) -> sp.Expr:
         """Ż^{Wx} = σ² f Σ_y Z^y E[∂Z^x/∂Ẑ^{Wᵀy}] over the products by the other direction."""
@@ -385,9 +425,13 @@ class Compiler:
             if not zx.has(hat_y):
                 continue
             deps |= self.deps[y]
-            coeff = self.E(sp.diff(zx, hat_y), e, deps)
+            derivative = sp.diff(zx, hat_y)
+            coeff = self.E(derivative, e, deps)
             if coeff != 0:
-                total += self.families[(e.matrix, e.transposed)].sigma2 * coeff * zy
+                sigma2 = self.families[(e.matrix, e.transposed)].sigma2
+                total += sigma2 * coeff * zy
+                self.records.append(ZdotCoefficient(self.source(e.var), hat_y, self.source(y), sigma2, coeff,
+                                                    self.expectation_of(derivative)))
         return total
 
     def do_Nonlin(self, e: ir.Nonlin) -> None:
@@ -400,7 +444,8 @@ class Compiler:
                                "execute the program at finite width instead", e.pos.line, e.pos.col,
                                self.program.file, self.program.source)
         self.check_expression(e, self.Z[e.var])
-        self.lines.append(f"Z[%{e.var}] = {self.show(self.Z[e.var], e)}")
+        self.records.append(VectorZ(self.source(e.var), "nonlin", self.Z[e.var], step=e.fn,
+                                    nesting=self.args_nesting(e)))
 
     def do_Moment(self, e: ir.Moment) -> None:
         integrand = self.build(e)
@@ -408,7 +453,8 @@ class Compiler:
         deps = self.deps_of(e.args)
         self.c[e.var] = self.E(integrand, e, deps)
         self.deps[e.var] = deps
-        self.lines.append(f"c[%{e.var}] = E[{self.show(integrand, e)}] = {self.result(e.var).describe()}")
+        self.records.append(ScalarNode(self.source(e.var), "moment", self.c[e.var], e.fn, self.result(e.var),
+                                       integrand, self.expectation_of(integrand), self.args_nesting(e)))
 
     def check_expression(self, e: ir.Nonlin | ir.Moment, expr: sp.Expr) -> None:
         """A Z or an integrand: finite numbers in it (else an error), then the hypotheses (warnings)."""
@@ -416,11 +462,9 @@ class Compiler:
         self.finiteness.expression(e, nodes)
         self.hypotheses.nonlin(e, expr, nodes)
 
-    def show(self, expr: sp.Expr, e: ir.Nonlin | ir.Moment) -> str:
-        """expr in the base variables, or in the IR's %-names when Nonlins nest deeper than SHOW_NESTING."""
-        if max((self.nesting.get(a, 0) for a in e.args), default=0) < SHOW_NESTING:
-            return str(expr)
-        return ir.show_fn(e.fn)
+    def args_nesting(self, e: ir.Nonlin | ir.Moment) -> int:
+        """The deepest chain of Nonlins under the arguments of ``e``."""
+        return max((self.nesting.get(a, 0) for a in e.args), default=0)
 
     def do_Scalar(self, e: ir.Scalar) -> None:
         value = self.build(e)
@@ -430,7 +474,7 @@ class Compiler:
         self.deps[e.var] = self.deps_of(e.args)
         if not self.batch:
             self.scalar_error[e.var] = self.propagated_error(e)
-        self.lines.append(f"c[%{e.var}] = {value}")
+        self.records.append(ScalarNode(self.source(e.var), "scalar", value, e.fn, None))
 
     def propagated_error(self, e: ir.Scalar) -> float:
         """Σ_a |∂f/∂c_a| · err(c_a) for c = f(c_a..), with f built over a symbol per scalar argument."""
@@ -440,6 +484,3 @@ class Compiler:
         errors = {s: self.result(a).error for a, s in syms.items()}
         return self.ledger.propagated_error(e, f, at, errors)
 
-
-def _short(value: sp.Expr) -> str:
-    return f"{float(value):.6g}" if value.is_Float else str(value)

@@ -138,6 +138,10 @@ class Ledger:
             return self.batch.number(est.value, ("estimate", index))
         return est.exact if est.exact is not None and self.symbolic else sp.Float(est.value)
 
+    def index(self, expr: sp.Expr) -> int:
+        """The index in ``estimates`` of E[expr], already taken by :meth:`E`."""
+        return self._cache[expr]
+
     def _expect_batch(self, expr: sp.Expr, where: ir.Eqn) -> int:
         self.batch.replayable = False          # symbolic covariances: no record for a replay
         gauss = [s for s in sorted(expr.free_symbols, key=sp.default_sort_key)
@@ -239,8 +243,11 @@ class Ledger:
                          errors: Mapping[sp.Symbol, float]) -> float:
         """Σ_a |∂f/∂c_a| · err(c_a): the error of f(c), a function of the scalar symbols c_a, at
         their limits ``at`` with errors ``errors``.  Infinite (with a [continuity] warning) where
-        f jumps at, or within the error of, the arguments' limits."""
+        f jumps at, or within the error of, the arguments' limits.  Limits that are closed forms in
+        param symbols (``--symbolic``) are taken at the params' values."""
         total = 0.0
+        if self.param_values:
+            at = {s: v.subs(self.param_values) if isinstance(v, sp.Basic) else v for s, v in at.items()}
         for s in at:
             slope = sp.diff(f, s)
             jumps = [d.args[0] for d in slope.atoms(Delta)

@@ -148,7 +148,7 @@ class ParticlesResult:
                             for k, v in self.outputs.items()}}
 
     def _repr_html_(self) -> str:
-        from ..tools.display import particles_html
+        from .printers import particles_html
         return particles_html(self)
 
 

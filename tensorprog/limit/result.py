@@ -82,6 +82,15 @@ def summarize(value: sp.Expr, estimates: Sequence, symbolic: bool, params: dict 
     return LimitValue(number.real, float(error), method, exact)
 
 
+def exact_json(v: LimitValue) -> str | list | None:
+    """The ``exact`` field of an output in JSON (see :meth:`Limit.to_dict`)."""
+    if v.exact is not None:
+        return sp.sstr(v.exact)
+    if v.method != "exact":
+        return None
+    return ir.jsonable(v.value) if np.ndim(v.value) else repr(float(v.value))
+
+
 def group_limits(outputs: tuple[ir.Output, ...], flat: dict[str, LimitValue]) -> dict[str, LimitValue]:
     """The reported limits: a scalar output as it is; an array of outputs (``out K[i, j]``) as one
     LimitValue whose value and error are arrays (NaN where no ``out`` set an entry) and whose
@@ -113,8 +122,11 @@ class Limit:
             self.entries = dict(self.outputs)
 
     def to_dict(self) -> dict:
+        """``{"outputs": {NAME: {value, error, method, exact}}, "warnings": [...]}``; ``exact`` is
+        the closed form (sympy text) when the compile kept one, else, for method ``exact``, the
+        value itself (exact up to float rounding: ``repr`` of the float, or the array), else None."""
         return {"outputs": {k: {"value": ir.jsonable(v.value), "error": ir.jsonable(v.error), "method": v.method,
-                                "exact": None if v.exact is None else sp.sstr(v.exact)}
+                                "exact": exact_json(v)}
                             for k, v in self.outputs.items()},
                 "warnings": list(self.warnings)}
 
@@ -124,9 +136,9 @@ class Limit:
 
     def _repr_html_(self) -> str:
         """Jupyter: a table of value, error, method and closed form, then the warnings."""
-        from ..tools.display import limit_html
+        from .printers import limit_html
         return limit_html(self)
 
     def _repr_latex_(self) -> str:
-        from ..tools.display import limit_latex
+        from .printers import limit_latex
         return limit_latex(self)

@@ -1,0 +1,1 @@
+"""Rich displays: the HTML/LaTeX pieces every stage's displays share (:mod:`.html`)."""
