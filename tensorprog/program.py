@@ -81,12 +81,24 @@ class Program:
             raise TPUsageError("--particles and --replicas apply to --method particles only", file=self.ir.file)
         from .limit.compiler import compile_program
         from .distributions.swap import with_matrix_family
-        program = with_matrix_family(self.ir, matrix_dist) if matrix_dist else self.ir
         if not symbolic:
+            program = with_matrix_family(self.ir, matrix_dist) if matrix_dist else self.ir
             return compile_program(program, budget=limits)
         from .limit.symbolic_params import symbolic_covariances
+        program = self._traced()
+        program = with_matrix_family(program, matrix_dist) if matrix_dist else program
         covs, values = symbolic_covariances(program)
         return compile_program(program, symbolic=True, budget=limits, symbolic_covs=covs, param_values=values)
+
+    def _traced(self) -> ir.Program:
+        """The program lowered again with its params as leaves (the same numbers and equations;
+        :mod:`tensorprog.symbolic.traced`); the program itself where it has no source."""
+        if not self.ir.source:
+            return self.ir
+        values = {k: v for k, v in self.ir.params.items() if isinstance(v, float)}
+        traced = lower(parse_text(self.ir.source, self.ir.file), values, file=self.ir.file,
+                       source=self.ir.source, base_dir=self.ir.base_dir, trace=True)
+        return traced if traced == self.ir else self.ir       # tracing never changes the program
 
     def _particles(self, given: dict, symbolic: bool, matrix_dist: str | None, particles: int | None,
                    replicas: int | None):

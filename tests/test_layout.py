@@ -143,9 +143,6 @@ KNOWN_BACK_EDGES = {
     ("tensorprog.limit.particles", "tensorprog.tools.display"): "recur",
     ("tensorprog.limit.result", "tensorprog.tools.display"): "recur",
     ("tensorprog.finite.run", "tensorprog.tools.display"): "recur",
-    # sweep: params stay leaves, so symbolic_params no longer re-lowers the program's text
-    ("tensorprog.limit.symbolic_params", "tensorprog.lang.lower"): "sweep",
-    ("tensorprog.limit.symbolic_params", "tensorprog.lang.parser"): "sweep",
 }
 
 

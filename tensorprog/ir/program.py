@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from .nodes import Eqn, Group, Output
 from .printer import show_program
@@ -24,6 +25,9 @@ class Program:
     #: var -> the program's name for it, the first name bound to it (``a[2]``, ``da3``); unnamed
     #: intermediates are absent (printers show them as ``%k``)
     names: dict[int, str] = field(default_factory=dict)
+    #: a traced lowering's leaf expressions in the params (``symbolic.traced.SymbolicLeaves``),
+    #: for ``compile --symbolic``; None for the usual lowering
+    leaves: Any = field(default=None, compare=False, repr=False)
 
     def eqn(self, var: int) -> Eqn:
         return self.eqns[var]

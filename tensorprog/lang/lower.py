@@ -23,6 +23,7 @@ from ..distributions import DistributionError, make_spec
 from ..errors import TPError, TPIndexError, TPLimitError, TPNameError, TPTypeError, TPValueError
 from ..builtins import BUILTINS, CONSTANTS
 from . import consts
+from ..symbolic import traced
 from .builder import IRBuilder
 from .expressions import SPECIAL_FUNCTIONS, DefBody, Expressions
 from .values import DataMat, MatExpr, MatVal, RExpr, Value, located
@@ -102,6 +103,8 @@ class Lowerer:
         self.warnings: list[str] = []                   # "LINE:COL: warning ...", located by lower()
         self.bound_somewhere: set[str] = set()
         self.names: dict[int, str] = {}                 # var -> the first name bound to it
+        self.leaves: traced.SymbolicLeaves | None = None    # set by lower(trace=True)
+        self.spec_leaf: tuple = (None, None)            # (var, cov) expressions of the last spec()
 
     @property
     def eqns(self) -> list[ir.Eqn]:
@@ -200,16 +203,20 @@ class Lowerer:
 
     def do_Param(self, s: S.Param) -> None:
         value = self.overrides[s.name] if s.name in self.overrides else self.expr.const(s.value, "a param")
+        if self.leaves is not None:
+            value = self.leaves.tracer.param(s.name, traced.plain(value))
         self.params[s.name] = value
         self.bind(s, s.name, (), value)
 
     def do_Dim(self, s: S.Dim) -> None:
         ratio = self.expr.const(s.ratio, "a dim ratio")
-        if not isinstance(ratio, float) or ratio <= 0:
+        if not isinstance(ratio, float) or float(ratio) <= 0:
             raise located(TPValueError, s.ratio, "a dim ratio must be a positive number")
         if s.name == "n" or s.name in self.dims:
             raise located(TPNameError, s, f"the width '{s.name}' is already defined")
         self.dims[s.name] = ratio
+        if self.leaves is not None and traced.expr_of(ratio) is not None:
+            self.leaves.dims[s.name] = ratio.expr
 
     def width(self, node, name: str | None, at: tuple[int, int] | None = None) -> str:
         if name is None:
@@ -233,6 +240,7 @@ class Lowerer:
             if k in kwargs:
                 raise located(TPNameError, v, f"{d.family}: the keyword '{k}' is given twice")
             kwargs[k] = self.expr.const(v, "a distribution parameter")
+        args, kwargs = self.untraced(args, kwargs, d.family in ("student_t", "mvt"))
         if consts.precision(kwargs.get("cov")) > 0:
             kwargs["cov"] = self.rounded_cov(d, kwargs["cov"])
         at = 1 if d.family in ("student_t", "mvt") else 0       # the positional var (after df)
@@ -245,6 +253,16 @@ class Lowerer:
             return make_spec(d.family, args, kwargs, for_matrix=for_matrix, n_vectors=n_vectors), zero
         except DistributionError as err:
             raise located(TPValueError, d, str(err)) from None
+
+    def untraced(self, args: list, kwargs: dict, has_df: bool) -> tuple[list, dict]:
+        """A distribution call's numbers without traces; their expressions (var, cov) kept in
+        ``spec_leaf`` (df and mean decide the law: their params stay numbers)."""
+        at = 1 if has_df else 0
+        var = kwargs.get("var", args[at] if len(args) > at else None)
+        self.spec_leaf = (traced.expr_of(var), traced.expr_of(kwargs.get("cov")))
+        for v in ([args[0]] if has_df and args else []) + [kwargs.get("df"), kwargs.get("mean")]:
+            traced.structure(v)
+        return [traced.plain(a) for a in args], {k: traced.plain(v) for k, v in kwargs.items()}
 
     def rounded_cov(self, d: S.Dist, cov: np.ndarray) -> np.ndarray:
         """A covariance made from a lower-precision array (float32): negative eigenvalues within that
@@ -284,6 +302,11 @@ class Lowerer:
             self.bind(s, name, idx, self.equations.var_expr(var))
             members.append(var)
         self.groups.append(ir.Group(spec, tuple(members), width))
+        var_expr, cov_expr = self.spec_leaf
+        if self.leaves is not None and (var_expr is not None or cov_expr is not None):
+            k = len(members)
+            self.leaves.groups[group] = (np.asarray(cov_expr, dtype=object) if cov_expr is not None
+                                         else np.diag(np.full(k, var_expr, dtype=object)))
 
     def do_MatrixDecl(self, s: S.MatrixDecl) -> None:
         shape, at = s.shape or (None, None), s.shape_at or (None, None)
@@ -299,12 +322,15 @@ class Lowerer:
                     continue
                 var = self.equations.emit(ir.Matrix, s, name=shown, dist=spec, rows=rows, cols=cols)
                 self.bind(s, name, idx, MatVal(var, False))
+                if self.leaves is not None and self.spec_leaf[0] is not None:
+                    self.leaves.matrices[var] = self.spec_leaf[0]
 
     def data_matrix(self, s: S.MatrixDecl) -> None:
         """``matrix U : n x d ~ normal(var=σ²)`` with d a data dimension: U's products with data
         vectors are one jointly Gaussian initial group, of covariance σ² X Xᵀ/d."""
         rows = self.width(s, s.shape[0], s.shape_at[0] if s.shape_at else None)
         spec, zero = self.spec(s.dist, for_matrix=True)
+        traced.structure(traced.Traced(0.0, self.spec_leaf[0]) if self.spec_leaf[0] is not None else None)
         if spec.family != "normal":
             raise located(TPValueError, s.dist, f"a matrix on the data dimension '{s.shape[1]}' must be normal "
                           f"(got {spec.family}): its products with data are Gaussian in the limit only then")
@@ -442,8 +468,10 @@ def param_names(statements) -> set[str]:
 
 
 def lower(module: S.Module, overrides: Mapping[str, float] | None = None, *, file: str = "<string>",
-          source: str = "", base_dir: str = ".", max_nodes: int = 1_000_000) -> ir.Program:
-    """Unroll a parsed program into the IR; raise located ``TPError``s."""
+          source: str = "", base_dir: str = ".", max_nodes: int = 1_000_000, trace: bool = False) -> ir.Program:
+    """Unroll a parsed program into the IR; raise located ``TPError``s.  ``trace``: params are
+    leaves (:mod:`tensorprog.symbolic.traced`): the program's ``leaves`` and its ``Const`` leaves
+    carry expressions in them (for ``compile --symbolic``); the numbers are the same."""
     overrides = dict(overrides or {})
     try:
         unknown = sorted(set(overrides) - param_names(module.statements))
@@ -454,8 +482,14 @@ def lower(module: S.Module, overrides: Mapping[str, float] | None = None, *, fil
                               first.line if first else 1, first.col if first else 1)
         low = Lowerer({k: float(v) for k, v in overrides.items()}, base_dir, max_nodes)
         low.bound_somewhere = declared_names(module.statements)
-        low.run(module.statements)
-        low.finish()
+        if trace:
+            low.leaves = traced.SymbolicLeaves(traced.Tracer())
+        token = traced.ACTIVE.set(low.leaves.tracer if trace else None)
+        try:
+            low.run(module.statements)
+            low.finish()
+        finally:
+            traced.ACTIVE.reset(token)
         if not low.outputs:
             line, col = module.statements[-1].line if module.statements else 1, 1
             low.warnings.append(f"{line}:{col}: warning [no out]: the program has no 'out' statement, so it "
@@ -467,4 +501,4 @@ def lower(module: S.Module, overrides: Mapping[str, float] | None = None, *, fil
     return ir.verify(ir.Program(tuple(low.eqns), tuple(low.groups), tuple(low.outputs.values()),
                                 dims=dict(low.dims), params=dict(low.params), file=file, source=source,
                                 base_dir=base_dir, warnings=tuple(f"{file}:{w}" for w in low.warnings),
-                                names=dict(low.names)))
+                                names=dict(low.names), leaves=low.leaves))
