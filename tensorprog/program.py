@@ -60,8 +60,8 @@ class Program:
         it returns a :class:`~tensorprog.limit.particles.ParticlesResult` (``.limit()`` likewise),
         whose values have method ``particles`` (:mod:`tensorprog.limit.particles`).
 
-        ``symbolic``: closed forms where they exist (params that enter only initial covariances
-        stay symbols).  The others are the fields of :class:`tensorprog.expect.budget.Budget`,
+        ``symbolic``: closed forms where they exist, in the params wherever they enter as numbers
+        (variances, covariances, dim ratios, constants; :mod:`tensorprog.symbolic.traced`).  The others are the fields of :class:`tensorprog.expect.budget.Budget`,
         whose defaults live there (``None``: the default): ``tol``, the target error of each
         numerical expectation; ``max_qmc_points``, the budget of quasi-Monte Carlo points per
         expectation; ``seed``, the seed of the randomized QMC rules; ``max_quad_points``, the

@@ -104,3 +104,20 @@ def test_traced_lowering_changes_no_number():
         program = tp.load(str(ROOT / path))
         assert program._traced() == program.ir
         assert program._traced().leaves is not None
+
+
+PROGRAMS = sorted(str(p.relative_to(ROOT)) for p in [*ROOT.glob("programs/*.tp"), *ROOT.glob("programs/kernels/*.tp")])
+#: a fast subset for the default run (a few seconds each); the rest is marked slow
+FAST = {"programs/relu_nngp.tp", "programs/marchenko_pastur.tp", "programs/erf_arcsine.tp",
+        "programs/golikov_wigner.tp", "programs/kernels/relu_mlp.tp"}
+
+
+@pytest.mark.parametrize("path", [p if p in FAST else pytest.param(p, marks=pytest.mark.slow) for p in PROGRAMS])
+def test_every_shipped_program_compiles_symbolically(path):
+    """--symbolic never crashes, and its values are the numeric compile's (within the errors)."""
+    program = tp.load(str(ROOT / path))
+    symbolic, numeric = program.compile(symbolic=True), program.compile()
+    for out in numeric.program.outputs:
+        a, b = symbolic.result(out.var), numeric.result(out.var)
+        tol = 5 * (np.asarray(a.error) + np.asarray(b.error)) + 1e-9 * np.abs(np.asarray(b.value)) + 1e-12
+        assert np.all(np.abs(np.asarray(a.value) - np.asarray(b.value)) <= tol), (path, out.name)
