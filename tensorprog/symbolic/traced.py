@@ -15,6 +15,7 @@ them: no probing, no re-lowering at moved values.  Nothing here imports sympy at
 """
 from __future__ import annotations
 
+import contextvars
 import operator
 from typing import Any, Callable
 
@@ -167,14 +168,8 @@ class Tracer:
         for item in (e.ravel() if isinstance(e, np.ndarray) else (e,)):
             self.structural |= {s.name for s in getattr(item, "free_symbols", ())}
 
-    def leaf(self, value: Any) -> Any:
-        """The expression of a leaf the compiler reads (None for an untraced number)."""
-        return expr_of(value)
-
 
 #: the tracer of the lowering in progress (None: numbers only, the usual lowering)
-import contextvars  # noqa: E402
-
 ACTIVE: contextvars.ContextVar[Tracer | None] = contextvars.ContextVar("tensorprog_tracer", default=None)
 
 
