@@ -1,6 +1,7 @@
 """The Python API: ``load``/``parse`` a program, then ``execute`` or ``compile`` it."""
 from __future__ import annotations
 
+import dataclasses
 import numbers
 import os
 from functools import lru_cache
@@ -84,11 +85,12 @@ class Program:
         if not symbolic:
             program = with_matrix_family(self.ir, matrix_dist) if matrix_dist else self.ir
             return compile_program(program, budget=limits)
-        from .limit.symbolic_params import symbolic_covariances
+        from .limit.symbolic_params import symbolic_covariances, symbolic_notes
         program = self._traced()
         program = with_matrix_family(program, matrix_dist) if matrix_dist else program
         covs, values = symbolic_covariances(program)
-        return compile_program(program, symbolic=True, budget=limits, symbolic_covs=covs, param_values=values)
+        compiled = compile_program(program, symbolic=True, budget=limits, symbolic_covs=covs, param_values=values)
+        return dataclasses.replace(compiled, warnings=compiled.warnings + symbolic_notes(compiled))
 
     def _traced(self) -> ir.Program:
         """The program lowered again with its params as leaves (the same numbers and equations;

@@ -38,3 +38,24 @@ def _fix(leaves, expr) -> None:
     """The params of ``expr`` (an expression or an object array of them) stay numbers."""
     for item in np.ravel(np.asarray(expr, dtype=object)):
         leaves.tracer.structural |= {s.name for s in getattr(item, "free_symbols", ())}
+
+
+def symbolic_notes(compiled) -> tuple[str, ...]:
+    """Notes of ``compile --symbolic``: the params that stay numbers (they set the structure), and
+    the outputs whose value is a number only (an expectation they rest on has no closed form in
+    the params, or one too large)."""
+    program, notes = compiled.program, []
+    leaves = program.leaves
+    if leaves is not None:
+        fixed = sorted(n for n in leaves.tracer.structural if n in leaves.tracer.symbols)
+        if fixed:
+            notes.append(f"{program.file}: note [symbolic]: param{'s' if len(fixed) > 1 else ''} "
+                         f"{', '.join(fixed)} set{'' if len(fixed) > 1 else 's'} the program's structure "
+                         "(a loop bound, an index, a comparison, a builtin of constants, a law's df or mean): "
+                         "kept as numbers")
+    numeric = [o.name for o in program.outputs if compiled.result(o.var).exact is None]
+    if numeric:
+        shown = ", ".join(numeric[:8]) + (f" and {len(numeric) - 8} more" if len(numeric) > 8 else "")
+        notes.append(f"{program.file}: note [symbolic]: no closed form for {shown} (an expectation has none "
+                     "in the params, or it is too large): the values are numbers at the params' values")
+    return tuple(notes)
