@@ -1,6 +1,7 @@
 """The Python API: ``load``/``parse`` a program, then ``execute`` or ``compile`` it."""
 from __future__ import annotations
 
+import dataclasses
 import numbers
 import os
 from functools import lru_cache
@@ -63,8 +64,8 @@ class Program:
         names scalars whose limits the recurrence gives on the program's prefix (e.g. the first
         steps' outputs), used as control variates (:mod:`tensorprog.limit.controls`).
 
-        ``symbolic``: closed forms where they exist (params that enter only initial covariances
-        stay symbols).  The others are the fields of :class:`tensorprog.expect.budget.Budget`,
+        ``symbolic``: closed forms where they exist, in the params wherever they enter as numbers
+        (variances, covariances, dim ratios, constants; :mod:`tensorprog.symbolic.traced`).  The others are the fields of :class:`tensorprog.expect.budget.Budget`,
         whose defaults live there (``None``: the default): ``tol``, the target error of each
         numerical expectation; ``max_qmc_points``, the budget of quasi-Monte Carlo points per
         expectation; ``seed``, the seed of the randomized QMC rules; ``max_quad_points``, the
@@ -87,13 +88,29 @@ class Program:
         from .limit.compiler import compile_program
         from .distributions.swap import with_matrix_family
         from .lang.lower import expanded
-        program = expanded(self.ir)          # the recurrence reads updated matrices expanded
-        program = with_matrix_family(program, matrix_dist) if matrix_dist else program
         if not symbolic:
+            program = expanded(self.ir)          # the recurrence reads updated matrices expanded
+            program = with_matrix_family(program, matrix_dist) if matrix_dist else program
             return compile_program(program, budget=limits)
-        from .limit.symbolic_params import symbolic_covariances
+        from .limit.symbolic_params import symbolic_covariances, symbolic_notes
+        program = self._traced()
+        program = with_matrix_family(program, matrix_dist) if matrix_dist else program
         covs, values = symbolic_covariances(program)
-        return compile_program(program, symbolic=True, budget=limits, symbolic_covs=covs, param_values=values)
+        compiled = compile_program(program, symbolic=True, budget=limits, symbolic_covs=covs, param_values=values)
+        return dataclasses.replace(compiled, warnings=compiled.warnings + symbolic_notes(compiled))
+
+    def _traced(self) -> ir.Program:
+        """The program lowered again with its params as leaves (the same numbers and equations;
+        :mod:`tensorprog.symbolic.traced`); the program itself where it has no source."""
+        if not self.ir.source:
+            return self.ir
+        from .lang.lower import expanded
+        base = expanded(self.ir)                 # the recurrence reads updated matrices expanded
+        values = {k: v for k, v in self.ir.params.items() if isinstance(v, float)}
+        traced = lower(parse_text(self.ir.source, self.ir.file), values, file=self.ir.file,
+                       source=self.ir.source, base_dir=self.ir.base_dir, max_nodes=self.ir.max_nodes, trace=True,
+                       expand_terms=None)
+        return traced if traced == base else base       # tracing never changes the program
 
     def _particles(self, given: dict, symbolic: bool, matrix_dist: str | None, particles: int | None,
                    replicas: int | None, controls: tuple[str, ...] | None = None):

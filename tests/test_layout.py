@@ -140,9 +140,6 @@ DEPENDS: dict[str, frozenset[str]] = {name: frozenset(deps) for name, deps in {
 #: Edges against that order that other branches of issue 23 remove (module -> module imported,
 #: owner).  Delete an entry once its owner's branch is merged; the test then keeps it out.
 KNOWN_BACK_EDGES = {
-    # sweep: params stay leaves, so symbolic_params no longer re-lowers the program's text
-    ("tensorprog.limit.symbolic_params", "tensorprog.lang.lower"): "sweep",
-    ("tensorprog.limit.symbolic_params", "tensorprog.lang.parser"): "sweep",
 }
 
 

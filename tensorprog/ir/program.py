@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from .nodes import Eqn, Group, Output
 from .printer import show_program
@@ -23,9 +24,14 @@ class Program:
     warnings: tuple[str, ...] = ()      # "FILE:LINE:COL: warning ..." of the lowering (e.g. rounding)
     #: var -> the program's name for it, the first name bound to it (``a[2]``, ``da3``); unnamed
     #: intermediates are absent (printers show them as ``%k``)
-    names: dict[int, str] = field(default_factory=dict)
-    overrides: dict[str, float] = field(default_factory=dict)   # the params it was given (-D)
-    max_nodes: int = 1_000_000          # the bound it was lowered under
+    names: dict[int, str] = field(default_factory=dict, compare=False)
+    #: a traced lowering's leaf expressions in the params (``symbolic.traced.SymbolicLeaves``),
+    #: for ``compile --symbolic``; None for the usual lowering
+    leaves: Any = field(default=None, compare=False, repr=False)
+    #: how it was lowered (to lower it again, e.g. expanded): the params it was given (-D) and the
+    #: node bound; not part of what the program is
+    overrides: dict[str, float] = field(default_factory=dict, compare=False)
+    max_nodes: int = field(default=1_000_000, compare=False)
 
     @property
     def low_rank(self) -> bool:

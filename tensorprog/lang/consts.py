@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from ..ir.walk import ARITHMETIC
+from ..symbolic import traced
 
 #: the comparisons of the language, on constants only (1.0 where true, else 0.0)
 COMPARISONS = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
@@ -51,6 +52,8 @@ def fold(op: str, a, b):
     with np.errstate(all="raise"):
         try:
             if op in COMPARISONS:
+                traced.structure(a)
+                traced.structure(b)
                 result = COMPARISONS[op](np.asarray(a, float), np.asarray(b, float)).astype(float)
             else:
                 result = ARITHMETIC[op](np.asarray(a, float), np.asarray(b, float))
@@ -58,7 +61,8 @@ def fold(op: str, a, b):
             raise ConstError(f"'{op}' on constants is undefined here ({err})") from None
         except ValueError as err:
             raise ConstError(f"shapes do not match for '{op}': {err}") from None
-    return rounded(as_const(result), max(precision(a), precision(b)))
+    result = rounded(as_const(result), max(precision(a), precision(b)))
+    return result if op in COMPARISONS else traced.combine(ARITHMETIC[op], a, b, result)
 
 
 def as_const(value) -> float | np.ndarray:
@@ -91,7 +95,7 @@ def nbytes(value) -> int:
 def to_array(items: list) -> np.ndarray:
     """A list constant as an array; rows of a nested list must have equal lengths."""
     try:
-        return as_const(np.array(items, dtype=float))
+        return traced.listed(items, as_const(np.array(items, dtype=float)))
     except ValueError:
         raise ConstError("the rows of a nested list must all have the same length") from None
 
@@ -100,6 +104,7 @@ def as_int(value, what: str) -> int:
     """An integer-valued constant (indices, range ends)."""
     if not isinstance(value, (float, int)) or isinstance(value, bool):
         raise ConstError(f"{what} must be an integer constant")
+    traced.structure(value)
     if not float(value).is_integer():
         raise ConstError(f"{what} must be an integer, got {value:g}")
     return int(value)
@@ -117,8 +122,9 @@ def index(arr: np.ndarray, idx: tuple[int, ...], name: str) -> float | np.ndarra
             raise ConstError(f"index {i} is out of range{which} of '{name}' (shape "
                              f"{'x'.join(map(str, arr.shape))}): constant arrays are indexed from 1 to "
                              f"{arr.shape[axis]}")
-    value = arr[tuple(i - 1 for i in idx)]
-    return float(value) if np.ndim(value) == 0 else np.array(value)
+    at = tuple(i - 1 for i in idx)
+    value = arr[at]
+    return traced.indexed(arr, at, float(value) if np.ndim(value) == 0 else np.array(value))
 
 
 def eye(k) -> np.ndarray:

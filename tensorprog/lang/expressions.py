@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Callable, ContextManager, Iterable, Iterator, 
 import numpy as np
 
 from . import consts
+from ..symbolic import traced
 from .. import ir
 from . import syntax as S
 from ..errors import TPIndexError, TPLimitError, TPLoadError, TPNameError, TPTypeError, TPValueError
@@ -155,7 +156,7 @@ class Expressions:
     def ev_Neg(self, node: S.Neg) -> Value:
         value = self.ev(node.operand)
         if consts.is_const(value):
-            return consts.as_const(-np.asarray(value))
+            return traced.negated(value, consts.as_const(-np.asarray(value)))
         if isinstance(value, DataMat):
             raise located(TPTypeError, node, f"'{value.name}' maps data vectors: it enters only as {value.name} @ x")
         if isinstance(value, MATRICES):
@@ -268,9 +269,13 @@ class Expressions:
             raise located(TPNameError, node, f"unknown function '{node.func}'")
         args = self.call_args(node, builtin.arity, builtin.defaults)
         if all(isinstance(a, float) for a in args):
+            for a in args:                    # a builtin of params: a number (the params stay numbers)
+                traced.structure(a)
             with np.errstate(all="ignore"):
                 return self.checked_const(node, builtin.numpy(*[np.float64(a) for a in args]))
         if all(consts.is_const(a) for a in args):          # coordinatewise on list constants (data)
+            for a in args:
+                traced.structure(a)
             with np.errstate(all="ignore"):
                 try:
                     value = builtin.numpy(*[np.asarray(a, float) for a in args])
@@ -299,6 +304,7 @@ class Expressions:
             raise located(TPTypeError, node, "a def is a coordinatewise function: mean() is not allowed in it")
         (value,) = self.call_args(node, 1)
         if isinstance(value, np.ndarray) and value.ndim == 1:      # a data vector: its d coordinates
+            traced.structure(value)
             return self.scope.data_mean(node, value)
         if isinstance(value, RExpr) and value.kind == "vector":
             return self.equations.var_expr(self.equations.moment(node, value.fn, value.width))

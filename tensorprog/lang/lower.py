@@ -23,6 +23,7 @@ from ..distributions import DistributionError, make_spec
 from ..errors import TPError, TPIndexError, TPLimitError, TPNameError, TPTypeError, TPValueError
 from ..builtins import BUILTINS, CONSTANTS
 from . import consts
+from ..symbolic import traced
 from .builder import IRBuilder
 from .matrices import EXPAND_TERMS
 from .expressions import SPECIAL_FUNCTIONS, DefBody, Expressions
@@ -105,6 +106,8 @@ class Lowerer:
         self.bound_somewhere: set[str] = set()
         self.kernel: KernelData | None = None           # a kernel template's pair (kernel_inputs)
         self.names: dict[int, str] = {}                 # var -> the first name bound to it
+        self.leaves: traced.SymbolicLeaves | None = None    # set by lower(trace=True)
+        self.spec_leaf: tuple = (None, None)            # (var, cov) expressions of the last spec()
 
     @property
     def eqns(self) -> list[ir.Eqn]:
@@ -253,16 +256,20 @@ class Lowerer:
 
     def do_Param(self, s: S.Param) -> None:
         value = self.overrides[s.name] if s.name in self.overrides else self.expr.const(s.value, "a param")
+        if self.leaves is not None:
+            value = self.leaves.tracer.param(s.name, traced.plain(value))
         self.params[s.name] = value
         self.bind(s, s.name, (), value)
 
     def do_Dim(self, s: S.Dim) -> None:
         ratio = self.expr.const(s.ratio, "a dim ratio")
-        if not isinstance(ratio, float) or ratio <= 0:
+        if not isinstance(ratio, float) or float(ratio) <= 0:
             raise located(TPValueError, s.ratio, "a dim ratio must be a positive number")
         if s.name == "n" or s.name in self.dims:
             raise located(TPNameError, s, f"the width '{s.name}' is already defined")
         self.dims[s.name] = ratio
+        if self.leaves is not None and traced.expr_of(ratio) is not None:
+            self.leaves.dims[s.name] = ratio.expr
 
     def width(self, node, name: str | None, at: tuple[int, int] | None = None) -> str:
         if name is None:
@@ -286,6 +293,7 @@ class Lowerer:
             if k in kwargs:
                 raise located(TPNameError, v, f"{d.family}: the keyword '{k}' is given twice")
             kwargs[k] = self.expr.const(v, "a distribution parameter")
+        args, kwargs = self.untraced(args, kwargs, d.family in ("student_t", "mvt"))
         if consts.precision(kwargs.get("cov")) > 0:
             kwargs["cov"] = self.rounded_cov(d, kwargs["cov"])
         at = 1 if d.family in ("student_t", "mvt") else 0       # the positional var (after df)
@@ -298,6 +306,16 @@ class Lowerer:
             return make_spec(d.family, args, kwargs, for_matrix=for_matrix, n_vectors=n_vectors), zero
         except DistributionError as err:
             raise located(TPValueError, d, str(err)) from None
+
+    def untraced(self, args: list, kwargs: dict, has_df: bool) -> tuple[list, dict]:
+        """A distribution call's numbers without traces; their expressions (var, cov) kept in
+        ``spec_leaf`` (df and mean decide the law: their params stay numbers)."""
+        at = 1 if has_df else 0
+        var = kwargs.get("var", args[at] if len(args) > at else None)
+        self.spec_leaf = (traced.expr_of(var), traced.expr_of(kwargs.get("cov")))
+        for v in ([args[0]] if has_df and args else []) + [kwargs.get("df"), kwargs.get("mean")]:
+            traced.structure(v)
+        return [traced.plain(a) for a in args], {k: traced.plain(v) for k, v in kwargs.items()}
 
     def rounded_cov(self, d: S.Dist, cov: np.ndarray) -> np.ndarray:
         """A covariance made from a lower-precision array (float32): negative eigenvalues within that
@@ -337,6 +355,11 @@ class Lowerer:
             self.bind(s, name, idx, self.equations.var_expr(var))
             members.append(var)
         self.groups.append(ir.Group(spec, tuple(members), width))
+        var_expr, cov_expr = self.spec_leaf
+        if self.leaves is not None and (var_expr is not None or cov_expr is not None):
+            k = len(members)
+            self.leaves.groups[group] = (np.asarray(cov_expr, dtype=object) if cov_expr is not None
+                                         else np.diag(np.full(k, var_expr, dtype=object)))
 
     def do_MatrixDecl(self, s: S.MatrixDecl) -> None:
         shape, at = s.shape or (None, None), s.shape_at or (None, None)
@@ -352,12 +375,15 @@ class Lowerer:
                     continue
                 var = self.equations.emit(ir.Matrix, s, name=shown, dist=spec, rows=rows, cols=cols)
                 self.bind(s, name, idx, MatVal(var, False))
+                if self.leaves is not None and self.spec_leaf[0] is not None:
+                    self.leaves.matrices[var] = self.spec_leaf[0]
 
     def data_matrix(self, s: S.MatrixDecl) -> None:
         """``matrix U : n x d ~ normal(var=σ²)`` with d a data dimension: U's products with data
         vectors are one jointly Gaussian initial group, of covariance σ² X Xᵀ/d."""
         rows = self.width(s, s.shape[0], s.shape_at[0] if s.shape_at else None)
         spec, zero = self.spec(s.dist, for_matrix=True)
+        traced.structure(traced.Traced(0.0, self.spec_leaf[0]) if self.spec_leaf[0] is not None else None)
         if spec.family != "normal":
             raise located(TPValueError, s.dist, f"a matrix on the data dimension '{s.shape[1]}' must be normal "
                           f"(got {spec.family}): its products with data are Gaussian in the limit only then")
@@ -513,12 +539,14 @@ def param_names(statements) -> set[str]:
 
 def lower(module: S.Module, overrides: Mapping[str, float] | None = None, *, file: str = "<string>",
           source: str = "", base_dir: str = ".", max_nodes: int = 1_000_000,
-          expand_terms: int | None = EXPAND_TERMS) -> ir.Program:
+          expand_terms: int | None = EXPAND_TERMS, trace: bool = False) -> ir.Program:
     """Unroll a parsed program into the IR; raise located ``TPError``s.  ``expand_terms``: a
     product by a matrix with more rank-one terms than this is a LowRank equation over a RankOne
-    chain (None: every product expands; :mod:`.matrices`)."""
+    chain (None: every product expands; :mod:`.matrices`).  ``trace``: params are leaves
+    (:mod:`tensorprog.symbolic.traced`): the program's ``leaves`` and its ``Const`` leaves carry
+    expressions in them (for ``compile --symbolic``); the numbers are the same."""
     return lower_with(module, overrides, file=file, source=source, base_dir=base_dir, max_nodes=max_nodes,
-                      expand_terms=expand_terms)[0]
+                      expand_terms=expand_terms, trace=trace)[0]
 
 
 def lower_template(module: S.Module, inputs: KernelInputs, overrides: Mapping[str, float] | None = None, *,
@@ -532,8 +560,8 @@ def lower_template(module: S.Module, inputs: KernelInputs, overrides: Mapping[st
 
 def lower_with(module: S.Module, overrides: Mapping[str, float] | None = None, *, file: str = "<string>",
                source: str = "", base_dir: str = ".", max_nodes: int = 1_000_000,
-               inputs: KernelInputs | None = None,
-               expand_terms: int | None = EXPAND_TERMS) -> tuple[ir.Program, TemplateLayout | None]:
+               inputs: KernelInputs | None = None, expand_terms: int | None = EXPAND_TERMS,
+               trace: bool = False) -> tuple[ir.Program, TemplateLayout | None]:
     """:func:`lower`, or :func:`lower_template` when ``inputs`` are given."""
     overrides = dict(overrides or {})
     try:
@@ -548,8 +576,14 @@ def lower_with(module: S.Module, overrides: Mapping[str, float] | None = None, *
         low.bound_somewhere = declared_names(module.statements)
         if inputs is not None:
             low.kernel = KernelData(inputs, data_declarations(module.statements))
-        low.run(module.statements)
-        low.finish()
+        if trace:
+            low.leaves = traced.SymbolicLeaves(traced.Tracer())
+        token = traced.ACTIVE.set(low.leaves.tracer if trace else None)
+        try:
+            low.run(module.statements)
+            low.finish()
+        finally:
+            traced.ACTIVE.reset(token)
         layout = low.layout() if inputs is not None else None
         if not low.outputs:
             line, col = module.statements[-1].line if module.statements else 1, 1
@@ -563,7 +597,7 @@ def lower_with(module: S.Module, overrides: Mapping[str, float] | None = None, *
                                 dims=dict(low.dims), params=dict(low.params), file=file, source=source,
                                 base_dir=base_dir, warnings=tuple(f"{file}:{w}" for w in low.warnings),
                                 overrides={k: float(v) for k, v in overrides.items()},
-                                max_nodes=max_nodes, names=dict(low.names))), layout
+                                max_nodes=max_nodes, names=dict(low.names), leaves=low.leaves)), layout
 
 
 def expanded(program: ir.Program) -> ir.Program:

@@ -266,7 +266,8 @@ class Compiler:
     def constant(self, node: ir.Const) -> sp.Expr:
         """A constant leaf of a function tree (exact in symbolic mode; a sweep's compiler,
         :mod:`.sweep`, gives the leaves that vary over its points as batch symbols)."""
-        return fnsym.constant(node.value, self.symbolic)
+        expr = getattr(node.value, "expr", None) if self.symbolic and self.program.leaves is not None else None
+        return fnsym.constant(node.value, self.symbolic) if expr is None else self.program.leaves.expr(expr)
 
     def add_gaussian(self, sym: sp.Symbol, covs: dict[sp.Symbol, sp.Expr]) -> None:
         self.ledger.add_gaussian(sym, covs)
@@ -313,6 +314,11 @@ class Compiler:
     def do_Matrix(self, e: ir.Matrix) -> None:
         ratio = self.num(self.program.dims[e.rows] / self.program.dims[e.cols])
         var = self.num(e.dist.var)
+        leaves = self.program.leaves if self.symbolic else None
+        if leaves is not None:        # --symbolic: σ² and the dims' ratio in the params (leaves)
+            dims = [leaves.dims.get(w, self.num(self.program.dims[w])) for w in (e.rows, e.cols)]
+            ratio = leaves.expr(dims[0] / dims[1])
+            var = leaves.expr(leaves.matrices.get(e.var, var))
         self.families[(e.var, False)] = Family(var)
         self.families[(e.var, True)] = Family(var * ratio)
         scale_law = e.dist.law.row_scale

@@ -1,77 +1,61 @@
 """Params kept as symbols in compiled limits (``tpc compile --symbolic``).
 
-A param that enters a program only through the covariance of an initial group
-(``normal(cov=[[1, rho], [rho, 1]])``) changes no equation, only numbers of the
-Gaussian law: the limit is then a closed-form function of it wherever each
-expectation has one.  We find such params by re-unrolling the program with the
-param moved (the IR must be unchanged but for that group's covariance) and check
-that every entry it moves is affine in it, entry = a + b·p, with a, b found from
-two moves and confirmed by a third.  Other params (loop bounds, constants inside
-nonlinearities) stay numbers, written exactly where they are short decimals.
+The program is lowered with its params as leaves (:mod:`tensorprog.symbolic.traced`): every
+number the compiler reads (a matrix's σ², an initial group's covariance, a dim ratio, a constant
+of a function tree) carries its expression in the params.  The compiler in symbolic mode reads
+those expressions instead of the numbers, so the recurrence, and every closed form the
+expectation engine finds, is a function of the params.  A param stays a number where it decides
+the structure (a loop bound, an index, a comparison, a builtin of constants, a law's df or
+mean) or where the compiler's rule depends on its value (the variance of a Haar-orthogonal
+matrix, of a non-Gaussian initial law): :func:`symbolic_covariances` records those as structural.
 """
 from __future__ import annotations
 
 import numpy as np
 import sympy as sp
 
-from ..symbolic import functions as fnsym
 from .. import ir
-from ..lang.lower import lower
-from ..lang.parser import parse_text
-
-
-def relower(program: ir.Program, params: dict[str, float]) -> ir.Program:
-    """The same source unrolled again with other param values."""
-    return lower(parse_text(program.source, program.file), params, file=program.file,
-                 source=program.source, base_dir=program.base_dir)
-
-
-def _cov(group: ir.Group) -> np.ndarray:
-    spec = group.dist
-    k = len(group.members)
-    return np.array(spec.cov, dtype=float) if spec.cov else np.eye(k) * spec.var
 
 
 def symbolic_covariances(program: ir.Program) -> tuple[dict[int, sp.Matrix], dict[sp.Symbol, float]]:
-    """{group: covariance with param symbols}, {symbol: value} for the params that allow it."""
-    base = {k: v for k, v in program.params.items() if isinstance(v, float)}
-    found: dict[tuple[int, int, int], tuple[str, float, float]] = {}
-    for name, value in base.items():
-        moved = [_moved(program, base, name, value + step) for step in (0.125, 0.25)]
-        if moved[0] is None or moved[1] is None:
-            continue
-        for g, group in enumerate(program.groups):
-            c0, c1, c2 = _cov(group), _cov(moved[0].groups[g]), _cov(moved[1].groups[g])
-            slope = (c1 - c0) / 0.125
-            changed = np.abs(c1 - c0) > 1e-14
-            affine = np.allclose(c2 - c0, 0.25 * slope, rtol=1e-9, atol=1e-12)
-            for i, j in zip(*np.nonzero(changed)):
-                key = (g, int(i), int(j))
-                if not affine or key in found:          # several params in one entry: keep numbers
-                    found[key] = ("", 0.0, 0.0)
-                    continue
-                found[key] = (name, float(c0[i, j] - slope[i, j] * value), float(slope[i, j]))
-    symbols = {name: sp.Symbol(name, real=True) for name, _, _ in found.values() if name}
-    covs: dict[int, sp.Matrix] = {}
-    for g in sorted({key[0] for key, spec in found.items() if spec[0]}):
-        c = _cov(program.groups[g])
-        M = sp.Matrix(c.shape[0], c.shape[1], lambda i, j: fnsym.constant(c[i, j], True))
-        for (gg, i, j), (name, a, b) in found.items():
-            if gg == g and name:
-                M[i, j] = fnsym.constant(a, True) + fnsym.constant(b, True) * symbols[name]
-        covs[g] = M
-    return covs, {symbols[k]: base[k] for k in symbols}
+    """{group: covariance in the param symbols}, {symbol: value} of the params that stay symbols,
+    for a program lowered with ``trace=True`` (empty for one lowered without)."""
+    leaves = program.leaves
+    if leaves is None:
+        return {}, {}
+    for g, group in enumerate(program.groups):
+        if g in leaves.groups and not group.dist.law.gaussian:
+            _fix(leaves, leaves.groups[g])
+    for e in program.eqns:
+        if isinstance(e, ir.Matrix) and e.var in leaves.matrices and e.dist.law.haar:
+            _fix(leaves, leaves.matrices[e.var])
+    covs = {g: sp.Matrix(m.shape[0], m.shape[1], lambda i, j: leaves.expr(m[i, j]))
+            for g, m in leaves.groups.items() if program.groups[g].dist.law.gaussian}
+    return covs, leaves.symbols()
 
 
-def _moved(program: ir.Program, base: dict[str, float], name: str, value: float) -> ir.Program | None:
-    """The program with one param moved, if that changes nothing but initial covariances."""
-    try:
-        moved = relower(program, {**base, name: value})
-    except Exception:                      # the moved value is invalid (e.g. not PSD): keep a number
-        return None
-    if moved.eqns != program.eqns or len(moved.groups) != len(program.groups):
-        return None
-    for a, b in zip(moved.groups, program.groups):
-        if a.members != b.members or a.dist.family != b.dist.family or a.dist.mean != b.dist.mean:
-            return None
-    return moved
+def _fix(leaves, expr) -> None:
+    """The params of ``expr`` (an expression or an object array of them) stay numbers."""
+    for item in np.ravel(np.asarray(expr, dtype=object)):
+        leaves.tracer.structural |= {s.name for s in getattr(item, "free_symbols", ())}
+
+
+def symbolic_notes(compiled) -> tuple[str, ...]:
+    """Notes of ``compile --symbolic``: the params that stay numbers (they set the structure), and
+    the outputs whose value is a number only (an expectation they rest on has no closed form in
+    the params, or one too large)."""
+    program, notes = compiled.program, []
+    leaves = program.leaves
+    if leaves is not None:
+        fixed = sorted(n for n in leaves.tracer.structural if n in leaves.tracer.symbols)
+        if fixed:
+            notes.append(f"{program.file}: note [symbolic]: param{'s' if len(fixed) > 1 else ''} "
+                         f"{', '.join(fixed)} set{'' if len(fixed) > 1 else 's'} the program's structure "
+                         "(a loop bound, an index, a comparison, a builtin of constants, a law's df or mean): "
+                         "kept as numbers")
+    numeric = [o.name for o in program.outputs if compiled.result(o.var).exact is None]
+    if numeric:
+        shown = ", ".join(numeric[:8]) + (f" and {len(numeric) - 8} more" if len(numeric) > 8 else "")
+        notes.append(f"{program.file}: note [symbolic]: no closed form for {shown} (an expectation has none "
+                     "in the params, or it is too large): the values are numbers at the params' values")
+    return tuple(notes)

@@ -37,9 +37,10 @@ from ..finite.exec_options import UNSET, resolve
 from ..finite.executor import Executor
 from ..finite.plan import RunSpec, run_plan
 from ..finite.run import map_trials
+from ..lang.lower import lower
+from ..lang.parser import parse_text
 from ..lang.reads import inputs_digest
 from ..limit.replay_store import warn as store_warning
-from ..limit.symbolic_params import relower
 from . import pairs
 from .caches import Memo
 from .data_kernel import (TemplateText, check_symmetric, data_template, data_template_text, finite_setup,
@@ -50,7 +51,7 @@ from .tiles import (TILE_PAIRS, check_memory, inputs_array, is_directory, large_
                     write_finite)
 
 Q_NAMES = ("q11", "q12", "q22")
-PROBES = ((1.3, 0.37, 0.9), (0.7, -0.21, 1.6), (2.25, 1.1, 0.6))
+PROBES = ((1.3, 0.37, 0.9),)          # the q at which a template is lowered (any valid one)
 
 
 @dataclass
@@ -221,20 +222,59 @@ def template_inputs(program: ir.Program, params: dict) -> str | None:
 
 
 def _affine_template(program: ir.Program, params: dict) -> tuple[ir.Program, int, float, float]:
-    """:func:`affine_template` without its cache."""
-    probes = [relower(program, {**params, **dict(zip(Q_NAMES, p))}) for p in PROBES]
-    for g, group in enumerate(probes[0].groups):
-        if group.dist.cov is None or len(group.members) != 2:
-            continue
-        s, b = affine_fit([np.array(pr.groups[g].dist.cov, dtype=float) for pr in probes])
-        fits = all(np.allclose(pr.groups[g].dist.cov, first_layer_cov(s, b, *p), rtol=1e-12, atol=1e-14 * abs(b))
-                   for pr, p in zip(probes, PROBES))
-        same = all(probes[0].eqns == pr.eqns and all(a == c for k, (a, c) in enumerate(zip(probes[0].groups, pr.groups))
-                                                     if k != g) for pr in probes[1:])
-        if fits and same:
-            return probes[0], g, s, b
-    raise TPUsageError("q11, q12, q22 must enter the template only as the covariance "
-                       "s·[[q11, q12], [q12, q22]] + b of one pair of initial vectors", file=program.file)
+    """:func:`affine_template` without its cache: the template lowered once with its params as
+    leaves (:mod:`tensorprog.symbolic.traced`); (s, b) read from the one initial pair whose
+    covariance is s·[[q11, q12], [q12, q22]] + b in the q symbols, which enter nothing else."""
+    at = {**params, **dict(zip(Q_NAMES, PROBES[0]))}
+    module = parse_text(program.source, program.file)
+    traced = lower(module, at, file=program.file, source=program.source, base_dir=program.base_dir, trace=True)
+    leaves = traced.leaves
+    q = [leaves.tracer.symbols.get(name) for name in Q_NAMES]
+    found = None
+    if None not in q and not leaves.tracer.structural & set(Q_NAMES) and not q_elsewhere(traced, set(q)):
+        found = [(g, *sb) for g, cov in leaves.groups.items()
+                 if (sb := affine_in_q(cov, q, leaves.symbols())) is not None]
+    if not found or len(found) != 1:
+        raise TPUsageError("q11, q12, q22 must enter the template only as the covariance "
+                           "s·[[q11, q12], [q12, q22]] + b of one pair of initial vectors", file=program.file)
+    g, s, b = found[0]
+    return lower(module, at, file=program.file, source=program.source, base_dir=program.base_dir), g, s, b
+
+
+def affine_in_q(cov: np.ndarray, q: list, values: dict) -> tuple[float, float] | None:
+    """(s, b) when the (2, 2) covariance expressions ``cov`` are s·[[q11, q12], [q12, q22]] + b
+    with s, b free of q (other params at their ``values``), else None."""
+    import sympy as sp
+    if cov.shape != (2, 2):
+        return None
+    at = {k: v for k, v in values.items() if k not in q}
+    where = ((0, 0, 0), (0, 1, 1), (1, 0, 1), (1, 1, 2))
+    sb = set()
+    for i, j, k in where:
+        e = sp.expand(cov[i, j].subs(at))
+        if not e.free_symbols <= set(q):
+            return None
+        others = [v for v in q if v is not q[k]]
+        if any(e.coeff(v) != 0 for v in others) or sp.diff(e, q[k], 2) != 0:
+            return None
+        slope, rest = sp.diff(e, q[k]), e.subs(q[k], 0)
+        sb.add((float(slope), float(rest)))
+    return sb.pop() if len(sb) == 1 else None
+
+
+def q_elsewhere(program: ir.Program, q: set) -> bool:
+    """Whether the q symbols enter a leaf other than an initial covariance (a matrix's σ², a dim,
+    a constant of a function tree)."""
+    from ..ir.walk import children
+    leaves = program.leaves
+    exprs = list(leaves.matrices.values()) + list(leaves.dims.values())
+    stack = [e.fn for e in program.eqns if isinstance(e, ir.FUNCTION_OPS)]
+    while stack:
+        fn = stack.pop()
+        if isinstance(fn, ir.Const):
+            exprs.append(getattr(fn.value, "expr", None))
+        stack.extend(children(fn))
+    return any(q & getattr(e, "free_symbols", set()) for e in exprs)
 
 
 def limit_template(program: ir.Program, params: dict) -> tuple[ir.Program, int, float, float]:
@@ -295,17 +335,6 @@ def same_but_covariance(a: ir.Program, b: ir.Program, g: int) -> bool:
     return all(x == y or (k == g and x.members == y.members and x.width == y.width
                           and dataclasses.replace(x.dist, cov=None) == dataclasses.replace(y.dist, cov=None))
                for k, (x, y) in enumerate(zip(a.groups, b.groups)))
-
-
-def affine_fit(covs: list[np.ndarray]) -> tuple[float, float]:
-    """(s, b) with C₁₁ = s·q11 + b at the first two probes; b below rounding is 0, and then
-    s = C₁₁/q11 at the first probe (exactly the template's own product when it is s·q)."""
-    (p, _, _), (r, _, _) = PROBES[0], PROBES[1]
-    s = (covs[0][0, 0] - covs[1][0, 0]) / (p - r)
-    b = covs[0][0, 0] - s * p
-    if abs(b) <= 1e-13 * max(abs(covs[0][0, 0]), abs(covs[1][0, 0])):
-        return float(covs[0][0, 0] / p), 0.0
-    return float(s), float(b)
 
 
 def _pairs(X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -1,0 +1,123 @@
+"""Params as leaves (``compile --symbolic``): closed forms in a matrix variance, a bias variance, a
+correlation and a dim ratio, equal to the numeric compile at random param values; the lowering
+with params as leaves changes no number."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import sympy as sp
+
+import tensorprog as tp
+
+ROOT = Path(__file__).resolve().parent.parent
+
+NNGP = """
+param sw = 2
+param sb = 0.1
+param rho = 0.3
+vector x, y ~ normal(cov=[[1 + sb, rho + sb], [rho + sb, 1 + sb]])
+out kxy = sw * mean(relu(x) * relu(y)) + sb
+out kxx = sw * mean(relu(x) ** 2) + sb
+out sq = mean(relu(x) * relu(y)) ** 2
+"""
+
+LAYER = """
+param sw = 2
+param sb = 0.1
+vector x ~ normal(var=1 + sb)
+matrix W ~ normal(var=sw)
+h = W @ relu(x)
+out q = mean(h * h)
+out m = mean(relu(x) * h) ** 2 + sw
+"""
+
+
+def exact_of(compiled, name: str) -> sp.Expr:
+    out = next(o for o in compiled.program.outputs if o.name == name)
+    return compiled.result(out.var).exact
+
+
+def arccos_nngp(sw: float, sb: float, rho: float) -> float:
+    """sw·E[relu(u) relu(v)] + sb for (u, v) ~ N(0, [[1+sb, rho+sb], [rho+sb, 1+sb]]): the degree-1
+    arc-cosine kernel (Cho & Saul 2009), q/(2π)·(sin θ + (π − θ) cos θ), cos θ = (rho+sb)/(1+sb)."""
+    q = 1 + sb
+    theta = math.acos((rho + sb) / q)
+    return sw * q / (2 * math.pi) * (math.sin(theta) + (math.pi - theta) * math.cos(theta)) + sb
+
+
+def test_relu_nngp_closed_form_in_sw_sb_rho():
+    compiled = tp.parse(NNGP).compile(symbolic=True)
+    kxy = exact_of(compiled, "kxy")
+    names = {s.name for s in kxy.free_symbols}
+    assert names == {"sw", "sb", "rho"}
+    rng = np.random.default_rng(1)
+    for _ in range(4):
+        sw, sb, rho = rng.uniform(0.5, 3), rng.uniform(0, 1), rng.uniform(-0.9, 0.9)
+        at = {s: {"sw": sw, "sb": sb, "rho": rho}[s.name] for s in kxy.free_symbols}
+        assert float(sp.N(kxy.subs(at), 30)) == pytest.approx(arccos_nngp(sw, sb, rho), rel=1e-12, abs=1e-13)
+
+
+@pytest.mark.parametrize("source", [NNGP, LAYER])
+def test_closed_forms_equal_numeric_compiles_at_random_params(source):
+    compiled = tp.parse(source).compile(symbolic=True)
+    rng = np.random.default_rng(7)
+    for _ in range(3):
+        values = {"sw": rng.uniform(0.5, 3), "sb": rng.uniform(0, 1), "rho": rng.uniform(-0.9, 0.9)}
+        program = tp.parse(source, **{k: v for k, v in values.items() if f"param {k} " in source})
+        numeric = program.compile()
+        for out in compiled.program.outputs:
+            form = exact_of(compiled, out.name)
+            assert form is not None and form.free_symbols, out.name
+            got = float(sp.N(form.subs({s: values[s.name] for s in form.free_symbols}), 30))
+            want = numeric.result(out.var).value
+            assert got == pytest.approx(want, rel=1e-12, abs=1e-12), out.name
+
+
+def test_marchenko_pastur_moments_in_the_dim_ratio():
+    program = tp.load(str(ROOT / "programs/marchenko_pastur.tp"))
+    compiled = program.compile(symbolic=True)
+    r = sp.Symbol("ratio", real=True)
+    want = {"w1": r, "w2": r + r ** 2, "w3": r + 3 * r ** 2 + r ** 3}
+    for name, form in want.items():
+        assert sp.expand(exact_of(compiled, name) - form) == 0
+
+
+def test_ntk_products_of_moments_do_not_crash_and_match_numbers():
+    program = tp.load(str(ROOT / "programs/kernels/relu_mlp.tp"), L=2, b1=0.1)
+    symbolic, numeric = program.compile(symbolic=True), program.compile()
+    for out in numeric.program.outputs:
+        assert symbolic.result(out.var).value == pytest.approx(numeric.result(out.var).value, rel=1e-9, abs=1e-12)
+
+
+def test_structural_params_stay_numbers():
+    """L sets the loop bound: it stays a number; the variances stay symbols."""
+    compiled = tp.load(str(ROOT / "programs/kernels/relu_mlp.tp"), L=1).compile(symbolic=True)
+    nngp = exact_of(compiled, "nngp")
+    assert nngp is not None and {s.name for s in nngp.free_symbols} == {"var1", "b1", "q11", "q12", "q22"}
+
+
+def test_traced_lowering_changes_no_number():
+    for path in ["programs/relu_nngp.tp", "programs/kernels/relu_mlp.tp", "programs/golikov_ntk_relu.tp"]:
+        program = tp.load(str(ROOT / path))
+        assert program._traced() == program.ir
+        assert program._traced().leaves is not None
+
+
+PROGRAMS = sorted(str(p.relative_to(ROOT)) for p in [*ROOT.glob("programs/*.tp"), *ROOT.glob("programs/kernels/*.tp")])
+#: a fast subset for the default run (a few seconds each); the rest is marked slow
+FAST = {"programs/relu_nngp.tp", "programs/marchenko_pastur.tp", "programs/erf_arcsine.tp",
+        "programs/golikov_wigner.tp", "programs/kernels/relu_mlp.tp"}
+
+
+@pytest.mark.parametrize("path", [p if p in FAST else pytest.param(p, marks=pytest.mark.slow) for p in PROGRAMS])
+def test_every_shipped_program_compiles_symbolically(path):
+    """--symbolic never crashes, and its values are the numeric compile's (within the errors)."""
+    program = tp.load(str(ROOT / path))
+    symbolic, numeric = program.compile(symbolic=True), program.compile()
+    for out in numeric.program.outputs:
+        a, b = symbolic.result(out.var), numeric.result(out.var)
+        tol = 5 * (np.asarray(a.error) + np.asarray(b.error)) + 1e-9 * np.abs(np.asarray(b.value)) + 1e-12
+        assert np.all(np.abs(np.asarray(a.value) - np.asarray(b.value)) <= tol), (path, out.name)
