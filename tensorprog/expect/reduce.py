@@ -34,6 +34,7 @@ from .laws import Law, as_number
 from .linalg import ExpansionBudget, Matrix, NoClosedForm, affine, condition
 from .analysis import expanded_size, growth, parity
 from .blocks import kink_conditioned, kinked_moments, split_norms
+from .multiply import multiply_out
 from ..symbolic.heads import Delta, Sign, Step
 
 MAX_ENUMERATION = 8           # at most 2^8 Rademacher value combinations summed exactly
@@ -103,6 +104,7 @@ class Engine:
         self.expansion_refused = False
         self.jobs: dict[tuple, sp.Dummy] = {}
         self.groups: dict[Ctx, dict] = {}
+        self.cov_blocks: dict[tuple, tuple] = {}     # (id Σ, indices) → (Σ, its block as floats)
 
     def E(self, expr: sp.Expr, ctx: Ctx) -> sp.Expr:
         """E[expr] as exact coefficients times job symbols."""
@@ -169,6 +171,7 @@ class Engine:
         of g): Σ_S E[S·Σ_t E[O_t]·P_t].  One closed form per distinct S instead of one per term
         (batchnorm's integrands after ``blocks.split_norms``: thousands of terms, a few S)."""
         acc: dict[sp.Expr, list] = {}
+        outers: dict[sp.Expr, sp.Expr] = {}          # E[O] per distinct O (many terms share one)
         total = []
         for t in sp.Add.make_args(expr):
             factors = sp.Mul.make_args(t)
@@ -181,13 +184,15 @@ class Engine:
             g = gids.pop()
             inner = [f for f in factors if f not in kinked and any(groups.get(s) == g for s in f.free_symbols)]
             outer = sp.Mul(*[f for f in factors if f not in kinked and f not in inner])
-            coeff = self.E(outer, ctx)
+            if outer not in outers:
+                outers[outer] = self.E(outer, ctx)
+            coeff = outers[outer]
             if not coeff.is_number:
                 total.append(self.E(t, ctx))
                 continue
             acc.setdefault(sp.Mul(*kinked), []).append(coeff * sp.Mul(*inner))
         for S, polys in acc.items():
-            P = sp.expand(sp.Add(*polys))
+            P = multiply_out(sp.Add(*polys))
             fast = self.kinked_polynomial(S, P, ctx, groups)
             total.append(fast if fast is not None else self.E(S * P, ctx))
         return sp.Add(*total)
@@ -209,7 +214,10 @@ class Engine:
         gid = g.pop()
         gs = tuple(s for s in ctx.gaussians if groups[s] == gid)
         idx = [ctx.gaussians.index(s) for s in gs]
-        C = np.array(ctx.cov.extract(idx, idx).tolist(), dtype=float)
+        key = (id(ctx.cov), tuple(idx))
+        if self.cov_blocks.get(key, (None,))[0] is not ctx.cov:
+            self.cov_blocks[key] = (ctx.cov, np.array(ctx.cov.extract(idx, idx).tolist(), dtype=float))
+        C = self.cov_blocks[key][1]
         try:
             got = kink_conditioned(P, kinks, gs, C)
             if got is None:
