@@ -27,7 +27,7 @@ import sympy as sp
 
 from .analysis import expanded_size
 from .linalg import Matrix
-from .multiply import multiply_out
+from .multiply import multiplied_terms
 from ..symbolic.heads import AbsF, Delta, LeakyRelu, Relu, Sign, Step
 
 #: C M C = c C is checked to this relative tolerance
@@ -152,15 +152,15 @@ def split_norms(expr: sp.Expr, gaussians: tuple, cov: Matrix, groups: dict,
         return None
     total = []
     memos = {R: {} for _, _, _, R, _ in radii.values()}
-    for t in sp.Add.make_args(multiply_out(out)):
+    for coeff, fs in multiplied_terms(out):
         factor = sp.Integer(1)
         for _, _, rank, R, block in radii.values():
-            powers = [f for f in sp.Mul.make_args(t) if f.has(R)]
+            powers = [f for f in fs if f.has(R)]
             if any(f.as_base_exp()[0] != R for f in powers):
                 return None
             j = sp.Add(*[f.as_base_exp()[1] for f in powers])
-            t = sp.Mul(*[f for f in sp.Mul.make_args(t) if not f.has(R)])
-            k = sum_degree(t, block, memos[R])
+            fs = [f for f in fs if not f.has(R)]
+            k = sum_degree(fs, block, memos[R])
             if k is None or not k.is_Integer:
                 return None
             if j != 0:
@@ -168,13 +168,13 @@ def split_norms(expr: sp.Expr, gaussians: tuple, cov: Matrix, groups: dict,
                     factor *= radius_moment_ratio(j, int(k), rank)
                 except ZeroDivisionError:
                     return None
-        total.append(factor * t)
+        total.append(sp.Mul(factor, coeff, *fs))
     return sp.Add(*total)
 
 
-def sum_degree(t: sp.Expr, block: set, memo: dict) -> sp.Expr | None:
-    """degree(t) for a product t: the sum of its factors' degrees (each memoised)."""
-    ds = [degree(f, block, memo) for f in sp.Mul.make_args(t)]
+def sum_degree(factors: list, block: set, memo: dict) -> sp.Expr | None:
+    """The degree of a product: the sum of its factors' degrees (each memoised)."""
+    ds = [degree(f, block, memo) for f in factors]
     return None if None in ds else sp.Add(*ds)
 
 

@@ -34,6 +34,12 @@ class _Gens:
 
 def multiply_out(expr: sp.Expr) -> sp.Expr:
     """``sp.expand(expr)``: the sum of monomials (module doc)."""
+    return sp.Add(*[sp.Mul(c, *fs) for c, fs in multiplied_terms(expr)])
+
+
+def multiplied_terms(expr: sp.Expr) -> list[tuple[sp.Number, list[sp.Expr]]]:
+    """The terms of ``sp.expand(expr)`` as (coefficient, [generator**exponent]), not yet
+    multiplied into sympy products (for callers that take every term apart again)."""
     gens = _Gens()
     memo: dict = {}
     poly = _poly(expr, gens, memo)
@@ -42,9 +48,8 @@ def multiply_out(expr: sp.Expr) -> sp.Expr:
         if c == 0:
             continue
         coeff = sp.Rational(c.numerator, c.denominator) if isinstance(c, Fraction) else sp.Float(c)
-        factors = [gens.exprs[i] ** k for i, k in mono if k]
-        terms.append(sp.Mul(coeff, *factors))
-    return sp.Add(*terms)
+        terms.append((coeff, [gens.exprs[i] ** k for i, k in mono if k]))
+    return terms
 
 
 def _poly(e: sp.Expr, gens: _Gens, memo: dict) -> Poly:
