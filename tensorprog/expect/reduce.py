@@ -104,7 +104,7 @@ class Engine:
         self.expansion_refused = False
         self.jobs: dict[tuple, sp.Dummy] = {}
         self.groups: dict[Ctx, dict] = {}
-        self.cov_blocks: dict[tuple, tuple] = {}     # (id Σ, indices) → (Σ, its block as floats)
+        self.cov_blocks: dict = {}     # id Σ → (Σ, symbolic?); (id Σ, indices) → (Σ, its block as floats)
 
     def E(self, expr: sp.Expr, ctx: Ctx) -> sp.Expr:
         """E[expr] as exact coefficients times job symbols."""
@@ -183,10 +183,10 @@ class Engine:
                 continue
             g = gids.pop()
             inner = [f for f in factors if f not in kinked and any(groups.get(s) == g for s in f.free_symbols)]
-            outer = sp.Mul(*[f for f in factors if f not in kinked and f not in inner])
+            number, outer = sp.Mul(*[f for f in factors if f not in kinked and f not in inner]).as_coeff_Mul()
             if outer not in outers:
                 outers[outer] = self.E(outer, ctx)
-            coeff = outers[outer]
+            coeff = number * outers[outer]
             if not coeff.is_number:
                 total.append(self.E(t, ctx))
                 continue
@@ -209,7 +209,7 @@ class Engine:
                 kinks.append(b.args[0])
         syms = S.free_symbols | P.free_symbols
         g = {groups[s] for s in syms if s in groups}
-        if len(kinks) > 2 or len(g) != 1 or ctx.cov.free_symbols:
+        if len(kinks) > 2 or len(g) != 1 or self.symbolic(ctx.cov):
             return None
         gid = g.pop()
         gs = tuple(s for s in ctx.gaussians if groups[s] == gid)
@@ -225,6 +225,12 @@ class Engine:
             return sp.Float(kinked_moments(*got))
         except (NoClosedForm, ValueError, np.linalg.LinAlgError):
             return None
+
+    def symbolic(self, cov: Matrix) -> bool:
+        """Whether Σ has free symbols (once per Σ: the check walks every entry)."""
+        if self.cov_blocks.get(id(cov), (None,))[0] is not cov:
+            self.cov_blocks[id(cov)] = (cov, bool(cov.free_symbols))
+        return self.cov_blocks[id(cov)][1]
 
     def split(self, expr: sp.Expr, groups: dict) -> sp.Expr | None:
         """``distribute(expr)`` if that can separate the independent groups, else None:
