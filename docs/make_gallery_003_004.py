@@ -9,6 +9,8 @@ on the second core; 130 s wall for 003 alone (second core busy for at least part
 (83 s CPU, BLAS on both cores) for 004 alone with the second core free.  After issue 26 (ReLU limits
 exact): 003 alone 142 s CPU (307 s wall with the machine shared by several sessions); its compiles take
 about 25 s of that (tanh by QMC 18 s), the rest is finite width and the reference Monte Carlo.
+After the expansion speed-ups of expect/multiply.py: both 318 s CPU (user; 18:40 wall, machine loaded);
+the issue-26 target of 2 minutes is not met.  Each section now logs its CPU and wall seconds.
 
 Prints the tables (markdown) that the gallery pages quote and writes
 docs/img/seed003_*.png and docs/img/seed004_*.png (matplotlib, Agg).  Every reference value
@@ -354,9 +356,8 @@ def seed004() -> None:
 if __name__ == "__main__":
     which = sys.argv[1:] or ["003", "004"]
     IMG.mkdir(parents=True, exist_ok=True)
-    if "003" in which:
-        seed003()
-    if "003-lambda" in which:                  # on request: ~50 s CPU (the default run stays short)
-        seed003_lambda_exact()
-    if "004" in which:
-        seed004()
+    for name, section in (("003", seed003), ("003-lambda", seed003_lambda_exact), ("004", seed004)):
+        if name in which:                      # 003-lambda on request: ~50 s CPU
+            cpu, wall = time.process_time(), time.perf_counter()
+            section()
+            log(f"[{name}: {time.process_time() - cpu:.0f} s CPU, {time.perf_counter() - wall:.0f} s wall]\n")

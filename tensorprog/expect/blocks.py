@@ -18,6 +18,7 @@ integrand homogeneous in several independent blocks (one per layer's batch) lose
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 
@@ -26,6 +27,7 @@ import sympy as sp
 
 from .analysis import expanded_size
 from .linalg import Matrix
+from .multiply import multiplied_terms
 from ..symbolic.heads import AbsF, Delta, LeakyRelu, Relu, Sign, Step
 
 #: C M C = c C is checked to this relative tolerance
@@ -34,6 +36,7 @@ ZERO_DEGREE = (Step, Sign, sp.sign, sp.Heaviside)
 ONE_DEGREE = (Relu, AbsF, sp.Abs, LeakyRelu)
 
 
+@functools.lru_cache(maxsize=4096)
 def radius_moment_ratio(p: sp.Expr, k: int, r: int) -> sp.Expr:
     """E[ρ^{k+p}] / E[ρ^k] for ρ ~ χ_r, exact (sympy): 2^{p/2} Γ((r+k+p)/2) / Γ((r+k)/2)."""
     if r + k + p <= 0 or r + k <= 0:
@@ -80,10 +83,11 @@ def mahalanobis_scale(Q: sp.Expr, block: tuple, cov: np.ndarray) -> float | None
     return c
 
 
-def degree(expr: sp.Expr, block: set) -> sp.Expr | None:
+def degree(expr: sp.Expr, block: set, memo: dict | None = None) -> sp.Expr | None:
     """The degree k of positive homogeneity of expr in the block's variables (others fixed),
-    or None if not recognised as homogeneous."""
-    memo: dict = {}
+    or None if not recognised as homogeneous.  ``memo`` (subexpression → degree, for this block)
+    may be shared between calls."""
+    memo = {} if memo is None else memo
 
     def d(e: sp.Expr):
         if e in memo:
@@ -150,15 +154,16 @@ def split_norms(expr: sp.Expr, gaussians: tuple, cov: Matrix, groups: dict,
     if expanded_size(out) > max_size:
         return None
     total = []
-    for t in sp.Add.make_args(sp.expand(out)):
+    memos = {R: {} for _, _, _, R, _ in radii.values()}
+    for coeff, fs in multiplied_terms(out):
         factor = sp.Integer(1)
         for _, _, rank, R, block in radii.values():
-            powers = [f for f in sp.Mul.make_args(t) if f.has(R)]
+            powers = [f for f in fs if f.has(R)]
             if any(f.as_base_exp()[0] != R for f in powers):
                 return None
             j = sp.Add(*[f.as_base_exp()[1] for f in powers])
-            t = sp.Mul(*[f for f in sp.Mul.make_args(t) if not f.has(R)])
-            k = degree(t, block)
+            fs = [f for f in fs if not f.has(R)]
+            k = sum_degree(fs, block, memos[R])
             if k is None or not k.is_Integer:
                 return None
             if j != 0:
@@ -166,8 +171,14 @@ def split_norms(expr: sp.Expr, gaussians: tuple, cov: Matrix, groups: dict,
                     factor *= radius_moment_ratio(j, int(k), rank)
                 except ZeroDivisionError:
                     return None
-        total.append(factor * t)
+        total.append(sp.Mul(factor, coeff, *fs))
     return sp.Add(*total)
+
+
+def sum_degree(factors: list, block: set, memo: dict) -> sp.Expr | None:
+    """The degree of a product: the sum of its factors' degrees (each memoised)."""
+    ds = [degree(f, block, memo) for f in factors]
+    return None if None in ds else sp.Add(*ds)
 
 
 def exact_number(c: float, Q: sp.Expr, cov: Matrix) -> sp.Expr:
@@ -218,14 +229,13 @@ def kink_conditioned(poly: sp.Expr, kinks: list[sp.Expr], gs: tuple, cov: np.nda
         return None
     A = cov @ W.T @ np.linalg.inv(G)
     E = cov - A @ G @ A.T
-    try:
-        P = sp.Poly(poly, *gs)
-    except sp.PolynomialError:
+    terms = monomials(poly, index)
+    if terms is None:
         return None
     k = len(kinks)
     out: dict[tuple, float] = {}
     memo: dict = {}
-    for mono, c in P.terms():
+    for mono, c in terms:
         factors = [i for i, a in enumerate(mono) for _ in range(a)]
         # each factor z_i = Σ_j A_ij u_j + ε_i: choose a u_j (index j < k) or the ε_i (index k)
         for choice in itertools.product(range(k + 1), repeat=len(factors)):
@@ -244,6 +254,28 @@ def kink_conditioned(poly: sp.Expr, kinks: list[sp.Expr], gs: tuple, cov: np.nda
             if m != 0.0:
                 out[tuple(beta)] = out.get(tuple(beta), 0.0) + coeff * m
     return out, G
+
+
+def monomials(poly: sp.Expr, index: dict) -> list[tuple[tuple, sp.Expr]] | None:
+    """A multiplied-out polynomial in the variables ``index`` (symbol → position) as
+    [(exponents, coefficient)] (like terms not merged: the caller sums), or None if a term is
+    not a number times powers of those variables."""
+    out = []
+    for t in sp.Add.make_args(poly):
+        c, rest = t.as_coeff_Mul()
+        mono = [0] * len(index)
+        for f in sp.Mul.make_args(rest):
+            b, e = f.as_base_exp()
+            if f.is_number:
+                c *= f
+            elif b in index and e.is_Integer and e > 0:
+                mono[index[b]] += int(e)
+            else:
+                return None
+        if not c.is_number:
+            return None
+        out.append((tuple(mono), c))
+    return out
 
 
 def isserlis(idx: tuple, E: np.ndarray, memo: dict) -> float:

@@ -34,6 +34,7 @@ from .laws import Law, as_number
 from .linalg import ExpansionBudget, Matrix, NoClosedForm, affine, condition
 from .analysis import expanded_size, growth, parity
 from .blocks import kink_conditioned, kinked_moments, split_norms
+from .multiply import multiply_out
 from ..symbolic.heads import Delta, Sign, Step
 
 MAX_ENUMERATION = 8           # at most 2^8 Rademacher value combinations summed exactly
@@ -103,6 +104,7 @@ class Engine:
         self.expansion_refused = False
         self.jobs: dict[tuple, sp.Dummy] = {}
         self.groups: dict[Ctx, dict] = {}
+        self.cov_blocks: dict = {}     # id Σ → (Σ, symbolic?); (id Σ, indices) → (Σ, its block as floats)
 
     def E(self, expr: sp.Expr, ctx: Ctx) -> sp.Expr:
         """E[expr] as exact coefficients times job symbols."""
@@ -169,6 +171,7 @@ class Engine:
         of g): Σ_S E[S·Σ_t E[O_t]·P_t].  One closed form per distinct S instead of one per term
         (batchnorm's integrands after ``blocks.split_norms``: thousands of terms, a few S)."""
         acc: dict[sp.Expr, list] = {}
+        outers: dict[sp.Expr, sp.Expr] = {}          # E[O] per distinct O (many terms share one)
         total = []
         for t in sp.Add.make_args(expr):
             factors = sp.Mul.make_args(t)
@@ -180,14 +183,16 @@ class Engine:
                 continue
             g = gids.pop()
             inner = [f for f in factors if f not in kinked and any(groups.get(s) == g for s in f.free_symbols)]
-            outer = sp.Mul(*[f for f in factors if f not in kinked and f not in inner])
-            coeff = self.E(outer, ctx)
+            number, outer = sp.Mul(*[f for f in factors if f not in kinked and f not in inner]).as_coeff_Mul()
+            if outer not in outers:
+                outers[outer] = self.E(outer, ctx)
+            coeff = number * outers[outer]
             if not coeff.is_number:
                 total.append(self.E(t, ctx))
                 continue
             acc.setdefault(sp.Mul(*kinked), []).append(coeff * sp.Mul(*inner))
         for S, polys in acc.items():
-            P = sp.expand(sp.Add(*polys))
+            P = multiply_out(sp.Add(*polys))
             fast = self.kinked_polynomial(S, P, ctx, groups)
             total.append(fast if fast is not None else self.E(S * P, ctx))
         return sp.Add(*total)
@@ -204,12 +209,15 @@ class Engine:
                 kinks.append(b.args[0])
         syms = S.free_symbols | P.free_symbols
         g = {groups[s] for s in syms if s in groups}
-        if len(kinks) > 2 or len(g) != 1 or ctx.cov.free_symbols:
+        if len(kinks) > 2 or len(g) != 1 or self.symbolic(ctx.cov):
             return None
         gid = g.pop()
         gs = tuple(s for s in ctx.gaussians if groups[s] == gid)
         idx = [ctx.gaussians.index(s) for s in gs]
-        C = np.array(ctx.cov.extract(idx, idx).tolist(), dtype=float)
+        key = (id(ctx.cov), tuple(idx))
+        if self.cov_blocks.get(key, (None,))[0] is not ctx.cov:
+            self.cov_blocks[key] = (ctx.cov, np.array(ctx.cov.extract(idx, idx).tolist(), dtype=float))
+        C = self.cov_blocks[key][1]
         try:
             got = kink_conditioned(P, kinks, gs, C)
             if got is None:
@@ -217,6 +225,12 @@ class Engine:
             return sp.Float(kinked_moments(*got))
         except (NoClosedForm, ValueError, np.linalg.LinAlgError):
             return None
+
+    def symbolic(self, cov: Matrix) -> bool:
+        """Whether Σ has free symbols (once per Σ: the check walks every entry)."""
+        if self.cov_blocks.get(id(cov), (None,))[0] is not cov:
+            self.cov_blocks[id(cov)] = (cov, bool(cov.free_symbols))
+        return self.cov_blocks[id(cov)][1]
 
     def split(self, expr: sp.Expr, groups: dict) -> sp.Expr | None:
         """``distribute(expr)`` if that can separate the independent groups, else None:
