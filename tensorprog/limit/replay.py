@@ -153,7 +153,11 @@ class Builder:
         """A check that holds whatever the data (the expression is that number)."""
         if expr.free_symbols:
             return False
-        if float(expr) != value:
+        try:
+            number = float(expr)
+        except TypeError:           # complex, or a head sympy cannot evaluate (the series' rows)
+            raise Unreplayable(f"{expr} is not a real number sympy can evaluate") from None
+        if number != value:
             raise Unreplayable(f"{expr} is not {value}")
         return True
 
