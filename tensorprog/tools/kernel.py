@@ -251,7 +251,8 @@ def affine_in_q(cov: np.ndarray, q: list, values: dict) -> tuple[float, float] |
     where = ((0, 0, 0), (0, 1, 1), (1, 0, 1), (1, 1, 2))
     sb = set()
     for i, j, k in where:
-        e = sp.expand(cov[i, j].subs(at))
+        entry = cov[i, j] if isinstance(cov[i, j], sp.Basic) else sp.Float(float(cov[i, j]))  # a number
+        e = sp.expand(entry.subs(at))
         if not e.free_symbols <= set(q):
             return None
         others = [v for v in q if v is not q[k]]
