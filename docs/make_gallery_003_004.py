@@ -1,16 +1,15 @@
 """Regenerate the numbers and plots of docs/gallery_003.md and docs/gallery_004.md.
 
-    PYTHONPATH=. python docs/make_gallery_003_004.py            # both papers (~4 min, 1 core)
+    PYTHONPATH=. python docs/make_gallery_003_004.py            # both papers (~90 s CPU)
     PYTHONPATH=. python docs/make_gallery_003_004.py 004        # one of them
     PYTHONPATH=. python docs/make_gallery_003_004.py 003-lambda # λ_G(B) compiled exactly (issue 26)
 
-Measured on a 2-core machine: 252 s wall (246 s CPU) for both, with another long compile running
-on the second core; 130 s wall for 003 alone (second core busy for at least part of it); 59 s wall
-(83 s CPU, BLAS on both cores) for 004 alone with the second core free.  After issue 26 (ReLU limits
-exact): 003 alone 142 s CPU (307 s wall with the machine shared by several sessions); its compiles take
-about 25 s of that (tanh by QMC 18 s), the rest is finite width and the reference Monte Carlo.
-After the expansion speed-ups of expect/multiply.py: both 318 s CPU (user; 18:40 wall, machine loaded);
-the issue-26 target of 2 minutes is not met.  Each section now logs its CPU and wall seconds.
+Each depth sweep runs (and compiles) its program once, at the largest depth, with `out` lines
+added inside the layer loop (:func:`layered`: the program file's own text, every statement
+unchanged), and reads every layer from that one run: a network's first l layers are an l-layer
+network, so each layer's values have the law of the separate run at that depth (they are
+correlated across depth, as in one network).  This replaced ~190 separate runs and compiles
+(311 s CPU, issue 26); each section logs its CPU and wall seconds.
 
 Prints the tables (markdown) that the gallery pages quote and writes
 docs/img/seed003_*.png and docs/img/seed004_*.png (matplotlib, Agg).  Every reference value
@@ -21,6 +20,8 @@ from __future__ import annotations
 
 import sys
 import time
+from contextlib import contextmanager
+from functools import lru_cache
 from math import acos, asin, e, exp, pi, sqrt
 from pathlib import Path
 
@@ -56,6 +57,41 @@ def pm(mean: float, err: float, digits: int = 4) -> str:
     return f"{mean:.{digits}f} ± {err:.{digits}f}"
 
 
+@contextmanager
+def timed(label: str):
+    """Log the CPU (this process) and wall seconds of a block."""
+    cpu, wall = time.process_time(), time.perf_counter()
+    yield
+    log(f"[{label}: {time.process_time() - cpu:.1f} s CPU, {time.perf_counter() - wall:.1f} s wall]\n")
+
+
+def run(program: tp.Program, trials: int = 8) -> dict:
+    """The outputs of ``program`` at width N over ``trials`` trials, with conditional matrices
+    (``--conditional``: each product W x, Wᵀ u drawn from its law given the earlier ones, so the
+    n × n matrices are never drawn; the law of a dense run exactly, not an approximation:
+    tensorprog/distributions/conditional.py).  10–50 times cheaper here than dense matrices."""
+    return program.execute(n=N, trials=trials, seed=SEED, conditional=True).outputs
+
+
+def layered(path: Path, inserts: list[tuple[str, str]], **params: float) -> tp.Program:
+    """The program at ``path`` with ``out`` lines added: each (anchor, lines) puts ``lines`` right
+    after ``anchor``, whole lines of the file that occur there exactly once.  Every statement of the
+    file is kept as it is, so the network is the file's; the added outputs only read it (one per
+    layer, inside the layer loop)."""
+    text = path.read_text()
+    for anchor, extra in inserts:
+        if text.count(anchor) != 1 or not anchor.endswith("\n"):
+            raise SystemExit(f"{path}: the lines {anchor!r} occur {text.count(anchor)} times, not once")
+        text = text.replace(anchor, anchor + extra)
+    return tp.parse(text, file=str(path), base_dir=str(path.parent), **params)
+
+
+def per_layer(r, name: str, layers: int) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and standard error over trials of an array output ``name[1..layers]`` (finite width)."""
+    v = np.array(r[name].values, dtype=float)[:, :layers]
+    return v.mean(axis=0), v.std(axis=0, ddof=1) / sqrt(len(v))
+
+
 # ==== seed 003 ===================================================================================
 def J1(t: float) -> float:
     return (sqrt(1 - t * t) + (pi - acos(t)) * t) / pi
@@ -86,41 +122,58 @@ def lambda_mc(B: int, phi, dphi, m: int = 400_000, seed: int = 7) -> float:
 TANH = (np.tanh, lambda y: 1 - np.tanh(y) ** 2)
 
 
+@lru_cache(maxsize=None)
+def tanh_mc(B: int, m: int = 400_000) -> float:
+    """λ_G(B) for tanh by Monte Carlo on the sphere (computed once per (B, m) in a run)."""
+    return lambda_mc(B, *TANH, m=m)
+
+
+#: bn_fixed_point.tp with the batch covariance read after every layer l
+FIXED_LAYERS = [("    for b in 1..B { h[b] = W @ relu(y[b]) }\n",
+                 "    out C12[l] = mean(h[1] * h[2])\n    out C1B[l] = mean(h[1] * h[B])\n"
+                 "    out Q11[l] = mean(h[1] ** 2)\n")]
+#: bn_gradient.tp with the squared gradient norm read after every backward layer k
+GRAD_LAYERS = [("        dh[D + 2 - k, a] = sum(b in 1..B: diff(x[D + 2 - k, b], h[D + 2 - k, a]) * dx[D + 2 - k, b])\n"
+                "    }\n", "    out NK[k] = mean(sum(a in 1..B: dh[D + 2 - k, a] ** 2))\n")]
+
+
 def seed003() -> None:
     fixed, grad = str(PROG / "bn_fixed_point.tp"), str(PROG / "bn_gradient.tp")
 
     log("## 003-1 fixed point (Theorem 5): bn_fixed_point.tp, L = 1, BSB1 input\n")
     rows = []
-    for B in (4, 6, 8):
-        t = time.process_time()
-        lim = tp.load(fixed, B=B).compile().limit().outputs
-        r = tp.load(fixed, B=B).execute(n=N, trials=8, seed=SEED).outputs
-        rows.append([B, "0.5", pm(lim["qavg"].value, lim["qavg"].error, 5), pm(r["qavg"].mean, r["qavg"].std / sqrt(8)),
-                     f"{0.5 * J1(-1 / (B - 1)):.6f}", pm(lim["cavg"].value, lim["cavg"].error, 6),
-                     pm(r["cavg"].mean, r["cavg"].std / sqrt(8)), f"{time.process_time() - t:.0f} s"])
+    with timed("003-1"):
+        for B in (4, 6, 8):
+            t = time.process_time()
+            lim = tp.load(fixed, B=B).compile().limit().outputs
+            r = run(tp.load(fixed, B=B))
+            rows.append([B, "0.5", pm(lim["qavg"].value, lim["qavg"].error, 5),
+                         pm(r["qavg"].mean, r["qavg"].std / sqrt(8)), f"{0.5 * J1(-1 / (B - 1)):.6f}",
+                         pm(lim["cavg"].value, lim["cavg"].error, 6), pm(r["cavg"].mean, r["cavg"].std / sqrt(8)),
+                         f"{time.process_time() - t:.1f} s"])
     table(["B", "diag: paper", "diag: limit", f"diag: n={N}", "off-diag: ½J1(−1/(B−1))", "off-diag: limit",
            f"off-diag: n={N}", "cpu"], rows)
 
     log("## 003-2 convergence to the fixed point from a non-BSB1 input (ar = 1, rho = 0.9, B = 4)\n")
+    log("(one run at L = 8 and one compile at L = 4, every layer read: `out C12[l]` ... in the loop)\n")
     target = 0.5 * J1(-1 / 3)
-    rows, Ls, fw, lims = [], list(range(1, 9)), {}, {}
-    for L in Ls:
-        p = tp.load(fixed, B=4, L=L, ar=1, rho=0.9)
-        r = p.execute(n=N, trials=8, seed=SEED).outputs
-        fw[L] = r
-        lim = p.compile().limit().outputs if L <= 4 else None
-        if lim:
-            lims[L] = lim
-        cell = (lambda k: f"{lim[k].value:.5f}") if lim else (lambda k: "—")
-        rows.append([L, cell("c12"), cell("c1B"), pm(r["c12"].mean, r["c12"].std / sqrt(8)),
-                     pm(r["c1B"].mean, r["c1B"].std / sqrt(8)), cell("q11"), pm(r["q11"].mean, r["q11"].std / sqrt(8))])
+    Ls, Lc, keys = list(range(1, 9)), 4, ("C12", "C1B", "Q11")
+    with timed("003-2"):
+        r = run(layered(PROG / "bn_fixed_point.tp", FIXED_LAYERS, B=4, L=Ls[-1], ar=1, rho=0.9))
+        lo = layered(PROG / "bn_fixed_point.tp", FIXED_LAYERS, B=4, L=Lc, ar=1, rho=0.9).compile().limit().outputs
+    fw = {k: per_layer(r, k, Ls[-1]) for k in keys}
+    lim = {k: np.asarray(lo[k].value, dtype=float) for k in keys}
+    rows = []
+    for i, L in enumerate(Ls):
+        cell = (lambda k: f"{lim[k][i]:.5f}") if L <= Lc else (lambda k: "—")
+        rows.append([L, cell("C12"), cell("C1B"), pm(fw["C12"][0][i], fw["C12"][1][i]),
+                     pm(fw["C1B"][0][i], fw["C1B"][1][i]), cell("Q11"), pm(fw["Q11"][0][i], fw["Q11"][1][i])])
     table(["L", "c12 limit", "c1B limit", f"c12 n={N}", f"c1B n={N}", "q11 limit", f"q11 n={N}"], rows)
     log(f"fixed point: q = 0.5, c = {target:.6f}\n")
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
-    for i, (k, lab) in enumerate([("c12", "Σ₁₂ (input corr 0.9)"), ("c1B", "Σ₁₄ (input corr 0.729)")]):
-        ax.errorbar(Ls, [fw[L][k].mean for L in Ls], [fw[L][k].std / sqrt(8) for L in Ls], fmt="o",
-                    color=f"C{i}", capsize=3, label=f"{lab}, n={N}")
-        ax.plot(list(lims), [lims[L][k].value for L in lims], "-", color=f"C{i}", label=f"{lab}, compiled limit")
+    for i, (k, lab) in enumerate([("C12", "Σ₁₂ (input corr 0.9)"), ("C1B", "Σ₁₄ (input corr 0.729)")]):
+        ax.errorbar(Ls, fw[k][0], fw[k][1], fmt="o", color=f"C{i}", capsize=3, label=f"{lab}, n={N}")
+        ax.plot(Ls[:Lc], lim[k], "-", color=f"C{i}", label=f"{lab}, compiled limit")
     ax.axhline(target, color="k", ls="--", label="½·J1(−1/3), Theorem 5")
     ax.set_xlabel("layers L")
     ax.set_ylabel("batch covariance")
@@ -132,28 +185,32 @@ def seed003() -> None:
 
     log("## 003-3 gradient growth rate λ_G(B): bn_gradient.tp\n")
     rows, compiled = [], {}
-    for B in (4, 5, 6):
-        for act, name in ((1, "relu"), (2, "tanh")) + (((0, "linear"),) if B == 4 else ()):
-            t = time.process_time()
-            o = tp.load(grad, B=B, D=1, act=act, sym=1).compile().limit().outputs["rate"]
-            compiled[(name, B)] = o
-            ref = lambda_relu(B) if act == 1 else (lambda_mc(B, *TANH) if act == 2 else (B - 2) / (B - 3))
-            rows.append([name, B, f"{ref:.4f}", pm(o.value, o.error, 4), o.method, f"{time.process_time() - t:.0f} s"])
+    with timed("003-3 compiles"):
+        for B in (4, 5, 6):
+            for act, name in ((1, "relu"), (2, "tanh")) + (((0, "linear"),) if B == 4 else ()):
+                t = time.process_time()
+                o = tp.load(grad, B=B, D=1, act=act, sym=1).compile().limit().outputs["rate"]
+                compiled[(name, B)] = o
+                ref = lambda_relu(B) if act == 1 else (tanh_mc(B) if act == 2 else (B - 2) / (B - 3))
+                rows.append([name, B, f"{ref:.4f}", pm(o.value, o.error, 4), o.method,
+                             f"{time.process_time() - t:.1f} s"])
     table(["φ", "B", "reference", "compiled limit (sym=1)", "method", "cpu"], rows)
     rows, finite = [], {}
-    for B in (6, 8, 12):
-        for act, name in ((1, "relu"), (2, "tanh")):
-            r = tp.load(grad, B=B, D=1, act=act).execute(n=N, trials=16, seed=SEED).outputs["rate"]
-            finite[(name, B)] = r
-            ref = lambda_relu(B) if act == 1 else lambda_mc(B, *TANH)
-            rows.append([name, B, f"{ref:.4f}", pm(r.mean, r.std / 4, 3)])
+    with timed("003-3 finite width"):
+        for B in (6, 8, 12):
+            for act, name in ((1, "relu"), (2, "tanh")):
+                r = run(tp.load(grad, B=B, D=1, act=act), trials=16)["rate"]
+                finite[(name, B)] = r
+                ref = lambda_relu(B) if act == 1 else tanh_mc(B)
+                rows.append([name, B, f"{ref:.4f}", pm(r.mean, r.std / 4, 3)])
     table(["φ", "B", "reference", f"finite width n={N}, 16 trials"], rows)
 
     Bs = np.arange(4, 65)
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
     ax.plot(Bs, [lambda_relu(int(B)) for B in Bs], "C0-", label="ReLU: closed form")
     tb = [4, 5, 6, 8, 12, 16, 24, 32, 48, 64]
-    ax.plot(tb, [lambda_mc(B, *TANH, m=100_000) for B in tb], "C1-", label="tanh: Monte Carlo on the sphere")
+    with timed("003-3 tanh Monte Carlo curve"):
+        ax.plot(tb, [tanh_mc(B, m=100_000) for B in tb], "C1-", label="tanh: Monte Carlo on the sphere")
     ax.plot(Bs, (Bs - 2) / (Bs - 3), "C2-", label="linear: (B−2)/(B−3)")
     ax.axhline(pi / (pi - 1), color="C0", ls=":", lw=1, label="π/(π−1)")
     for (name, B), o in compiled.items():
@@ -177,29 +234,37 @@ def seed003() -> None:
     plt.close(fig)
 
     log("## 003-4 log gradient norm against depth (ReLU, finite width)\n")
+    log("(one run at D = 10 per B, the gradient read after every backward layer: `out NK[k]` in the loop)\n")
     Ds, rows = list(range(1, 11)), []
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
     for i, B in enumerate((6, 8, 12)):
-        means, sems = [], []
-        for D in Ds:
-            r = tp.load(grad, B=B, D=D, act=1).execute(n=N, trials=8, seed=SEED).outputs
-            ratio = np.log(np.array(r["n_bot"].values) / np.array(r["n_top"].values))
-            means.append(ratio.mean())
-            sems.append(ratio.std(ddof=1) / sqrt(8))
+        with timed(f"003-4 B = {B}"):
+            r = run(layered(PROG / "bn_gradient.tp", GRAD_LAYERS, B=B, D=Ds[-1], act=1))
+        ratio = np.log(np.array(r["NK"].values, dtype=float) / np.array(r["n_top"].values)[:, None])
+        means, sems = ratio.mean(axis=0), ratio.std(axis=0, ddof=1) / sqrt(len(ratio))
         ax.errorbar(Ds, means, sems, fmt="o", color=f"C{i}", capsize=2, label=f"B = {B}, n = {N}")
         ax.plot([0] + Ds, [D * np.log(lambda_relu(B)) for D in [0] + Ds], color=f"C{i}", ls="--")
-        slope = np.polyfit(Ds, means, 1)[0]
-        rows.append([B, f"{np.log(lambda_relu(B)):.4f}", f"{slope:.4f}", f"{means[-1]:.3f} ± {sems[-1]:.3f}",
+        slope, se = slope_se(Ds, ratio)
+        rows.append([B, f"{np.log(lambda_relu(B)):.4f}", pm(slope, se), f"{means[-1]:.3f} ± {sems[-1]:.3f}",
                      f"{Ds[-1] * np.log(lambda_relu(B)):.3f}"])
     ax.plot([], [], "k--", label="limit: D·log λ_G(B)")
     ax.set_xlabel("layers back-propagated D")
-    ax.set_ylabel("log(‖dh at layer 2‖² / ‖g‖²)")
+    ax.set_ylabel("log(‖gradient after D layers‖² / ‖g‖²)")
     ax.set_title("ReLU + batchnorm: gradients explode with depth")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(IMG / "seed003_gradnorm_depth.png", dpi=120)
     plt.close(fig)
-    table(["B", "limit slope log λ_G", f"fitted slope, n={N}", "log ratio at D=10, n=1024", "limit at D=10"], rows)
+    table(["B", "limit slope log λ_G", f"fitted slope, n={N}", f"log ratio at D=10, n={N}", "limit at D=10"],
+          rows)
+
+
+def slope_se(Ds: list[int], ratio: np.ndarray) -> tuple[float, float]:
+    """The least-squares slope of the trials' mean log ratio against D, and its standard error
+    over trials (each trial's own fitted slope; the trials are independent, the layers of one
+    trial are not)."""
+    per_trial = np.polyfit(Ds, ratio.T, 1)[0]
+    return float(per_trial.mean()), float(per_trial.std(ddof=1) / sqrt(len(per_trial)))
 
 
 LAMBDA_BS = (4, 5, 6, 7, 8, 9, 10, 12, 16)
@@ -267,18 +332,98 @@ NAMES = {1: "ReLU", 2: "step", 3: "exp", 4: f"NormReLU (b = {B_KINK})"}
 GRAM = {"k12": 0.9, "k13": 0.5, "k23": 0.2}
 
 
+PAIRS = ("11", "22", "33", "12", "13", "23")
+
+
+def kernel_outs(index: str, indent: str) -> str:
+    """``out KLij[index]``: the six entries of the kernel after a layer (as the program's k11 ... k23)."""
+    return "".join(f"{indent}out KL{ij}[{index}] = mean(sigma(h{ij[0]}) "
+                   + ("** 2)\n" if ij[0] == ij[1] else f"* sigma(h{ij[1]}))\n") for ij in PAIRS)
+
+
+#: cond_kernel.tp with the kernel read after every layer (layer 1 before the loop, l = 2..L in it)
+KERNEL_LAYERS = [("vector h1, h2, h3 ~ normal(cov=[[1, r12, r13], [r12, 1, r23], [r13, r23, 1]])\n",
+                  kernel_outs("1", "")),
+                 ("    h3 = W @ sigma(h3)\n", kernel_outs("l", "    "))]
+
+
 def kappa(k: dict) -> float:
-    K = np.array([[k["k11"], k["k12"], k["k13"]], [k["k12"], k["k22"], k["k23"]], [k["k13"], k["k23"], k["k33"]]])
+    """The condition number of the 3 × 3 kernel with entries k["11"] ... k["23"]."""
+    K = np.array([[k["11"], k["12"], k["13"]], [k["12"], k["22"], k["23"]], [k["13"], k["23"], k["33"]]])
     w = np.linalg.eigvalsh(K)
     return float(w[-1] / w[0])
 
 
+#: the depth each sweep is compiled to, and run to at finite width (exp overflows from L = 5 on)
+LIMIT_DEPTH = {1: 12, 2: 12, 3: 12, 4: 200}
+FINITE_DEPTH = {1: 12, 2: 12, 3: 4, 4: 10}
+ROWS = {4: [1, 2, 5, 10, 20, 50, 100, 200]}
+#: NormReLU's 200 layers: each expectation by 2-d quadrature to 1e-8 instead of 1e-10 (1.5x
+#: cheaper; the printed max |K12 limit − σ̂^L(0.9)| stays below 1e-9)
+TOL = {4: 1e-8}
+
+
+def finite_cell(k12: np.ndarray, ks: np.ndarray) -> str:
+    """A table cell from the trials' K12 and κ at one depth."""
+    se = lambda v: np.std(v, ddof=1) / sqrt(len(v))
+    if np.mean(ks) < 1e3:                  # (a diverging exp network's κ overflows in np.std)
+        return f"K12 {pm(np.mean(k12), se(k12), 3)}, κ {pm(np.mean(ks), se(ks), 2)}"
+    return f"diverges: K12 = {np.mean(k12):.2g}, κ = {np.mean(ks):.2g}"
+
+
+def stopped_cell(L: int) -> str:
+    """The original program (exp) run to depth L: where it stops, or its cell if it does not."""
+    try:
+        r = run(tp.load(str(PROG / "cond_kernel.tp"), act=3, L=L, b=B_KINK))
+    except tp.TPError as err:
+        return "stopped: " + str(err).split(": ", 1)[1].split(" (")[0]
+    ks = np.array([kappa({ij: r["k" + ij].values[t] for ij in PAIRS}) for t in range(8)])
+    return finite_cell(np.array(r["k12"].values), ks)
+
+
+def kernel_sweep(act: int) -> dict:
+    """One compile to LIMIT_DEPTH and one run to FINITE_DEPTH of cond_kernel.tp (every layer read),
+    the reference σ̂^{∘L}(0.9), and the table of the sweep."""
+    with timed(f"004-2 {NAMES[act]}: compile to L = {LIMIT_DEPTH[act]}"):
+        lo = layered(PROG / "cond_kernel.tp", KERNEL_LAYERS, act=act, L=LIMIT_DEPTH[act], b=B_KINK
+                     ).compile(tol=TOL.get(act)).limit().outputs
+    lim = {ij: np.asarray(lo["KL" + ij].value, dtype=float) for ij in PAIRS}
+    Ls = np.arange(1, LIMIT_DEPTH[act] + 1)
+    kap = np.array([kappa({ij: lim[ij][i] for ij in PAIRS}) for i in range(len(Ls))])
+    rho, ref = 0.9, []
+    for _ in Ls:
+        rho = DUALS[act](rho)
+        ref.append(rho)
+    with timed(f"004-2 {NAMES[act]}: n = {N} to L = {FINITE_DEPTH[act]}"):
+        r = run(layered(PROG / "cond_kernel.tp", KERNEL_LAYERS, act=act, L=FINITE_DEPTH[act], b=B_KINK))
+        fw = {ij: np.array(r["KL" + ij].values, dtype=float) for ij in PAIRS}      # trials × layers
+        ks = np.array([[kappa({ij: fw[ij][t, i] for ij in PAIRS}) for i in range(FINITE_DEPTH[act])]
+                       for t in range(len(fw["12"]))])
+        stops = {L: stopped_cell(L) for L in (5, 8, 12)} if act == 3 else {}
+    rows = []
+    for L in ROWS.get(act, list(Ls)):
+        i = L - 1
+        prev = lim["12"][i - 1] if i else GRAM["k12"]
+        cell = finite_cell(fw["12"][:, i], ks[:, i]) if L <= FINITE_DEPTH[act] else stops.get(L, "—")
+        rows.append([L, f"{ref[i]:.6f}", f"{lim['12'][i]:.6f}", f"{lim['13'][i]:.6f}", f"{lim['23'][i]:.6f}",
+                     f"{lim['12'][i] / prev:.4f}", f"{kap[i]:.4f}", cell])
+    log(f"### {NAMES[act]}: μ = {MU[act]:.6f}, 1 − μ = {1 - MU[act]:.6f}\n")
+    table(["L", "σ̂^L(0.9)", "K12 limit", "K13 limit", "K23 limit", "K12^L/K12^(L−1)", "κ(K^L) limit",
+           f"finite width n={N}, 8 trials"], rows)
+    log(f"max over L = 1..{Ls[-1]} of |K12 limit − σ̂^L(0.9)|: {np.max(np.abs(lim['12'] - ref)):.1e}\n")
+    shown = FINITE_DEPTH[act] if act != 3 else 2          # exp at L ≥ 3 does not converge: not plotted
+    return {"L": Ls, "k12": lim["12"], "kappa": kap, "fw_L": list(range(1, shown + 1)),
+            "fw_k12": fw["12"].mean(0)[:shown], "fw_k12_se": fw["12"].std(0, ddof=1)[:shown] / sqrt(8),
+            "fw_kappa": ks.mean(0)[:shown], "fw_kappa_se": ks.std(0, ddof=1)[:shown] / sqrt(8)}
+
+
 def seed004() -> None:
-    mu_prog, kern = str(PROG / "cond_mu.tp"), str(PROG / "cond_kernel.tp")
+    mu_prog = str(PROG / "cond_mu.tp")
 
     log("## 004-1 coefficient of non-linearity: cond_mu.tp\n")
-    lim = tp.load(mu_prog).compile(symbolic=True).limit().outputs
-    r = tp.load(mu_prog).execute(n=4096, trials=8, seed=SEED).outputs
+    with timed("004-1"):
+        lim = tp.load(mu_prog).compile(symbolic=True).limit().outputs
+        r = tp.load(mu_prog).execute(n=4096, trials=8, seed=SEED).outputs
     rows = []
     for key, act in [("mu_relu", 1), ("mu_step", 2), ("mu_exp", 3), ("mu_normrelu", 4)]:
         exact = lim[key].exact if len(str(lim[key].exact)) < 40 else "(erf/exp closed form)"
@@ -289,41 +434,8 @@ def seed004() -> None:
     log(f"NormReLU b = {B_KINK}: μ_b = {lim['mu_b'].value:.6f} (E max(X,b)), λ_b = {lim['lambda_b'].value:.6f}\n")
 
     log("## 004-2 kernel of three inputs against depth: cond_kernel.tp\n")
-    depths = {1: list(range(1, 13)), 2: list(range(1, 13)), 3: list(range(1, 13)),
-              4: [1, 2, 5, 10, 20, 50, 100, 200]}
-    curves = {}
-    for act in (1, 2, 3, 4):
-        rows, c = [], {"L": [], "k12": [], "kappa": [], "fw_L": [], "fw_k12": [], "fw_k12_se": [],
-                       "fw_kappa": [], "fw_kappa_se": []}
-        for L in depths[act]:
-            p = tp.load(kern, act=act, L=L, b=B_KINK)
-            lim = {k: v.value for k, v in p.compile().limit().outputs.items()}
-            rho = 0.9
-            for _ in range(L):
-                rho = DUALS[act](rho)
-            c["L"].append(L), c["k12"].append(lim["k12"]), c["kappa"].append(kappa(lim))
-            fw_cell = "—"
-            if L <= 12:
-                try:
-                    r = p.execute(n=N, trials=8, seed=SEED).outputs
-                    ks = [kappa({k: v.values[t] for k, v in r.items()}) for t in range(8)]
-                    if act != 3 or L <= 2:         # exp at L ≥ 3 does not converge: not plotted
-                        c["fw_L"].append(L), c["fw_k12"].append(r["k12"].mean)
-                        c["fw_k12_se"].append(r["k12"].std / sqrt(8))
-                        c["fw_kappa"].append(np.mean(ks)), c["fw_kappa_se"].append(np.std(ks, ddof=1) / sqrt(8))
-                    if np.mean(ks) < 1e3:
-                        fw_cell = (f"K12 {pm(r['k12'].mean, r['k12'].std / sqrt(8), 3)}, "
-                                   f"κ {pm(np.mean(ks), np.std(ks, ddof=1) / sqrt(8), 2)}")
-                    else:
-                        fw_cell = f"diverges: K12 = {r['k12'].mean:.2g}, κ = {np.mean(ks):.2g}"
-                except tp.TPError as err:
-                    fw_cell = "stopped: " + str(err).split(": ", 1)[1].split(" (")[0]
-            rows.append([L, f"{rho:.6f}", f"{lim['k12']:.6f}", f"{lim['k13']:.6f}", f"{lim['k23']:.6f}",
-                         f"{lim['k12'] / lim['k12_prev']:.4f}", f"{kappa(lim):.4f}", fw_cell])
-        curves[act] = c
-        log(f"### {NAMES[act]}: μ = {MU[act]:.6f}, 1 − μ = {1 - MU[act]:.6f}\n")
-        table(["L", "σ̂^L(0.9)", "K12 limit", "K13 limit", "K23 limit", "K12^L/K12^(L−1)", "κ(K^L) limit",
-               f"finite width n={N}, 8 trials"], rows)
+    log("(per activation one compile and one run at the largest depth, every layer read: `out KL12[l]` ...)\n")
+    curves = {act: kernel_sweep(act) for act in (1, 2, 3, 4)}
 
     for what, fname, ylab in [("k12", "seed004_offdiag_decay.png", "K12^L (inputs' correlation 0.9)"),
                               ("kappa", "seed004_condition_number.png", "κ(K^L) − 1")]:
