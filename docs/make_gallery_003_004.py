@@ -10,10 +10,11 @@ unchanged), and reads every layer from that one run.  Forward (003-2, 004-2): a 
 l layers are an l-layer network, so each layer has the law of the separate run at that depth
 (correlated across depth, as in one network).  Backward (003-4): the gradient after each of the
 10 backward layers of one network, as in the paper's Fig. 1b (a separate D-layer run differs at
-finite width only in the forward layers below; the limit is D·log λ_G for both).  Finite width uses conditional matrices (:func:`run`).
-Both papers: 89 s CPU (85 user + 4 sys; 5:25 wall on 2 cores shared with load 12-15), half of it
-NormReLU's 200-layer compile; before these changes ~190 separate dense runs and compiles took 311 s
-CPU (issue 26).  Each section logs its CPU and wall seconds.
+finite width only in the forward layers below; the limit is D·log λ_G for both).  Finite width
+uses conditional matrices (:func:`run`).  Both papers: 89 s CPU (85 user + 4 sys; 5:25 wall on
+2 cores shared with load 12-15), half of it NormReLU's 200-layer compile; before these changes
+~190 separate dense runs and compiles took 311 s CPU (issue 26).  Each section logs its CPU and
+wall seconds.
 
 Prints the tables (markdown) that the gallery pages quote and writes
 docs/img/seed003_*.png and docs/img/seed004_*.png (matplotlib, Agg).  Every reference value
