@@ -53,13 +53,20 @@ def norm_forms(expr: sp.Expr, gaussians: tuple) -> list[sp.Expr]:
         b, e = p.base, p.exp
         if (e.is_Integer and e >= 0) or not b.is_Add or not b.free_symbols or b.free_symbols - gs:
             continue
-        gens = sorted(b.free_symbols, key=str)
-        if not b.is_polynomial(*gens):                  # e.g. (2 + cos ℓ)^(-1): not a norm
-            continue
-        P = sp.Poly(b, *gens)
-        if P.is_homogeneous and P.total_degree() == 2:
+        if is_quadratic_form(b):
             out.add(b)
     return sorted(out, key=sp.default_sort_key)
+
+
+@functools.lru_cache(maxsize=4096)
+def is_quadratic_form(b: sp.Expr) -> bool:
+    """Whether b is a homogeneous polynomial of degree 2 in its symbols (memoised: the same σ²
+    comes back in every integrand of a layer)."""
+    gens = sorted(b.free_symbols, key=str)
+    if not b.is_polynomial(*gens):                      # e.g. (2 + cos ℓ)^(-1): not a norm
+        return False
+    P = sp.Poly(b, *gens)
+    return P.is_homogeneous and P.total_degree() == 2
 
 
 def mahalanobis_scale(Q: sp.Expr, block: tuple, cov: np.ndarray) -> float | None:
@@ -120,9 +127,11 @@ def degree(expr: sp.Expr, block: set, memo: dict | None = None) -> sp.Expr | Non
 
 
 def split_norms(expr: sp.Expr, gaussians: tuple, cov: Matrix, groups: dict,
-                max_size: float) -> sp.Expr | None:
-    """expr with every block norm Q^e integrated out (module doc): an expression whose E equals
-    E[expr], free of those Q's; None if the rule does not apply."""
+                max_size: float) -> list[tuple[sp.Expr, list[tuple[sp.Expr, int]]]] | None:
+    """expr with every block norm Q^e integrated out (module doc), multiplied out: terms
+    (number, [(factor, exponent)]) whose sum has the E of expr and is free of those Q's (the factors
+    are symbols and non-polynomial atoms, as :func:`multiply.multiplied_terms` gives them; not
+    built into sympy products, which cost more than the rest); None if the rule does not apply."""
     Qs = norm_forms(expr, gaussians)
     if not Qs or cov.free_symbols:
         return None
@@ -155,30 +164,52 @@ def split_norms(expr: sp.Expr, gaussians: tuple, cov: Matrix, groups: dict,
         return None
     total = []
     memos = {R: {} for _, _, _, R, _ in radii.values()}
+    radial: dict = {}                          # factor → (its radius R, the power of R), or None
     for coeff, fs in multiplied_terms(out):
+        js = {R: sp.Integer(0) for R in Rs}
+        rest = []
+        for f, k in fs:
+            if f not in radial:
+                radial[f] = radius_power(f, Rs)
+            rj = radial[f]
+            if rj is False:
+                return None
+            if rj is None:
+                rest.append((f, k))
+            else:
+                js[rj[0]] += rj[1] * k
         factor = sp.Integer(1)
         for _, _, rank, R, block in radii.values():
-            powers = [f for f in fs if f.has(R)]
-            if any(f.as_base_exp()[0] != R for f in powers):
-                return None
-            j = sp.Add(*[f.as_base_exp()[1] for f in powers])
-            fs = [f for f in fs if not f.has(R)]
-            k = sum_degree(fs, block, memos[R])
+            k = sum_degree(rest, block, memos[R])
             if k is None or not k.is_Integer:
                 return None
-            if j != 0:
+            if js[R] != 0:
                 try:
-                    factor *= radius_moment_ratio(j, int(k), rank)
+                    factor *= radius_moment_ratio(sp.Integer(js[R]), int(k), rank)
                 except ZeroDivisionError:
                     return None
-        total.append(sp.Mul(factor, coeff, *fs))
-    return sp.Add(*total)
+        total.append((factor * coeff, rest))
+    return total
 
 
-def sum_degree(factors: list, block: set, memo: dict) -> sp.Expr | None:
-    """The degree of a product: the sum of its factors' degrees (each memoised)."""
-    ds = [degree(f, block, memo) for f in factors]
-    return None if None in ds else sp.Add(*ds)
+def radius_power(f: sp.Expr, Rs: set) -> tuple[sp.Symbol, sp.Expr] | None | bool:
+    """(R, j) when f = R^j for a radius R (j a number), None when f is free of the radii, False
+    otherwise (a radius inside another expression)."""
+    if not f.has(*Rs):
+        return None
+    b, j = f.as_base_exp()
+    return (b, j) if b in Rs and j.is_number else False
+
+
+def sum_degree(factors: list[tuple[sp.Expr, int]], block: set, memo: dict) -> sp.Expr | None:
+    """The degree of Π f^k over (f, k) in ``factors``: Σ k·deg f (each deg f memoised)."""
+    total = sp.Integer(0)
+    for f, k in factors:
+        d = degree(f, block, memo)
+        if d is None:
+            return None
+        total += k * d
+    return total
 
 
 def exact_number(c: float, Q: sp.Expr, cov: Matrix) -> sp.Expr:
@@ -193,10 +224,16 @@ def rational_exponents(expr: sp.Expr) -> sp.Expr:
     """x**0.5 → x**(1/2): Float exponents (from the program's 0.5) as the rationals they are."""
     floats = [e for e in expr.atoms(sp.Pow) if e.exp.is_Float]
     while floats:                     # innermost first, so that outer keys still match
-        sub = {e: sp.Pow(e.base, sp.nsimplify(e.exp, rational=True)) for e in floats}
+        sub = {e: sp.Pow(e.base, rational(e.exp)) for e in floats}
         expr = expr.xreplace(sub)
         floats = [e for e in expr.atoms(sp.Pow) if e.exp.is_Float]
     return expr
+
+
+@functools.lru_cache(maxsize=256)
+def rational(x: sp.Float) -> sp.Rational:
+    """The rational a Float exponent stands for (``nsimplify``, memoised)."""
+    return sp.nsimplify(x, rational=True)
 
 
 def _delta_scale(e: sp.Expr, Rs: set) -> sp.Expr:
@@ -209,11 +246,19 @@ def _delta_scale(e: sp.Expr, Rs: set) -> sp.Expr:
 
 def kink_conditioned(poly: sp.Expr, kinks: list[sp.Expr], gs: tuple, cov: np.ndarray
                      ) -> tuple[dict[tuple, float], np.ndarray] | None:
+    """:func:`kink_conditioned_monomials` of a multiplied-out sympy polynomial in ``gs``."""
+    terms = monomials(poly, {g: i for i, g in enumerate(gs)})
+    return None if terms is None else kink_conditioned_monomials(terms, kinks, gs, cov)
+
+
+def kink_conditioned_monomials(terms: list[tuple[tuple, object]], kinks: list[sp.Expr], gs: tuple,
+                               cov: np.ndarray) -> tuple[dict[tuple, float], np.ndarray] | None:
     """E[P(z)·S(Wz)] with S a function of k ≤ 2 linear forms u = Wz (the kinks: steps) as an
     expectation over u alone: z = A u + ε with A = C Wᵀ G⁻¹, G = W C Wᵀ, ε ~ N(0, C − A G Aᵀ)
     independent of u, so E[P(z) S(u)] = E[S(u)·P̃(u)], P̃(u) = E_ε P(Au + ε) (Isserlis, in floats).
+    P = Σ c·z^α is given as ``terms`` [(α, c)] (c a number that converts to float).
     Returns (P̃ as {β: coefficient of u^β}, G), or None (a kink not linear
-    through 0, G singular, P not a polynomial).  The k-dimensional rest goes to the closed forms:
+    through 0, G singular).  The k-dimensional rest goes to the closed forms:
     (:func:`kinked_moments`): one small integral per kink pattern instead of a symbolic Stein recursion in rank(C)
     dimensions (B − 1 for a batch of B)."""
     index = {g: i for i, g in enumerate(gs)}
@@ -229,9 +274,6 @@ def kink_conditioned(poly: sp.Expr, kinks: list[sp.Expr], gs: tuple, cov: np.nda
         return None
     A = cov @ W.T @ np.linalg.inv(G)
     E = cov - A @ G @ A.T
-    terms = monomials(poly, index)
-    if terms is None:
-        return None
     k = len(kinks)
     out: dict[tuple, float] = {}
     memo: dict = {}
@@ -320,6 +362,12 @@ def kinked_moments(poly: dict[tuple, float], G: np.ndarray) -> float:
     return values[1]
 
 
+@functools.lru_cache(maxsize=64)
+def legendre_nodes(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The n-point Gauss–Legendre nodes and weights on [−1, 1] (computed once per n)."""
+    return np.polynomial.legendre.leggauss(n)
+
+
 def _near(phi: float, ref: float) -> float:
     """phi shifted by a multiple of 2π to within π of ref."""
     return phi - 2 * math.pi * round((phi - ref) / (2 * math.pi))
@@ -327,7 +375,7 @@ def _near(phi: float, ref: float) -> float:
 
 def _wedge(poly: dict[tuple, float], L: np.ndarray, lo: float, hi: float, n: int) -> float:
     """(1/2π) ∫_lo^hi Σ_β c_β R(|β|) (L(cos θ, sin θ))^β dθ by n-point Gauss–Legendre."""
-    x, w = np.polynomial.legendre.leggauss(n)
+    x, w = legendre_nodes(n)
     theta = lo + (hi - lo) * (x + 1) / 2
     u = L @ np.stack([np.cos(theta), np.sin(theta)])
     total = np.zeros_like(theta)
