@@ -11,7 +11,14 @@ degree k in z_B (y: the other variables) has
 
 so the non-polynomial Q^e (and the kinks' positive scales: step(a·Q^e) = step(a),
 relu(a·Q^e) = Q^e·relu(a), δ(a·Q^e) = Q^{−e}·δ(a)) leave the integrand, and what remains
-(polynomials × kinks) goes to the closed forms.  :func:`split_norms` returns that rewrite, or
+(polynomials × kinks) goes to the closed forms.  A shifted norm (Q + ε)^e, ε > 0 (batchnorm's
+σ² + ε), is integrated the same way, by a one-dimensional radial integral in closed form:
+
+    E[ρ^p (cρ² + ε)^E] / E[ρ^k] = 2^{(p−k)/2} (2c)^E Γ(a) z^{a+E} U(a, a + E + 1, z) / Γ((r + k)/2),
+    a = (r + p)/2,  z = ε/(2c)
+
+(U: Tricomi's confluent hypergeometric function, from ∫_0^∞ t^{a−1} (t + z)^E e^{−t} dt =
+Γ(a) z^{a+E} U(a, a + E + 1, z); evaluated by mpmath to 30 digits, so the term is a float).  :func:`split_norms` returns that rewrite, or
 None: a Q under another head (tanh(z/√Q)), a term not homogeneous, a symbolic covariance, or
 an expansion larger than the budget.  Each block's radius is integrated separately, so an
 integrand homogeneous in several independent blocks (one per layer's batch) loses all of them.
@@ -22,6 +29,7 @@ import functools
 import itertools
 import math
 
+import mpmath
 import numpy as np
 import sympy as sp
 
@@ -44,18 +52,33 @@ def radius_moment_ratio(p: sp.Expr, k: int, r: int) -> sp.Expr:
     return sp.Integer(2) ** (p / 2) * sp.gamma(sp.Rational(r + k) / 2 + p / 2) / sp.gamma(sp.Rational(r + k, 2))
 
 
-def norm_forms(expr: sp.Expr, gaussians: tuple) -> list[sp.Expr]:
-    """The bases Q of powers Q^e (e not a non-negative integer) that are quadratic forms in the
-    Gaussians."""
+@functools.lru_cache(maxsize=4096)
+def shifted_radius_ratio(j: sp.Rational, E: sp.Rational, k: int, r: int, c: float, eps: float) -> sp.Float:
+    """E[ρ^{k+j} (cρ² + ε)^E] / E[ρ^k] for ρ ~ χ_r, c, ε > 0 (module doc: Tricomi's U, by mpmath)."""
+    if r + k + j <= 0 or r + k <= 0:
+        raise ZeroDivisionError(f"E ρ^{k + j} or E ρ^{k} is infinite for ρ ~ χ_{r}")
+    with mpmath.workdps(30):
+        def mp(x: sp.Rational) -> mpmath.mpf:
+            return mpmath.mpf(int(x.p)) / int(x.q)
+        a, e, z = mp(sp.Rational(r + k) + j) / 2, mp(E), mpmath.mpf(eps) / (2 * mpmath.mpf(c))
+        out = (mpmath.power(2, mp(j) / 2) * (2 * mpmath.mpf(c)) ** e * mpmath.gamma(a) * z ** (a + e)
+               * mpmath.hyperu(a, a + e + 1, z) / mpmath.gamma(mpmath.mpf(r + k) / 2))
+        return sp.Float(out, 17)
+
+
+def norm_forms(expr: sp.Expr, gaussians: tuple) -> list[tuple[sp.Expr, sp.Expr, sp.Expr]]:
+    """The bases b = Q + ε of powers b^e (e not a non-negative integer) with Q a quadratic form in the
+    Gaussians and ε ≥ 0 a number: [(b, Q, ε)]."""
     out = set()
     gs = set(gaussians)
     for p in expr.atoms(sp.Pow):
         b, e = p.base, p.exp
         if (e.is_Integer and e >= 0) or not b.is_Add or not b.free_symbols or b.free_symbols - gs:
             continue
-        if is_quadratic_form(b):
-            out.add(b)
-    return sorted(out, key=sp.default_sort_key)
+        eps, Q = b.as_coeff_Add()
+        if eps >= 0 and Q.is_Add and is_quadratic_form(Q):
+            out.add((b, Q, eps))
+    return sorted(out, key=lambda t: sp.default_sort_key(t[0]))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -139,7 +162,7 @@ def split_norms(expr: sp.Expr, gaussians: tuple, cov: Matrix, groups: dict,
     C = np.array(cov.tolist(), dtype=float)
     present = expr.free_symbols
     radii: dict = {}
-    for Q in Qs:
+    for base, Q, eps in Qs:
         gids = {groups[s] for s in Q.free_symbols}
         block = tuple(g for g in gaussians if groups[g] in gids and g in present)
         key = frozenset(block)
@@ -152,10 +175,15 @@ def split_norms(expr: sp.Expr, gaussians: tuple, cov: Matrix, groups: dict,
             return None
         rank = int(np.linalg.matrix_rank(Cb, tol=1e-10 * max(np.max(np.abs(Cb)), 1e-300)))
         R = sp.Dummy("rho", positive=True)
-        radii[key] = (Q, c, rank, R, set(block))
-    sub = {Q: exact_number(c, Q, cov) * R ** 2 for Q, c, _, R, _ in radii.values()}
+        radii[key] = (base, c, rank, R, set(block), eps)
+    # Q → cR²; Q + ε → a positive symbol T standing for cR² + ε (kept whole: sympy would expand
+    # (cR² + ε)^(−3/2) into a quotient of sums)
+    shifted = {R: sp.Dummy("T", positive=True) for _, _, _, R, _, eps in radii.values() if eps != 0}
+    sub = {b: shifted[R] if R in shifted else exact_number(c, b, cov) * R ** 2
+           for b, c, _, R, _, eps in radii.values()}
     out = rational_exponents(expr).xreplace(sub)
-    Rs = {R for _, _, _, R, _ in radii.values()}
+    Rs = {R for _, _, _, R, _, _ in radii.values()} | set(shifted.values())
+    shifted = {T: R for R, T in shifted.items()}                       # T → its radius R
     out = out.replace(lambda e: isinstance(e, Delta) and e.args[0].is_Mul and e.args[0].has(*Rs),
                       lambda e: _delta_scale(e, Rs))
     if any(a.has(*Rs) for f in out.atoms(sp.Function) for a in f.args):
@@ -163,42 +191,51 @@ def split_norms(expr: sp.Expr, gaussians: tuple, cov: Matrix, groups: dict,
     if expanded_size(out) > max_size:
         return None
     total = []
-    memos = {R: {} for _, _, _, R, _ in radii.values()}
-    radial: dict = {}                          # factor → (its radius R, the power of R), or None
+    memos = {R: {} for _, _, _, R, _, _ in radii.values()}
+    radial: dict = {}                          # factor → (R, power of R, power of cR² + ε), or None
     for coeff, fs in multiplied_terms(out):
-        js = {R: sp.Integer(0) for R in Rs}
+        js = {R: [sp.Integer(0), sp.Integer(0)] for _, _, _, R, _, _ in radii.values()}
         rest = []
         for f, k in fs:
             if f not in radial:
-                radial[f] = radius_power(f, Rs)
+                radial[f] = radius_power(f, Rs, shifted)
             rj = radial[f]
             if rj is False:
                 return None
             if rj is None:
                 rest.append((f, k))
             else:
-                js[rj[0]] += rj[1] * k
+                js[rj[0]][0] += rj[1] * k
+                js[rj[0]][1] += rj[2] * k
         factor = sp.Integer(1)
-        for _, _, rank, R, block in radii.values():
+        for _, c, rank, R, block, eps in radii.values():
             k = sum_degree(rest, block, memos[R])
             if k is None or not k.is_Integer:
                 return None
-            if js[R] != 0:
-                try:
-                    factor *= radius_moment_ratio(sp.Integer(js[R]), int(k), rank)
-                except ZeroDivisionError:
-                    return None
+            j, e = js[R]
+            try:
+                if e != 0:
+                    factor *= shifted_radius_ratio(j, e, int(k), rank, c, float(eps))
+                elif j != 0:
+                    factor *= radius_moment_ratio(j, int(k), rank)
+            except ZeroDivisionError:
+                return None
         total.append((factor * coeff, rest))
     return total
 
 
-def radius_power(f: sp.Expr, Rs: set) -> tuple[sp.Symbol, sp.Expr] | None | bool:
-    """(R, j) when f = R^j for a radius R (j a number), None when f is free of the radii, False
-    otherwise (a radius inside another expression)."""
+def radius_power(f: sp.Expr, Rs: set, shifted: dict) -> tuple[sp.Symbol, sp.Expr, sp.Expr] | None | bool:
+    """(R, j, 0) when f = R^j for a radius R, (R, 0, e) when f = T^e for T = cR² + ε (``shifted``:
+    T → R), j and e rationals; None when f is free of these symbols (``Rs``), False otherwise (one
+    inside another expression)."""
     if not f.has(*Rs):
         return None
     b, j = f.as_base_exp()
-    return (b, j) if b in Rs and j.is_number else False
+    if not j.is_Rational:
+        return False
+    if b in shifted:
+        return shifted[b], sp.Integer(0), j
+    return (b, j, sp.Integer(0)) if b in Rs else False
 
 
 def sum_degree(factors: list[tuple[sp.Expr, int]], block: set, memo: dict) -> sp.Expr | None:
@@ -237,7 +274,7 @@ def rational(x: sp.Float) -> sp.Rational:
 
 
 def _delta_scale(e: sp.Expr, Rs: set) -> sp.Expr:
-    """δ(a·R^p·s) = δ(a)/(R^p·s) for the radius symbols R and positive numbers s."""
+    """δ(a·R^p·s) = δ(a)/(R^p·s) for the radius symbols R (and T = cR² + ε) and positive numbers s."""
     scale = [f for f in sp.Mul.make_args(e.args[0]) if (f.is_number and f.is_positive)
              or (f.is_Pow and f.base in Rs) or f in Rs]
     rest = sp.Mul(*[f for f in sp.Mul.make_args(e.args[0]) if f not in scale])
