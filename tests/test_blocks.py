@@ -315,3 +315,18 @@ def test_bn_gradient_with_eps_against_the_radial_reference(eps, D):
     o = tp.load(str(ROOT / "programs" / "bn_gradient.tp"), B=5, D=D, eps=eps).compile().limit().outputs["rate"]
     assert o.method == "exact" and o.error <= 1e-12
     assert abs(o.value - ref["rate"]) <= o.error + 5 * ref["error"], (o.value, o.error, ref)
+
+
+def test_a_shifted_norm_outside_batchnorm_against_its_closed_form():
+    """E[(x² + y² + 1)^(-1/2)·step(x)] over N(0, I₂): the shifted-norm rule (radius ρ ~ χ₂ in one
+    dimension) against ½·√(π/2)·e^{1/2}·erfc(1/√2), and E[(x² + y² + 1)^(-1)·x²] against scipy's
+    quadrature in polar coordinates; a shift inside another head (tanh) leaves the rule."""
+    x, y = sp.symbols("x y", real=True)
+    one = expect((x ** 2 + y ** 2 + 1) ** sp.Rational(-1, 2) * Step(x), [x, y], sp.eye(2))
+    assert one.method == "exact"
+    assert one.value == pytest.approx(0.5 * math.sqrt(math.pi / 2) * math.exp(0.5) * math.erfc(2 ** -0.5), rel=1e-13)
+    two = expect(x ** 2 / (x ** 2 + y ** 2 + 1), [x, y], sp.eye(2))
+    ref = integrate.quad(lambda r: r ** 3 * math.exp(-r * r / 2) / (r * r + 1) / 2, 0, np.inf, epsabs=1e-14)[0]
+    assert two.method == "exact" and two.value == pytest.approx(ref, rel=1e-12)
+    three = expect(sp.tanh(x / sp.sqrt(x ** 2 + y ** 2 + 1)) ** 2, [x, y], sp.eye(2))
+    assert three.method != "exact" and three.error > 0

@@ -76,7 +76,7 @@ def norm_forms(expr: sp.Expr, gaussians: tuple) -> list[tuple[sp.Expr, sp.Expr, 
         if (e.is_Integer and e >= 0) or not b.is_Add or not b.free_symbols or b.free_symbols - gs:
             continue
         eps, Q = b.as_coeff_Add()
-        if eps >= 0 and Q.is_Add and is_quadratic_form(Q):
+        if eps.is_nonnegative and Q.is_Add and is_quadratic_form(Q):
             out.add((b, Q, eps))
     return sorted(out, key=lambda t: sp.default_sort_key(t[0]))
 
