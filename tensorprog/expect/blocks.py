@@ -18,9 +18,11 @@ relu(a·Q^e) = Q^e·relu(a), δ(a·Q^e) = Q^{−e}·δ(a)) leave the integrand, 
     a = (r + p)/2,  z = ε/(2c)
 
 (U: Tricomi's confluent hypergeometric function, from ∫_0^∞ t^{a−1} (t + z)^E e^{−t} dt =
-Γ(a) z^{a+E} U(a, a + E + 1, z); evaluated by mpmath to 30 digits, so the term is a float).  :func:`split_norms` returns that rewrite, or
-None: a Q under another head (tanh(z/√Q)), a term not homogeneous, a symbolic covariance, or
-an expansion larger than the budget.  Each block's radius is integrated separately, so an
+Γ(a) z^{a+E} U(a, a + E + 1, z); evaluated by mpmath to 30 digits, so the term is a float).
+
+:func:`split_norms` returns that rewrite (its multiplied-out terms), or None: a Q under another
+head (tanh(z/√Q)), a term not homogeneous, a symbolic covariance, or an expansion larger than the
+budget.  Each block's radius is integrated separately, so an
 integrand homogeneous in several independent blocks (one per layer's batch) loses all of them.
 """
 from __future__ import annotations
@@ -401,8 +403,10 @@ def kinked_moments(poly: dict[tuple, float], G: np.ndarray) -> float:
 
 @functools.lru_cache(maxsize=64)
 def legendre_nodes(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """The n-point Gauss–Legendre nodes and weights on [−1, 1] (computed once per n)."""
-    return np.polynomial.legendre.leggauss(n)
+    """The n-point Gauss–Legendre nodes and weights on [−1, 1] (computed once per n, read-only)."""
+    x, w = np.polynomial.legendre.leggauss(n)
+    x.flags.writeable = w.flags.writeable = False
+    return x, w
 
 
 def _near(phi: float, ref: float) -> float:
