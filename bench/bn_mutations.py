@@ -15,7 +15,7 @@ from pathlib import Path
 import tensorprog as tp
 
 PROGRAM = str(Path(__file__).resolve().parent.parent / "programs" / "bn_gradient.tp")
-VARIANTS = [dict(B=4), dict(B=6, D=2), dict(B=8, D=2), dict(B=5, c0=0.3), dict(B=5, eps=0.001),
+VARIANTS = [dict(B=4), dict(B=6, D=2), dict(B=8, D=2), dict(B=5, c0=0.3), dict(B=5, eps=0.001), dict(B=5, D=4, eps=0.001),
             dict(B=4, act=0, D=2), dict(B=5, act=2), dict(B=6, act=2, sym=1), dict(B=7, D=3, sym=1)]
 
 

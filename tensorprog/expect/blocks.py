@@ -11,9 +11,18 @@ degree k in z_B (y: the other variables) has
 
 so the non-polynomial Q^e (and the kinks' positive scales: step(a·Q^e) = step(a),
 relu(a·Q^e) = Q^e·relu(a), δ(a·Q^e) = Q^{−e}·δ(a)) leave the integrand, and what remains
-(polynomials × kinks) goes to the closed forms.  :func:`split_norms` returns that rewrite, or
-None: a Q under another head (tanh(z/√Q)), a term not homogeneous, a symbolic covariance, or
-an expansion larger than the budget.  Each block's radius is integrated separately, so an
+(polynomials × kinks) goes to the closed forms.  A shifted norm (Q + ε)^e, ε > 0 (batchnorm's
+σ² + ε), is integrated the same way, by a one-dimensional radial integral in closed form:
+
+    E[ρ^p (cρ² + ε)^E] / E[ρ^k] = 2^{(p−k)/2} (2c)^E Γ(a) z^{a+E} U(a, a + E + 1, z) / Γ((r + k)/2),
+    a = (r + p)/2,  z = ε/(2c)
+
+(U: Tricomi's confluent hypergeometric function, from ∫_0^∞ t^{a−1} (t + z)^E e^{−t} dt =
+Γ(a) z^{a+E} U(a, a + E + 1, z); evaluated by mpmath to 30 digits, so the term is a float).
+
+:func:`split_norms` returns that rewrite (its multiplied-out terms), or None: a Q under another
+head (tanh(z/√Q)), a term not homogeneous, a symbolic covariance, or an expansion larger than the
+budget.  Each block's radius is integrated separately, so an
 integrand homogeneous in several independent blocks (one per layer's batch) loses all of them.
 """
 from __future__ import annotations
@@ -22,6 +31,7 @@ import functools
 import itertools
 import math
 
+import mpmath
 import numpy as np
 import sympy as sp
 
@@ -44,22 +54,44 @@ def radius_moment_ratio(p: sp.Expr, k: int, r: int) -> sp.Expr:
     return sp.Integer(2) ** (p / 2) * sp.gamma(sp.Rational(r + k) / 2 + p / 2) / sp.gamma(sp.Rational(r + k, 2))
 
 
-def norm_forms(expr: sp.Expr, gaussians: tuple) -> list[sp.Expr]:
-    """The bases Q of powers Q^e (e not a non-negative integer) that are quadratic forms in the
-    Gaussians."""
+@functools.lru_cache(maxsize=4096)
+def shifted_radius_ratio(j: sp.Rational, E: sp.Rational, k: int, r: int, c: float, eps: float) -> sp.Float:
+    """E[ρ^{k+j} (cρ² + ε)^E] / E[ρ^k] for ρ ~ χ_r, c, ε > 0 (module doc: Tricomi's U, by mpmath)."""
+    if r + k + j <= 0 or r + k <= 0:
+        raise ZeroDivisionError(f"E ρ^{k + j} or E ρ^{k} is infinite for ρ ~ χ_{r}")
+    with mpmath.workdps(30):
+        def mp(x: sp.Rational) -> mpmath.mpf:
+            return mpmath.mpf(int(x.p)) / int(x.q)
+        a, e, z = mp(sp.Rational(r + k) + j) / 2, mp(E), mpmath.mpf(eps) / (2 * mpmath.mpf(c))
+        out = (mpmath.power(2, mp(j) / 2) * (2 * mpmath.mpf(c)) ** e * mpmath.gamma(a) * z ** (a + e)
+               * mpmath.hyperu(a, a + e + 1, z) / mpmath.gamma(mpmath.mpf(r + k) / 2))
+        return sp.Float(out, 17)
+
+
+def norm_forms(expr: sp.Expr, gaussians: tuple) -> list[tuple[sp.Expr, sp.Expr, sp.Expr]]:
+    """The bases b = Q + ε of powers b^e (e not a non-negative integer) with Q a quadratic form in the
+    Gaussians and ε ≥ 0 a number: [(b, Q, ε)]."""
     out = set()
     gs = set(gaussians)
     for p in expr.atoms(sp.Pow):
         b, e = p.base, p.exp
         if (e.is_Integer and e >= 0) or not b.is_Add or not b.free_symbols or b.free_symbols - gs:
             continue
-        gens = sorted(b.free_symbols, key=str)
-        if not b.is_polynomial(*gens):                  # e.g. (2 + cos ℓ)^(-1): not a norm
-            continue
-        P = sp.Poly(b, *gens)
-        if P.is_homogeneous and P.total_degree() == 2:
-            out.add(b)
-    return sorted(out, key=sp.default_sort_key)
+        eps, Q = b.as_coeff_Add()
+        if eps.is_nonnegative and Q.is_Add and is_quadratic_form(Q):
+            out.add((b, Q, eps))
+    return sorted(out, key=lambda t: sp.default_sort_key(t[0]))
+
+
+@functools.lru_cache(maxsize=4096)
+def is_quadratic_form(b: sp.Expr) -> bool:
+    """Whether b is a homogeneous polynomial of degree 2 in its symbols (memoised: the same σ²
+    comes back in every integrand of a layer)."""
+    gens = sorted(b.free_symbols, key=str)
+    if not b.is_polynomial(*gens):                      # e.g. (2 + cos ℓ)^(-1): not a norm
+        return False
+    P = sp.Poly(b, *gens)
+    return P.is_homogeneous and P.total_degree() == 2
 
 
 def mahalanobis_scale(Q: sp.Expr, block: tuple, cov: np.ndarray) -> float | None:
@@ -120,9 +152,11 @@ def degree(expr: sp.Expr, block: set, memo: dict | None = None) -> sp.Expr | Non
 
 
 def split_norms(expr: sp.Expr, gaussians: tuple, cov: Matrix, groups: dict,
-                max_size: float) -> sp.Expr | None:
-    """expr with every block norm Q^e integrated out (module doc): an expression whose E equals
-    E[expr], free of those Q's; None if the rule does not apply."""
+                max_size: float) -> list[tuple[sp.Expr, list[tuple[sp.Expr, int]]]] | None:
+    """expr with every block norm Q^e integrated out (module doc), multiplied out: terms
+    (number, [(factor, exponent)]) whose sum has the E of expr and is free of those Q's (the factors
+    are symbols and non-polynomial atoms, as :func:`multiply.multiplied_terms` gives them; not
+    built into sympy products, which cost more than the rest); None if the rule does not apply."""
     Qs = norm_forms(expr, gaussians)
     if not Qs or cov.free_symbols:
         return None
@@ -130,7 +164,7 @@ def split_norms(expr: sp.Expr, gaussians: tuple, cov: Matrix, groups: dict,
     C = np.array(cov.tolist(), dtype=float)
     present = expr.free_symbols
     radii: dict = {}
-    for Q in Qs:
+    for base, Q, eps in Qs:
         gids = {groups[s] for s in Q.free_symbols}
         block = tuple(g for g in gaussians if groups[g] in gids and g in present)
         key = frozenset(block)
@@ -143,10 +177,15 @@ def split_norms(expr: sp.Expr, gaussians: tuple, cov: Matrix, groups: dict,
             return None
         rank = int(np.linalg.matrix_rank(Cb, tol=1e-10 * max(np.max(np.abs(Cb)), 1e-300)))
         R = sp.Dummy("rho", positive=True)
-        radii[key] = (Q, c, rank, R, set(block))
-    sub = {Q: exact_number(c, Q, cov) * R ** 2 for Q, c, _, R, _ in radii.values()}
+        radii[key] = (base, c, rank, R, set(block), eps)
+    # Q → cR²; Q + ε → a positive symbol T standing for cR² + ε (kept whole: sympy would expand
+    # (cR² + ε)^(−3/2) into a quotient of sums)
+    shifted = {R: sp.Dummy("T", positive=True) for _, _, _, R, _, eps in radii.values() if eps != 0}
+    sub = {b: shifted[R] if R in shifted else exact_number(c, b, cov) * R ** 2
+           for b, c, _, R, _, eps in radii.values()}
     out = rational_exponents(expr).xreplace(sub)
-    Rs = {R for _, _, _, R, _ in radii.values()}
+    Rs = {R for _, _, _, R, _, _ in radii.values()} | set(shifted.values())
+    shifted = {T: R for R, T in shifted.items()}                       # T → its radius R
     out = out.replace(lambda e: isinstance(e, Delta) and e.args[0].is_Mul and e.args[0].has(*Rs),
                       lambda e: _delta_scale(e, Rs))
     if any(a.has(*Rs) for f in out.atoms(sp.Function) for a in f.args):
@@ -154,31 +193,62 @@ def split_norms(expr: sp.Expr, gaussians: tuple, cov: Matrix, groups: dict,
     if expanded_size(out) > max_size:
         return None
     total = []
-    memos = {R: {} for _, _, _, R, _ in radii.values()}
+    memos = {R: {} for _, _, _, R, _, _ in radii.values()}
+    radial: dict = {}                          # factor → (R, power of R, power of cR² + ε), or None
     for coeff, fs in multiplied_terms(out):
-        factor = sp.Integer(1)
-        for _, _, rank, R, block in radii.values():
-            powers = [f for f in fs if f.has(R)]
-            if any(f.as_base_exp()[0] != R for f in powers):
+        js = {R: [sp.Integer(0), sp.Integer(0)] for _, _, _, R, _, _ in radii.values()}
+        rest = []
+        for f, k in fs:
+            if f not in radial:
+                radial[f] = radius_power(f, Rs, shifted)
+            rj = radial[f]
+            if rj is False:
                 return None
-            j = sp.Add(*[f.as_base_exp()[1] for f in powers])
-            fs = [f for f in fs if not f.has(R)]
-            k = sum_degree(fs, block, memos[R])
+            if rj is None:
+                rest.append((f, k))
+            else:
+                js[rj[0]][0] += rj[1] * k
+                js[rj[0]][1] += rj[2] * k
+        factor = sp.Integer(1)
+        for _, c, rank, R, block, eps in radii.values():
+            k = sum_degree(rest, block, memos[R])
             if k is None or not k.is_Integer:
                 return None
-            if j != 0:
-                try:
+            j, e = js[R]
+            try:
+                if e != 0:
+                    factor *= shifted_radius_ratio(j, e, int(k), rank, c, float(eps))
+                elif j != 0:
                     factor *= radius_moment_ratio(j, int(k), rank)
-                except ZeroDivisionError:
-                    return None
-        total.append(sp.Mul(factor, coeff, *fs))
-    return sp.Add(*total)
+            except ZeroDivisionError:
+                return None
+        total.append((factor * coeff, rest))
+    return total
 
 
-def sum_degree(factors: list, block: set, memo: dict) -> sp.Expr | None:
-    """The degree of a product: the sum of its factors' degrees (each memoised)."""
-    ds = [degree(f, block, memo) for f in factors]
-    return None if None in ds else sp.Add(*ds)
+def radius_power(f: sp.Expr, Rs: set, shifted: dict) -> tuple[sp.Symbol, sp.Expr, sp.Expr] | None | bool:
+    """(R, j, 0) when f = R^j for a radius R, (R, 0, e) when f = T^e for T = cR² + ε (``shifted``:
+    T → R), j and e rationals; None when f is free of these symbols (``Rs``), False otherwise (one
+    inside another expression)."""
+    if not f.has(*Rs):
+        return None
+    b, j = f.as_base_exp()
+    if not j.is_Rational:
+        return False
+    if b in shifted:
+        return shifted[b], sp.Integer(0), j
+    return (b, j, sp.Integer(0)) if b in Rs else False
+
+
+def sum_degree(factors: list[tuple[sp.Expr, int]], block: set, memo: dict) -> sp.Expr | None:
+    """The degree of Π f^k over (f, k) in ``factors``: Σ k·deg f (each deg f memoised)."""
+    total = sp.Integer(0)
+    for f, k in factors:
+        d = degree(f, block, memo)
+        if d is None:
+            return None
+        total += k * d
+    return total
 
 
 def exact_number(c: float, Q: sp.Expr, cov: Matrix) -> sp.Expr:
@@ -193,14 +263,20 @@ def rational_exponents(expr: sp.Expr) -> sp.Expr:
     """x**0.5 → x**(1/2): Float exponents (from the program's 0.5) as the rationals they are."""
     floats = [e for e in expr.atoms(sp.Pow) if e.exp.is_Float]
     while floats:                     # innermost first, so that outer keys still match
-        sub = {e: sp.Pow(e.base, sp.nsimplify(e.exp, rational=True)) for e in floats}
+        sub = {e: sp.Pow(e.base, rational(e.exp)) for e in floats}
         expr = expr.xreplace(sub)
         floats = [e for e in expr.atoms(sp.Pow) if e.exp.is_Float]
     return expr
 
 
+@functools.lru_cache(maxsize=256)
+def rational(x: sp.Float) -> sp.Rational:
+    """The rational a Float exponent stands for (``nsimplify``, memoised)."""
+    return sp.nsimplify(x, rational=True)
+
+
 def _delta_scale(e: sp.Expr, Rs: set) -> sp.Expr:
-    """δ(a·R^p·s) = δ(a)/(R^p·s) for the radius symbols R and positive numbers s."""
+    """δ(a·R^p·s) = δ(a)/(R^p·s) for the radius symbols R (and T = cR² + ε) and positive numbers s."""
     scale = [f for f in sp.Mul.make_args(e.args[0]) if (f.is_number and f.is_positive)
              or (f.is_Pow and f.base in Rs) or f in Rs]
     rest = sp.Mul(*[f for f in sp.Mul.make_args(e.args[0]) if f not in scale])
@@ -209,11 +285,19 @@ def _delta_scale(e: sp.Expr, Rs: set) -> sp.Expr:
 
 def kink_conditioned(poly: sp.Expr, kinks: list[sp.Expr], gs: tuple, cov: np.ndarray
                      ) -> tuple[dict[tuple, float], np.ndarray] | None:
+    """:func:`kink_conditioned_monomials` of a multiplied-out sympy polynomial in ``gs``."""
+    terms = monomials(poly, {g: i for i, g in enumerate(gs)})
+    return None if terms is None else kink_conditioned_monomials(terms, kinks, gs, cov)
+
+
+def kink_conditioned_monomials(terms: list[tuple[tuple, object]], kinks: list[sp.Expr], gs: tuple,
+                               cov: np.ndarray) -> tuple[dict[tuple, float], np.ndarray] | None:
     """E[P(z)·S(Wz)] with S a function of k ≤ 2 linear forms u = Wz (the kinks: steps) as an
     expectation over u alone: z = A u + ε with A = C Wᵀ G⁻¹, G = W C Wᵀ, ε ~ N(0, C − A G Aᵀ)
     independent of u, so E[P(z) S(u)] = E[S(u)·P̃(u)], P̃(u) = E_ε P(Au + ε) (Isserlis, in floats).
+    P = Σ c·z^α is given as ``terms`` [(α, c)] (c a number that converts to float).
     Returns (P̃ as {β: coefficient of u^β}, G), or None (a kink not linear
-    through 0, G singular, P not a polynomial).  The k-dimensional rest goes to the closed forms:
+    through 0, G singular).  The k-dimensional rest goes to the closed forms:
     (:func:`kinked_moments`): one small integral per kink pattern instead of a symbolic Stein recursion in rank(C)
     dimensions (B − 1 for a batch of B)."""
     index = {g: i for i, g in enumerate(gs)}
@@ -229,9 +313,6 @@ def kink_conditioned(poly: sp.Expr, kinks: list[sp.Expr], gs: tuple, cov: np.nda
         return None
     A = cov @ W.T @ np.linalg.inv(G)
     E = cov - A @ G @ A.T
-    terms = monomials(poly, index)
-    if terms is None:
-        return None
     k = len(kinks)
     out: dict[tuple, float] = {}
     memo: dict = {}
@@ -320,6 +401,14 @@ def kinked_moments(poly: dict[tuple, float], G: np.ndarray) -> float:
     return values[1]
 
 
+@functools.lru_cache(maxsize=64)
+def legendre_nodes(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The n-point Gauss–Legendre nodes and weights on [−1, 1] (computed once per n, read-only)."""
+    x, w = np.polynomial.legendre.leggauss(n)
+    x.flags.writeable = w.flags.writeable = False
+    return x, w
+
+
 def _near(phi: float, ref: float) -> float:
     """phi shifted by a multiple of 2π to within π of ref."""
     return phi - 2 * math.pi * round((phi - ref) / (2 * math.pi))
@@ -327,7 +416,7 @@ def _near(phi: float, ref: float) -> float:
 
 def _wedge(poly: dict[tuple, float], L: np.ndarray, lo: float, hi: float, n: int) -> float:
     """(1/2π) ∫_lo^hi Σ_β c_β R(|β|) (L(cos θ, sin θ))^β dθ by n-point Gauss–Legendre."""
-    x, w = np.polynomial.legendre.leggauss(n)
+    x, w = legendre_nodes(n)
     theta = lo + (hi - lo) * (x + 1) / 2
     u = L @ np.stack([np.cos(theta), np.sin(theta)])
     total = np.zeros_like(theta)

@@ -34,12 +34,13 @@ class _Gens:
 
 def multiply_out(expr: sp.Expr) -> sp.Expr:
     """``sp.expand(expr)``: the sum of monomials (module doc)."""
-    return sp.Add(*[sp.Mul(c, *fs) for c, fs in multiplied_terms(expr)])
+    return sp.Add(*[sp.Mul(c, *[g ** k for g, k in fs]) for c, fs in multiplied_terms(expr)])
 
 
-def multiplied_terms(expr: sp.Expr) -> list[tuple[sp.Number, list[sp.Expr]]]:
-    """The terms of ``sp.expand(expr)`` as (coefficient, [generator**exponent]), not yet
-    multiplied into sympy products (for callers that take every term apart again)."""
+def multiplied_terms(expr: sp.Expr) -> list[tuple[sp.Number, list[tuple[sp.Expr, int]]]]:
+    """The terms of ``sp.expand(expr)`` as (coefficient, [(generator, exponent)]), not multiplied
+    into sympy products (for callers that take every term apart again): the generators are the
+    symbols and the opaque atoms of the module doc, each term's distinct and in a fixed order."""
     gens = _Gens()
     memo: dict = {}
     poly = _poly(expr, gens, memo)
@@ -48,7 +49,7 @@ def multiplied_terms(expr: sp.Expr) -> list[tuple[sp.Number, list[sp.Expr]]]:
         if c == 0:
             continue
         coeff = sp.Rational(c.numerator, c.denominator) if isinstance(c, Fraction) else sp.Float(c)
-        terms.append((coeff, [gens.exprs[i] ** k for i, k in mono if k]))
+        terms.append((coeff, [(gens.exprs[i], k) for i, k in mono if k]))
     return terms
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 import sympy as sp
@@ -33,9 +34,9 @@ from .exact import canon, closed_form_blocker, expand_within, gauss_closed_form,
 from .laws import Law, as_number
 from .linalg import ExpansionBudget, Matrix, NoClosedForm, affine, condition
 from .analysis import expanded_size, growth, parity
-from .blocks import kink_conditioned, kinked_moments, split_norms
+from .blocks import kink_conditioned_monomials, kinked_moments, split_norms
 from .multiply import multiply_out
-from ..symbolic.heads import Delta, Sign, Step
+from ..symbolic.heads import Delta, Relu, Sign, Step
 
 MAX_ENUMERATION = 8           # at most 2^8 Rademacher value combinations summed exactly
 
@@ -165,49 +166,66 @@ class Engine:
                 return out
         return self.job(expr, syms, ctx)
 
-    def collected(self, expr: sp.Expr, ctx: Ctx, groups: dict) -> sp.Expr:
-        """E of a multiplied-out sum Σ_t O_t·P_t·S_t, with S_t the non-polynomial factors of t (all in
-        one independence group g), P_t its polynomial factors in g and O_t the rest (independent
-        of g): Σ_S E[S·Σ_t E[O_t]·P_t].  One closed form per distinct S instead of one per term
-        (batchnorm's integrands after ``blocks.split_norms``: thousands of terms, a few S)."""
-        acc: dict[sp.Expr, list] = {}
-        outers: dict[sp.Expr, sp.Expr] = {}          # E[O] per distinct O (many terms share one)
+    def collected(self, terms: list, ctx: Ctx, groups: dict) -> sp.Expr:
+        """E of a multiplied-out sum Σ_t c_t·O_t·P_t·S_t (``terms``: (c_t, [(factor, exponent)]) as
+        ``blocks.split_norms`` gives them), with S_t the non-polynomial factors of t (all in one
+        independence group g), P_t its polynomial factors in g and O_t the rest (independent of g):
+        Σ_S E[S·Σ_t c_t·E[O_t]·P_t].  One closed form per distinct S instead of one per term
+        (batchnorm's integrands: thousands of terms, a few S); the terms are classified factor by
+        factor (memoised), and sympy products are built only for what goes back to :meth:`E`."""
+        kind: dict = {}                              # factor → (kinked?, its groups)
+        acc: dict[tuple, list] = {}
+        outers: dict[tuple, sp.Expr] = {}            # E[O] per distinct O (many terms share one)
         total = []
-        for t in sp.Add.make_args(expr):
-            factors = sp.Mul.make_args(t)
-            gauss = [s for s in t.free_symbols if s in groups]
-            kinked = [f for f in factors if f.has(*gauss) and not f.is_polynomial(*gauss)]
-            gids = {groups[s] for f in kinked for s in f.free_symbols if s in groups}
+        for c, fs in terms:
+            number, kinked, plain = c, [], []
+            for f, k in fs:
+                if f not in kind:
+                    syms = f.free_symbols & groups.keys()
+                    kind[f] = (bool(syms) and not f.is_polynomial(*syms), {groups[s] for s in syms})
+                is_kink, gids = kind[f]
+                if not gids and f.is_number:
+                    number *= f ** k
+                else:
+                    (kinked if is_kink else plain).append((f, k))
+            gids = {g for f, _ in kinked for g in kind[f][1]}
             if len(gids) != 1:
-                total.append(self.E(t, ctx))
+                total.append(self.E(_product(c, fs), ctx))
                 continue
             g = gids.pop()
-            inner = [f for f in factors if f not in kinked and any(groups.get(s) == g for s in f.free_symbols)]
-            number, outer = sp.Mul(*[f for f in factors if f not in kinked and f not in inner]).as_coeff_Mul()
+            inner = tuple(fk for fk in plain if g in kind[fk[0]][1])
+            outer = tuple(fk for fk in plain if g not in kind[fk[0]][1])
             if outer not in outers:
-                outers[outer] = self.E(outer, ctx)
+                outers[outer] = self.E(_product(sp.Integer(1), outer), ctx)
             coeff = number * outers[outer]
             if not coeff.is_number:
-                total.append(self.E(t, ctx))
+                total.append(self.E(_product(c, fs), ctx))
                 continue
-            acc.setdefault(sp.Mul(*kinked), []).append(coeff * sp.Mul(*inner))
-        for S, polys in acc.items():
-            P = multiply_out(sp.Add(*polys))
-            fast = self.kinked_polynomial(S, P, ctx, groups)
-            total.append(fast if fast is not None else self.E(S * P, ctx))
+            acc.setdefault(tuple(kinked), []).append((coeff, inner))
+        for kinked, polys in acc.items():
+            S = _product(sp.Integer(1), kinked)
+            fast = self.kinked_polynomial(S, polys, ctx, groups)
+            if fast is None:
+                P = multiply_out(sp.Add(*[_product(c, inner) for c, inner in polys]))
+                fast = self.E(S * P, ctx)
+            total.append(fast)
         return sp.Add(*total)
 
-    def kinked_polynomial(self, S: sp.Expr, P: sp.Expr, ctx: Ctx, groups: dict) -> sp.Expr | None:
-        """E[S·P] for S a product of steps of at most two linear forms and P a polynomial, at a
-        numeric Σ, by conditioning on the kinks (``blocks.kink_conditioned``); None otherwise."""
-        kinks = []
+    def kinked_polynomial(self, S: sp.Expr, polys: list, ctx: Ctx, groups: dict) -> sp.Expr | None:
+        """E[S·P] for S a product of steps and relus of at most two linear forms and P = Σ c·Π z^k a polynomial
+        (``polys``: (number c, [(Gaussian z, k)])), at a numeric Σ, by conditioning on the kinks
+        (``blocks.kink_conditioned``); None otherwise."""
+        kinks, extra = [], []                     # relu(u)^k = u^k·step(u): u^k joins P̃
         for f in sp.Mul.make_args(S):
             b, k = f.as_base_exp()
-            if not (isinstance(b, Step) and k.is_Integer and k > 0):
+            if not (isinstance(b, (Step, Relu)) and k.is_Integer and k > 0):
                 return None
             if b.args[0] not in kinks:
                 kinks.append(b.args[0])
-        syms = S.free_symbols | P.free_symbols
+                extra.append(0)
+            if isinstance(b, Relu):
+                extra[kinks.index(b.args[0])] += int(k)
+        syms = S.free_symbols | {z for _, inner in polys for z, _ in inner}
         g = {groups[s] for s in syms if s in groups}
         if len(kinks) > 2 or len(g) != 1 or self.symbolic(ctx.cov):
             return None
@@ -218,11 +236,25 @@ class Engine:
         if self.cov_blocks.get(key, (None,))[0] is not ctx.cov:
             self.cov_blocks[key] = (ctx.cov, np.array(ctx.cov.extract(idx, idx).tolist(), dtype=float))
         C = self.cov_blocks[key][1]
+        index = {z: i for i, z in enumerate(gs)}
+        P: dict[tuple, object] = {}
+        for c, inner in polys:
+            mono = [0] * len(gs)
+            for z, k in inner:
+                if z not in index:
+                    return None
+                mono[index[z]] += k
+            try:
+                x = Fraction(int(c.p), int(c.q)) if c.is_Rational else float(c)
+            except TypeError:                      # a complex number: not for these rules
+                return None
+            P[tuple(mono)] = P.get(tuple(mono), 0) + x
         try:
-            got = kink_conditioned(P, kinks, gs, C)
+            got = kink_conditioned_monomials(list(P.items()), kinks, gs, C)
             if got is None:
                 return None
-            return sp.Float(kinked_moments(*got))
+            poly = {tuple(b + e for b, e in zip(beta, extra)): c for beta, c in got[0].items()}
+            return sp.Float(kinked_moments(poly, got[1]))
         except (NoClosedForm, ValueError, np.linalg.LinAlgError):
             return None
 
@@ -337,6 +369,11 @@ class Engine:
         if key not in self.jobs:
             self.jobs[key] = sp.Dummy(f"J{len(self.jobs)}")
         return self.jobs[key]
+
+
+def _product(c: sp.Expr, factors) -> sp.Expr:
+    """c·Π f^k over (f, k) in ``factors``, as a sympy expression."""
+    return sp.Mul(c, *[f ** k for f, k in factors])
 
 
 def positive_scale(arg: sp.Expr, gaussians: tuple) -> list[sp.Expr] | None:
