@@ -89,6 +89,14 @@ class Link:
         return total
 
 
+def products(link: Link, args: list, transposed: bool, xp=np) -> list:
+    """The products of a chain (or its transpose) by the vectors ``args``: on a stacked link, several
+    arguments side by side, one pass over its stacks; else one by one."""
+    if len(args) > 1 and link.stack is not None:
+        return list(link.matmul(np.stack(args, axis=1), transposed).T)
+    return [link.matmul(x, transposed, xp) for x in args]
+
+
 def factors(program: ir.Program, sizes: dict[str, int], e: ir.RankOne) -> tuple[float, float]:
     """(a, b) of a term without its coefficient: |w(h)|/(|d|·size(w(h))) and |w(g)|/(|d|·size(w(g)))
     (dims' ratios, as the expansion's mean(h x)·|w(h)|/|d|)."""
@@ -100,7 +108,7 @@ def factors(program: ir.Program, sizes: dict[str, int], e: ir.RankOne) -> tuple[
 
 def rank_one_value(program: ir.Program, sizes: dict[str, int], e: ir.RankOne, read, fast: bool) -> Link:
     """The Link of a RankOne equation from its previous link, coefficient and vectors (``fast``:
-    numpy, one trial: stacked)."""
+    the layout stacks links, numpy with one input per trial: stacked)."""
     prev: Link | None = read(e.prev) if e.prev >= 0 else None
     c = e.scale * (read(e.coeff) if e.coeff >= 0 else 1.0)
     left, right = read(e.left), read(e.right)
