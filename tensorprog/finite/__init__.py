@@ -9,8 +9,9 @@ The pipeline, one module per stage:
   laws, the schedule (:mod:`.schedule`: which equations run together, when arrays die)
   and dense or blocked matrices (:mod:`.memory`);
 * :mod:`.executor`: the interpreter of a plan, trial by trial, with a rule per equation
-  kind (the hot loop); :mod:`.evaluate`: function trees with numpy, and the cause of a
-  non-finite value;
+  kind (the hot loop), on two strategies chosen once: the backend's array operations
+  (:mod:`.ops`) and the trial's layout (:mod:`.layout`: one input, or P side by side);
+  :mod:`.evaluate`: function trees with numpy, and the cause of a non-finite value;
 * :mod:`.backend`: the array libraries (numpy, torch, jax, cupy; ``backend`` and ``device``
   options): their array-API namespaces, random streams and builtins;
 * :mod:`.workers` and :mod:`.parallel`: trials in worker processes; :mod:`.progress`: bars;

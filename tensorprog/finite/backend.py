@@ -7,7 +7,8 @@ and a random :class:`Stream` per (trial, variable).  The executor's array code u
 so ``array_api_strict`` (the standard's minimal namespace, a backend for the tests only) runs it
 too: nothing numpy-only slips in.
 
-**numpy** keeps its own paths (numpy Generators, in-place sampling, errstate): its numbers are
+**numpy** keeps its own paths (numpy Generators, in-place sampling, errstate: the executor's
+:class:`~.ops.NumpyOps`; every other backend runs :class:`~.ops.ArrayApiOps`): its numbers are
 those of every earlier version, bit for bit.  The other libraries are imported only when
 chosen (:func:`get_backend`, cached).
 

@@ -13,9 +13,10 @@ mean(h x)·|w(h)|/|d_t|.)
 A link extends its previous link's stack in place when it is the newest link of that stack (a
 training run: each update extends the chain before it), else copies the first k terms: the
 chain's memory is one (g, h) pair per term.  The stacks are row-major (k, n) so that appending
-a term writes one contiguous row.  This fast path is numpy's, one trial at a time; a run on P
-inputs at once (vectors (n, P)) or on another array backend keeps the terms as a list and sums
-them term by term, c_t g_t mean(h_t x)·|w(h)|/|d_t| (the same value, O(n·k) too).
+a term writes one contiguous row.  This fast path is numpy's, one trial at a time (the narrow
+layout on :class:`~.ops.NumpyOps`: ``stacks_links``); a run on P inputs at once (vectors
+(n, P)) or on another array backend keeps the terms as a list and sums them term by term,
+c_t g_t mean(h_t x)·|w(h)|/|d_t| (the same value, O(n·k) too).
 """
 from __future__ import annotations
 
@@ -89,6 +90,14 @@ class Link:
         return total
 
 
+def products(link: Link, args: list, transposed: bool, xp=np) -> list:
+    """The products of a chain (or its transpose) by the vectors ``args``: on a stacked link, several
+    arguments side by side, one pass over its stacks; else one by one."""
+    if len(args) > 1 and link.stack is not None:
+        return list(link.matmul(np.stack(args, axis=1), transposed).T)
+    return [link.matmul(x, transposed, xp) for x in args]
+
+
 def factors(program: ir.Program, sizes: dict[str, int], e: ir.RankOne) -> tuple[float, float]:
     """(a, b) of a term without its coefficient: |w(h)|/(|d|·size(w(h))) and |w(g)|/(|d|·size(w(g)))
     (dims' ratios, as the expansion's mean(h x)·|w(h)|/|d|)."""
@@ -98,14 +107,14 @@ def factors(program: ir.Program, sizes: dict[str, int], e: ir.RankOne) -> tuple[
     return a, b
 
 
-def rank_one_value(program: ir.Program, sizes: dict[str, int], e: ir.RankOne, read, fast: bool) -> Link:
-    """The Link of a RankOne equation from its previous link, coefficient and vectors (``fast``:
-    numpy, one trial: stacked)."""
+def rank_one_value(program: ir.Program, sizes: dict[str, int], e: ir.RankOne, read, stacks: bool) -> Link:
+    """The Link of a RankOne equation from its previous link, coefficient and vectors (``stacks``:
+    the trial's layout stacks links, :attr:`~.layout.Layout.stacks_links`: stacked)."""
     prev: Link | None = read(e.prev) if e.prev >= 0 else None
     c = e.scale * (read(e.coeff) if e.coeff >= 0 else 1.0)
     left, right = read(e.left), read(e.right)
     a, b = factors(program, sizes, e)
-    if fast and np.ndim(c) == 0:
+    if stacks and np.ndim(c) == 0:
         if prev is None:
             stack = Stack(sizes[e.rows], sizes[e.cols], np.result_type(left.dtype, right.dtype))
         elif prev.stack is not None and prev.stack.count == prev.k:
