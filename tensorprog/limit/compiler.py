@@ -14,8 +14,9 @@ variables), every scalar c a number c̊:
 Expectations go to the expectation engine (``expect``); each carries its method and error.
 
 The pipeline: :func:`compile_program` runs a :class:`Compiler` (the mutable builder: one
-``do_<Eqn kind>`` rule per equation kind, in program order) with three collaborators, the
-:class:`.Ledger` (the law of the base variables and every expectation), the
+``do_<Eqn kind>`` rule per equation kind, in program order) with its :class:`.Interpretation`
+(what the numbers are, :mod:`.interpret`: the compiler has no mode flags) and three
+collaborators, the :class:`.Ledger` (the law of the base variables and every expectation), the
 :class:`.Hypotheses` (warnings) and the :class:`.Finiteness` check (errors), and returns an
 immutable :class:`Compiled` (the recurrence's lines, the Z's and c̊'s, the estimates; its
 ``limit()`` gives every output's value).
