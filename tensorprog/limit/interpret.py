@@ -100,7 +100,7 @@ class Interpretation:
         number, else the general route."""
         if ledger.cov_number is not None:
             return forms_route(ledger, expr, where, deps)
-        return general_route(ledger, expr, where, self.closed_form)
+        return general_route(ledger, expr, where, self.closed_form, self.params)
 
     def closed_form(self, ledger: Ledger, expr: sp.Expr, gauss: list[sp.Symbol], cov: sp.Matrix,
                     laws: Mapping) -> Estimate:
@@ -184,7 +184,7 @@ class Exact(Interpretation):
         return None
 
     def expect(self, ledger: Ledger, expr: sp.Expr, where: ir.Eqn, deps: IndexSet) -> int:
-        return general_route(ledger, expr, where, self.closed_form)
+        return general_route(ledger, expr, where, self.closed_form, self.params)
 
     def value(self, est: Estimate, index: int) -> sp.Expr:
         return est.exact if est.exact is not None else sp.Float(est.value)
@@ -279,11 +279,12 @@ class Swept(Batched):
 
 # ---- the ledger's routes for E[expr]
 def general_route(ledger: Ledger, expr: sp.Expr, where: ir.Eqn,
-                  rule: Callable[[Ledger, sp.Expr, list, sp.Matrix, Mapping], Estimate]) -> int:
-    """E[expr] over the Gaussians it depends on with their sympy covariance (param symbols are
-    constants, not Gaussians), by ``rule``."""
+                  rule: Callable[[Ledger, sp.Expr, list, sp.Matrix, Mapping], Estimate],
+                  params: Mapping[sp.Symbol, float]) -> int:
+    """E[expr] over the Gaussians it depends on with their sympy covariance (the symbols of
+    ``params`` are constants, not Gaussians), by ``rule``."""
     syms = sorted(expr.free_symbols, key=sp.default_sort_key)
-    gauss = [s for s in syms if s not in ledger.laws and s not in ledger.param_values]
+    gauss = [s for s in syms if s not in ledger.laws and s not in params]
     cov = sp.Matrix(len(gauss), len(gauss), lambda i, j: ledger.cov.get((gauss[i], gauss[j]), 0))
     laws = {s: ledger.laws[s] for s in syms if s in ledger.laws}
     return ledger.record(expr, where, lambda: rule(ledger, expr, gauss, cov, laws))

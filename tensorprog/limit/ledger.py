@@ -78,7 +78,7 @@ class Ledger:
         becomes a number, by which route E[·] is taken, what the recurrence writes for it."""
         self.program, self.budget, self.interpretation = program, budget, interpretation
         self.hypotheses, self.finiteness = hypotheses, finiteness
-        self.param_values = dict(interpretation.params)
+        self.param_values = dict(interpretation.params)   # for _expect_params (to move to limit/params_expect.py)
         self.cov: dict[tuple[sp.Symbol, sp.Symbol], sp.Expr] = {}
         self.laws: dict[sp.Symbol, Law] = {}
         self.estimates: list[Estimate] = []
