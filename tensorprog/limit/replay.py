@@ -87,8 +87,9 @@ class Replay:
 
 
 def record(compiled, names: Sequence[str]) -> Replay | None:
-    """The :class:`Replay` of a batch compile (a ``Compiled`` with a ``batch``), or None if some
-    number of it was not made in a replayable way (numerics, laws, symbolic covariances)."""
+    """The :class:`Replay` of a batch compile (a ``Compiled`` with a ``batch``), or None if its
+    ``batch_record`` (:class:`.BatchRecord`) states why it cannot be replayed (a number made
+    unrecorded, an estimate without a closed form over its linear forms), or the DAG meets one."""
     batch, made = compiled.batch, compiled.batch_record
     if batch is None or made is None or made.unreplayable is not None or len(batch.covs) != 1:
         return None
