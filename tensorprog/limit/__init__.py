@@ -5,6 +5,9 @@ equation kind) with its collaborators and returns an immutable :class:`.compiler
 whose ``limit()`` is a :class:`.result.Limit`.
 
 * :mod:`.compiler`: Z-expressions of every vector and c̊ of every scalar;
+* :mod:`.interpret`: the evaluation strategies (what the compile's numbers are: floats, exact
+  closed forms, params as symbols, arrays over a batch), one :class:`~.interpret.Interpretation`
+  per compile;
 * :mod:`.ledger`: the law of the base variables and every expectation, cached, with its method
   and error;
 * :mod:`.hypotheses`: where a program leaves a theorem's hypotheses (warnings);

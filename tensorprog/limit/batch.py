@@ -10,7 +10,8 @@ pair.  Every expectation is computed within the compile's ``Budget``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from types import MappingProxyType
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -24,6 +25,37 @@ from .result import LimitValue
 from ..symbolic.evaluate import evaluate
 
 
+#: where a number of a batch compile comes from, stated when it is made: ("input", g, i, j) (entry
+#: (i, j) of group g's initial covariance), ("estimate", k) (estimate k's value), or
+#: ("unrecorded", reason) (made in a way a replay does not describe)
+Source = tuple
+
+
+def input_source(group: int, i: int, j: int) -> Source:
+    """Entry (i, j) of initial group ``group``'s covariance."""
+    return ("input", group, i, j)
+
+
+def estimate_source(index: int) -> Source:
+    """The value of estimate ``index``."""
+    return ("estimate", index)
+
+
+def unrecorded(reason: str) -> Source:
+    """A number that the replay record does not describe, and why."""
+    return ("unrecorded", reason)
+
+
+@dataclass(frozen=True)
+class Note:
+    """How an estimate of the batch was computed, for :mod:`.replay`: the closed form ``trace``
+    over the covariance of its linear forms, ``cov`` {(i, j): Cᵢⱼ as an expression of batch
+    symbols} for i ≤ j."""
+    trace: ClosedFormTrace
+    cov: Mapping[tuple[int, int], sp.Expr]
+    size: int
+
+
 @dataclass(frozen=True)
 class BatchEstimate:
     """An ``Estimate`` for every item: values and errors (P,), the worst method of the batch
@@ -35,16 +67,24 @@ class BatchEstimate:
     budget: tuple[str, ...] = ()       # resource limits reached (as Estimate.budget)
     heavy_tail: bool = False
     trace: ClosedFormTrace | None = None   # every value by one closed form: how (for a replay)
+    note: Note | None = None               # the trace over its linear forms' covariance (for a replay)
+
+    def noted(self, note: Note | None) -> "BatchEstimate":
+        """This estimate with how it was computed (None: not in a way a replay describes)."""
+        return replace(self, note=note)
 
 
 @dataclass(frozen=True)
-class Note:
-    """How an estimate of the batch was computed, for :mod:`.replay`: the closed form ``trace``
-    over the covariance of its linear forms, ``cov`` {(i, j): Cᵢⱼ as an expression of batch
-    symbols} for i ≤ j."""
-    trace: ClosedFormTrace
-    cov: Mapping[tuple[int, int], sp.Expr]
-    size: int
+class BatchRecord:
+    """The record of a batch compile, for a replay on other covariances (:mod:`.replay`),
+    assembled once at the end of the compile from the numbers as they were made:
+    ``sources`` {batch symbol: its :data:`Source`}, ``constants`` ((source, value): the numbers
+    the batch agreed on), ``notes`` {estimate index: how it was computed}, and ``unreplayable``:
+    why no replay can be made from it (None: one can)."""
+    sources: Mapping[sp.Symbol, Source]
+    constants: tuple[tuple[Source, float], ...]
+    notes: Mapping[int, Note]
+    unreplayable: str | None = None
 
 
 class Batch:
@@ -58,37 +98,37 @@ class Batch:
             raise ValueError("every batched group needs the same number of items")
         self.P = sizes.pop()
         self.values: dict[sp.Symbol, np.ndarray] = {}
-        # the record of the compile, for a replay on other covariances (:mod:`.replay`)
-        self.sources: dict[sp.Symbol, tuple] = {}        # symbol -> ("input", g, i, j) | ("estimate", k)
-        self.constants: list[tuple[tuple, float]] = []   # (source, value): the batch agreed on it
-        self.notes: dict[int, Note] = {}                 # estimate index -> how it was computed
-        self.replayable = True
+        self.made: list[tuple[sp.Expr, Source, float | None]] = []   # (number, its source, constant value)
 
-    def number(self, array: np.ndarray, source: tuple | None = None) -> sp.Expr:
+    def number(self, array: np.ndarray, source: Source) -> sp.Expr:
         """A constant if the batch agrees on it, else a fresh symbol carrying the array.
         ``source``: where the array comes from, stated by the caller when it makes it
-        (("input", g, i, j): entry (i, j) of group g's initial covariance; ("estimate", k)); a
-        number without one makes the batch unreplayable."""
-        array = np.asarray(array, dtype=float)
-        if source is None:
-            self.replayable = False
-        array = np.broadcast_to(array, (self.P,))
+        (:func:`input_source`, :func:`estimate_source`, or :func:`unrecorded`, which makes the
+        batch unreplayable); the one place where a batch number is made and its source noted."""
+        array = np.broadcast_to(np.asarray(array, dtype=float), (self.P,))
         if np.all(array == array[0]):
-            if source is not None:
-                self.constants.append((source, float(array[0])))
-            return sp.Float(float(array[0]))
+            out = sp.Float(float(array[0]))
+            self.made.append((out, source, float(array[0])))
+            return out
         sym = sp.Symbol(f"b_{len(self.values)}", real=True)
         self.values[sym] = np.array(array)
-        if source is not None:
-            self.sources[sym] = source
+        self.made.append((sym, source, None))
         return sym
 
-    def note(self, index: int, est: BatchEstimate, cov: Mapping[tuple[int, int], sp.Expr], size: int) -> None:
-        """Record how estimate ``index`` was computed (a batch that cannot say is not replayable)."""
-        if est.trace is None:
-            self.replayable = False
-        else:
-            self.notes[index] = Note(est.trace, dict(cov), size)
+    def record(self, estimates: Sequence, unreplayable: str | None = None) -> BatchRecord:
+        """The frozen record of the compile whose ``estimates`` are given: the sources of the
+        numbers made, the constants agreed on, every estimate's note, and the first reason a replay
+        cannot be made (``unreplayable``, a number made unrecorded, an estimate without a note)."""
+        reasons = [unreplayable] if unreplayable else []
+        reasons += [source[1] for _, source, _ in self.made if source[0] == "unrecorded"]
+        reasons += [f"estimate {k} ({est.method}) was not computed in closed form over its linear forms"
+                    for k, est in enumerate(estimates) if getattr(est, "note", None) is None]
+        recorded = [(number, source, value) for number, source, value in self.made if source[0] != "unrecorded"]
+        return BatchRecord(MappingProxyType({n: s for n, s, v in recorded if v is None}),
+                           tuple((s, v) for _, s, v in recorded if v is not None),
+                           MappingProxyType({k: est.note for k, est in enumerate(estimates)
+                                             if getattr(est, "note", None) is not None}),
+                           reasons[0] if reasons else None)
 
     def array(self, expr: sp.Expr) -> float | np.ndarray | None:
         """A number (float) or the batch's array (P,) for an expression of batch symbols; None

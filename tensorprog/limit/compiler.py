@@ -14,8 +14,9 @@ variables), every scalar c a number c̊:
 Expectations go to the expectation engine (``expect``); each carries its method and error.
 
 The pipeline: :func:`compile_program` runs a :class:`Compiler` (the mutable builder: one
-``do_<Eqn kind>`` rule per equation kind, in program order) with three collaborators, the
-:class:`.Ledger` (the law of the base variables and every expectation), the
+``do_<Eqn kind>`` rule per equation kind, in program order) with its :class:`.Interpretation`
+(what the numbers are, :mod:`.interpret`: the compiler has no mode flags) and three
+collaborators, the :class:`.Ledger` (the law of the base variables and every expectation), the
 :class:`.Hypotheses` (warnings) and the :class:`.Finiteness` check (errors), and returns an
 immutable :class:`Compiled` (the recurrence's lines, the Z's and c̊'s, the estimates; its
 ``limit()`` gives every output's value).
@@ -39,12 +40,13 @@ from ..ir.walk import ARITHMETIC, Rules, fold
 from ..symbolic import functions as fnsym
 from ..symbolic.dag import distinct_nodes
 from ..symbolic.heads import HEADS
-from .batch import Batch
+from .batch import Batch, BatchRecord
 from .finiteness import Finiteness
-from .haar import Arithmetic, HaarMatrix, HaarShape, Term
+from .haar import HaarMatrix, HaarShape, Term
 from .hypotheses import Hypotheses
 from .indices import IndexSet
-from .ledger import Ledger, scalar_limit
+from .interpret import Batched, Exact, Interpretation, Numbers, Params
+from .ledger import Ledger
 from .recurrence import (Covariance, Expectation, HatBase, InitialBase, MatrixLaw, Record, Recurrence,
                          ScalarNode, Source, VectorZ, ZdotCoefficient, output_names)
 from .result import Limit, LimitValue, group_limits
@@ -87,15 +89,28 @@ class Compiled:
     deps: Mapping[int, IndexSet]
     scalar_error: Mapping[int, float]
     warnings: tuple[str, ...]
-    symbolic: bool = False
-    param_values: Mapping[sp.Symbol, float] = field(default_factory=dict)
-    batch: Batch | None = None
+    interpretation: Interpretation = field(default_factory=Numbers)
+    batch_record: BatchRecord | None = None     # a batch compile's record, for a replay (:mod:`.replay`)
+
+    @property
+    def symbolic(self) -> bool:
+        """Whether the compile kept exact constants and closed forms."""
+        return self.interpretation.exact
+
+    @property
+    def param_values(self) -> Mapping[sp.Symbol, float]:
+        """{param symbol: value} of the params left as symbols in the closed forms."""
+        return MappingProxyType(dict(self.interpretation.params))
+
+    @property
+    def batch(self) -> Batch | None:
+        """The batch of a batch compile (its values are arrays over the items), else None."""
+        return self.interpretation.batch
 
     def result(self, var: int) -> LimitValue:
         """A scalar's limit with the method and error summed over every estimate it rests on."""
-        return scalar_limit(self.c[var], [self.estimates[i] for i in sorted(self.deps[var])],
-                            symbolic=self.symbolic, params=self.param_values, batch=self.batch,
-                            propagated=self.scalar_error.get(var))
+        return self.interpretation.summarize(self.c[var], [self.estimates[i] for i in sorted(self.deps[var])],
+                                             self.scalar_error.get(var))
 
     def limit(self) -> Limit:
         flat = {o.name: self.result(o.var) for o in self.program.outputs}
@@ -124,7 +139,8 @@ def compile_program(program: ir.Program, symbolic: bool = False, *, budget: Budg
                     zdot: bool = True, batch_covs: Mapping[int, np.ndarray] | None = None,
                     symbolic_covs: Mapping[int, sp.Matrix] | None = None,
                     param_values: Mapping[sp.Symbol, float] | None = None) -> Compiled:
-    """The Master Theorem recurrence of ``program`` (see :class:`Compiler` for the options).  The
+    """The Master Theorem recurrence of ``program``, evaluated by the interpretation the options
+    name (:func:`interpretation`; ``budget`` and ``zdot``: :class:`CompileOptions`).  The
     program's updated matrices must be expanded by definition (:func:`tensorprog.lang.lower.expanded`,
     which ``Program.compile`` applies: the rule for a product by W₀ + Σ c g hᵀ/n is
     Z^{W₀x} + Σ c Z^g E[Z^h Z^x], stated equation by equation); RankOne chains are refused."""
@@ -132,8 +148,36 @@ def compile_program(program: ir.Program, symbolic: bool = False, *, budget: Budg
         raise TPUsageError("this IR keeps updated matrices as RankOne chains: compile its expansion "
                            "(tensorprog.lang.lower.expanded(program), as Program.compile does)",
                            file=program.file)
-    return Compiler(program, symbolic, budget=budget, zdot=zdot, batch_covs=batch_covs,
-                    symbolic_covs=symbolic_covs, param_values=param_values).run()
+    how = interpretation(symbolic, batch_covs, symbolic_covs, param_values, program.file)
+    return Compiler(program, how, CompileOptions(budget, zdot)).run()
+
+
+def interpretation(symbolic: bool = False, batch_covs: Mapping[int, np.ndarray] | None = None,
+                   symbolic_covs: Mapping[int, sp.Matrix] | None = None,
+                   param_values: Mapping[sp.Symbol, float] | None = None, file: str | None = None) -> Interpretation:
+    """The evaluation strategy (:mod:`.interpret`) that :func:`compile_program`'s options name:
+    ``batch_covs`` {group: array (P, k, k)}: :class:`.Batched`, the recurrence for P covariances of
+    those initial groups at once (e.g. every pair of a dataset); ``symbolic_covs`` {group:
+    covariance in param symbols} with ``param_values`` {symbol: value}: :class:`.Params`, those
+    params kept symbolic; ``symbolic``: :class:`.Exact`, closed forms with exact constants;
+    otherwise :class:`.Numbers`."""
+    if batch_covs:
+        if symbolic or symbolic_covs or param_values:
+            raise TPUsageError("a batch compile (batch_covs) evaluates numbers over arrays: it takes neither "
+                               "symbolic nor symbolic_covs / param_values", file=file)
+        return Batched(batch_covs)
+    if symbolic_covs or param_values:
+        return Params(symbolic_covs or {}, param_values or {})
+    return Exact() if symbolic else Numbers()
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """``budget``: what each expectation may cost.  ``zdot=False`` drops every Ż term: the
+    "gradient independence assumption" of the NTK literature, exact only when no vector depends
+    on both W and Wᵀ products."""
+    budget: Budget = DEFAULT
+    zdot: bool = True
 
 
 @dataclass
@@ -147,27 +191,15 @@ class Compiler:
     """Builds the recurrence equation by equation (``do_<Eqn kind>``); ``run()`` gives the
     :class:`Compiled`.  One compiler compiles once."""
 
-    def __init__(self, program: ir.Program, symbolic: bool = False, *, budget: Budget = DEFAULT,
-                 zdot: bool = True, batch_covs: Mapping[int, np.ndarray] | None = None,
-                 symbolic_covs: Mapping[int, sp.Matrix] | None = None,
-                 param_values: Mapping[sp.Symbol, float] | None = None) -> None:
-        """``symbolic``: closed forms (constants as exact rationals) where they exist; ``budget``:
-        what each expectation may cost.
-
-        ``zdot=False`` drops every Ż term: the "gradient independence assumption" of the
-        NTK literature, exact only when no vector depends on both W and Wᵀ products.
-
-        ``batch_covs`` {group: array (P, k, k)} evaluates the recurrence for P covariances of
-        those initial groups at once (e.g. every pair of a dataset): scalars that vary over
-        the batch are symbols whose values are arrays.  ``symbolic_covs`` {group: covariance in
-        param symbols} with ``param_values`` {symbol: value} keeps those params symbolic."""
-        self.program, self.symbolic, self.use_zdot = program, symbolic, zdot
-        self.batch = Batch(batch_covs) if batch_covs else None
-        self.symbolic_covs = dict(symbolic_covs or {})
+    def __init__(self, program: ir.Program, interpretation: Interpretation | None = None,
+                 options: CompileOptions = CompileOptions()) -> None:
+        """``interpretation`` (:mod:`.interpret`; default :class:`.Numbers`): what the numbers of
+        the recurrence are — every question whose answer depends on the evaluation strategy goes
+        to it; ``options``: the budget and the Ż rule."""
+        self.program, self.interp, self.use_zdot = program, interpretation or Numbers(), options.zdot
         self.hypotheses = Hypotheses(program)
         self.finiteness = Finiteness(program, self.hypotheses.params, self.hypotheses.heavy_laws)
-        self.ledger = Ledger(program, budget, symbolic, self.hypotheses, self.finiteness,
-                             self.batch, param_values)
+        self.ledger = Ledger(program, options.budget, self.interp, self.hypotheses, self.finiteness)
         self.base_of: dict[int, sp.Symbol] = {}
         self.base_names: set[str] = set()
         self.scalar_error: dict[int, float] = {}
@@ -201,12 +233,12 @@ class Compiler:
                         MappingProxyType({v: d.copy() for v, d in self.deps.items()}),
                         MappingProxyType(dict(self.scalar_error)),
                         tuple(self.program.warnings) + tuple(self.hypotheses.warnings),
-                        self.symbolic, MappingProxyType(dict(self.ledger.param_values)), self.batch)
+                        self.interp, self.interp.record(self.ledger.estimates))
 
     # ---- values
     def num(self, value: float) -> sp.Expr:
-        """A constant of the program (exact in symbolic mode)."""
-        return fnsym.constant(float(value), self.symbolic)
+        """A constant of the program (as the interpretation writes it: exact rationals, or floats)."""
+        return self.interp.constant(value)
 
     def leaf(self, var: int) -> sp.Expr:
         """Z of a vector, c̊ of a scalar."""
@@ -264,10 +296,9 @@ class Compiler:
         return fold(e.fn, rules)[0]
 
     def constant(self, node: ir.Const) -> sp.Expr:
-        """A constant leaf of a function tree (exact in symbolic mode; a sweep's compiler,
+        """A constant leaf of a function tree, by the interpretation (a sweep's compiler,
         :mod:`.sweep`, gives the leaves that vary over its points as batch symbols)."""
-        expr = getattr(node.value, "expr", None) if self.symbolic and self.program.leaves is not None else None
-        return fnsym.constant(node.value, self.symbolic) if expr is None else self.program.leaves.expr(expr)
+        return self.interp.leaf(node, self.program)
 
     def add_gaussian(self, sym: sp.Symbol, covs: dict[sp.Symbol, sp.Expr]) -> None:
         self.ledger.add_gaussian(sym, covs)
@@ -304,21 +335,12 @@ class Compiler:
         self.records.append(VectorZ(src, "initial", self.Z[e.var]))
 
     def cov_entry(self, group: int, spec) -> Callable[[int, int], sp.Expr]:
-        """Entry (i, j) of an initial group's covariance: a number, or a batch symbol."""
-        if self.batch and group in self.batch.covs:
-            return lambda i, j: self.batch.number(self.batch.covs[group][:, i, j], ("input", group, i, j))
-        if group in self.symbolic_covs:
-            return lambda i, j: self.symbolic_covs[group][i, j]
-        return lambda i, j: self.num(spec.cov[i][j] if spec.cov else spec.var)
+        """Entry (i, j) of an initial group's covariance: a number, a batch symbol, an expression
+        in param symbols (the interpretation's)."""
+        return self.interp.initial_cov(group, spec)
 
     def do_Matrix(self, e: ir.Matrix) -> None:
-        ratio = self.num(self.program.dims[e.rows] / self.program.dims[e.cols])
-        var = self.num(e.dist.var)
-        leaves = self.program.leaves if self.symbolic else None
-        if leaves is not None:        # --symbolic: σ² and the dims' ratio in the params (leaves)
-            dims = [leaves.dims.get(w, self.num(self.program.dims[w])) for w in (e.rows, e.cols)]
-            ratio = leaves.expr(dims[0] / dims[1])
-            var = leaves.expr(leaves.matrices.get(e.var, var))
+        var, ratio = self.interp.matrix_variance(e, self.program)
         self.families[(e.var, False)] = Family(var)
         self.families[(e.var, True)] = Family(var * ratio)
         scale_law = e.dist.law.row_scale
@@ -338,9 +360,8 @@ class Compiler:
         its state (one state for both directions; one each under zdot=False, which takes the
         transposed products independent of the forward ones)."""
         deps = self.haar_deps.setdefault((e.var, direction), IndexSet())
-        exact = self.symbolic or self.symbolic_covs
-        number = (lambda v: self.num(v)) if exact else float
-        shape = HaarShape.of(self.program.dims[e.rows], self.program.dims[e.cols], self.num(e.dist.var), number)
+        shape = HaarShape.of(self.program.dims[e.rows], self.program.dims[e.cols], self.num(e.dist.var),
+                             self.interp.haar_number)
 
         def inner(a: Term, b: Term) -> sp.Expr:
             za, zb = (self.Z[t] if isinstance(t, int) else t for t in (a, b))
@@ -348,23 +369,12 @@ class Compiler:
             return self.E(za * zb, e, deps)
 
         def tolerance(scale, spread):
-            """Rounding at ``scale``, plus the estimates' errors times the coefficients' spread."""
-            if exact:
-                return 1e-13 * abs(float(scale)) if scale.is_number else 0
-            errors = self.ledger.error_sum(deps)
-            return 64 * np.finfo(float).eps * np.abs(scale) + spread * errors
+            """When a residual counts as 0 (a determined product): the interpretation decides."""
+            return self.interp.haar_tolerance(scale, spread, lambda: self.ledger.error_sum(deps))
 
         def fresh(name: str) -> sp.Symbol:
             return sp.Symbol(f"Zhat_{name}", real=True)
-        return HaarMatrix(shape, self.haar_arithmetic(bool(exact)), inner, tolerance, fresh)
-
-    def haar_arithmetic(self, exact: bool) -> Arithmetic:
-        """Numbers of the Haar rule: sympy (exact compiles), the batch's arrays, or floats."""
-        if exact:
-            return Arithmetic(lambda v: v, lambda v: v, True)
-        if self.batch:
-            return Arithmetic(self.batch.array, self.batch.number, False)
-        return Arithmetic(float, sp.Float, False)
+        return HaarMatrix(shape, self.interp.haar_arithmetic(), inner, tolerance, fresh)
 
     def do_MatMul(self, e: ir.MatMul) -> None:
         key = (e.matrix, e.transposed, e.arg)
@@ -447,7 +457,7 @@ class Compiler:
             deps |= self.deps[y]
             derivative = sp.diff(zx, hat_y)
             coeff = self.E(derivative, e, deps)
-            if coeff != 0:
+            if not self.interp.zero(coeff):
                 sigma2 = self.families[(e.matrix, e.transposed)].sigma2
                 total += sigma2 * coeff * zy
                 self.records.append(ZdotCoefficient(self.source(e.var), hat_y, self.source(y), sigma2, coeff,
@@ -487,13 +497,13 @@ class Compiler:
         return max((self.nesting.get(a, 0) for a in e.args), default=0)
 
     def do_Scalar(self, e: ir.Scalar) -> None:
-        value = self.build(e)
-        value = sp.nsimplify(value) if self.symbolic and value.is_number and value.free_symbols == set() else value
+        value = self.interp.scalar_value(self.build(e))
         self.finiteness.scalar(e, value)
         self.c[e.var] = value
         self.deps[e.var] = self.deps_of(e.args)
-        if not self.batch:
-            self.scalar_error[e.var] = self.propagated_error(e)
+        error = self.interp.scalar_error(lambda: self.propagated_error(e))
+        if error is not None:
+            self.scalar_error[e.var] = error
         self.records.append(ScalarNode(self.source(e.var), "scalar", value, e.fn, None))
 
     def propagated_error(self, e: ir.Scalar) -> float:

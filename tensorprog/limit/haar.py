@@ -105,8 +105,8 @@ class Arithmetic:
             if value == 0 or (value.is_number and abs(float(value)) <= tolerance):
                 return sp.Integer(0)
             return value
-        if isinstance(value, np.ndarray):
-            return np.where(value <= tolerance, 0.0, value)
+        if isinstance(value, np.ndarray) or isinstance(tolerance, np.ndarray):   # a batch: item by item
+            return np.where(np.asarray(value) <= tolerance, 0.0, value)
         return 0.0 if value <= tolerance else float(value)
 
     @staticmethod

@@ -2,7 +2,9 @@
 
 Every expectation of the recurrence goes through :meth:`Ledger.E`, which caches it, records its
 Estimate (method, error, resource limits reached) and the set of estimates each scalar rests
-on.  A scalar's error is then Σ over those estimates (:func:`scalar_limit`), and a function of
+on.  The compile's interpretation (:mod:`.interpret`) chooses the route of each E[·] (linear
+forms, the general route, a batch) and what the recurrence writes for it; the ledger has no
+modes.  A scalar's error is then Σ over those estimates (``Interpretation.summarize``), and a function of
 scalars f(c) has Σ_a |∂f/∂c_a|·err(c_a) instead (:meth:`Ledger.propagated_error`).
 """
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 
 from dataclasses import replace
-from typing import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping
 
 import numpy as np
 import sympy as sp
@@ -19,34 +21,20 @@ from .. import ir
 from ..errors import TPValueError
 from ..expect.budget import Budget
 from ..expect.engine import Estimate, Law, expect
-from ..expect.forms import to_forms
 from ..expect.shapes import Shapes
 from ..symbolic import functions as fnsym
-from ..symbolic.dag import distinct_nodes
 from ..symbolic.heads import Delta
-from .batch import Batch, BatchEstimate
+from .batch import BatchEstimate
 from .finiteness import Finiteness
 from .hypotheses import Hypotheses
 from .indices import IndexSet
-from .accuracy import VALUE_ROUNDING
-from .result import LimitValue, summarize
+from .result import LimitValue
+
+if TYPE_CHECKING:
+    from .interpret import Interpretation
 
 #: closed forms in param symbols larger than this (sympy operation count) become numbers
 MAX_SYMBOLIC_OPS = 80
-
-
-def scalar_limit(value: sp.Expr, estimates: Sequence[Estimate], *, symbolic: bool,
-                 params: Mapping[sp.Symbol, float], batch: Batch | None,
-                 propagated: float | None = None) -> LimitValue:
-    """The limit of a scalar whose value is ``value``, resting on ``estimates``: its error is
-    Σ of theirs (unit sensitivity), or ``propagated`` (Σ_a |∂f/∂c_a|·err(c_a), for a function
-    of scalars) plus float rounding; its method is the least exact of theirs."""
-    if batch is not None:
-        return batch.summarize(value, estimates)
-    out = summarize(value, estimates, symbolic, dict(params))
-    if propagated is None:
-        return out
-    return LimitValue(out.value, propagated + VALUE_ROUNDING * (abs(out.value) + 1), out.method, out.exact)
 
 
 #: float64 rounding charged to every expectation evaluated in floating point, relative to its value
@@ -76,6 +64,7 @@ class Ledger:
     * ``add_gaussian(sym, covs)``, ``add_law(sym, law)``: a new base variable (a centred
       Gaussian with its covariances with earlier ones, or an independent law);
     * ``E(expr, where, deps)``: E[expr], cached; adds the estimate's index to ``deps``;
+    * ``record(expr, where, compute)``: an interpretation's route records its estimate;
     * ``result(value, deps, propagated)``: a scalar's :class:`LimitValue`;
     * ``propagated_error(e, f, at, errors)``: the error of a function of scalars;
     * ``estimates``: every estimate, in order (``deps`` holds indices into it).
@@ -83,21 +72,20 @@ class Ledger:
     Each estimate is checked (``finiteness.estimate``, ``hypotheses.budget``) as it is recorded.
     """
 
-    def __init__(self, program: ir.Program, budget: Budget, symbolic: bool, hypotheses: Hypotheses,
-                 finiteness: Finiteness, batch: Batch | None = None,
-                 param_values: Mapping[sp.Symbol, float] | None = None) -> None:
-        self.program, self.budget, self.symbolic = program, budget, symbolic
+    def __init__(self, program: ir.Program, budget: Budget, interpretation: Interpretation,
+                 hypotheses: Hypotheses, finiteness: Finiteness) -> None:
+        """``interpretation`` (:mod:`.interpret`) decides what the numbers are: how a covariance
+        becomes a number, by which route E[·] is taken, what the recurrence writes for it."""
+        self.program, self.budget, self.interpretation = program, budget, interpretation
         self.hypotheses, self.finiteness = hypotheses, finiteness
-        self.batch = batch
-        self.param_values = dict(param_values or {})
+        self.param_values = dict(interpretation.params)   # for _expect_params (to move to limit/params_expect.py)
         self.cov: dict[tuple[sp.Symbol, sp.Symbol], sp.Expr] = {}
         self.laws: dict[sp.Symbol, Law] = {}
         self.estimates: list[Estimate] = []
         self._cache: dict[sp.Expr, int] = {}
         #: the non-zero covariances as floats (or arrays (P,) over a batch), {g: {h: Cov(g, h)}}, while
-        #: they are all numbers (then expectations go by linear forms)
-        self.cov_number: dict[sp.Symbol, dict[sp.Symbol, float | np.ndarray]] | None = \
-            None if symbolic or self.param_values else {}
+        #: they are all numbers (then expectations may go by linear forms); None once one is not
+        self.cov_number: dict[sp.Symbol, dict[sp.Symbol, float | np.ndarray]] | None = {}
         self.shapes = Shapes()
         self.form_cov: dict[tuple[frozenset, frozenset], float | np.ndarray] = {}   # Cov of two linear forms
 
@@ -115,10 +103,8 @@ class Ledger:
                 self.cov_number = None           # a symbolic covariance: the general route
 
     def covariance_number(self, value: sp.Expr) -> float | np.ndarray | None:
-        """A covariance as a float, or as the batch's array (P,); None if it is symbolic."""
-        if self.batch is not None:
-            return self.batch.array(value)
-        return float(value) if value.is_number else None
+        """A covariance as a float (or an array (P,) over a batch); None if it is not a number."""
+        return self.interpretation.covariance_number(value)
 
     def add_law(self, sym: sp.Symbol, law: Law) -> None:
         """A base variable independent of every other, with the given law."""
@@ -126,65 +112,19 @@ class Ledger:
 
     # ---- expectations
     def E(self, expr: sp.Expr, where: ir.Eqn, deps: IndexSet) -> sp.Expr:
-        """E[expr] over the base variables it depends on (exact where possible).
+        """E[expr] over the base variables it depends on, by the interpretation's route (cached).
 
-        Records the estimate in ``deps`` (the error budget of what uses it) and
-        returns its value as sympy (the closed form in symbolic mode)."""
+        Records the estimate in ``deps`` (the error budget of what uses it) and returns its value
+        as the interpretation writes it (a float, a closed form, a batch symbol)."""
         if expr not in self._cache:
-            self._cache[expr] = self._expect_forms(expr, where, deps) if self.cov_number is not None else \
-                self._expect_batch(expr, where) if self.batch else self._expect(expr, where)
+            self._cache[expr] = self.interpretation.expect(self, expr, where, deps)
         index = self._cache[expr]
         deps.add(index)
-        est = self.estimates[index]
-        if self.batch:
-            return self.batch.number(est.value, ("estimate", index))
-        return est.exact if est.exact is not None and self.symbolic else sp.Float(est.value)
+        return self.interpretation.value(self.estimates[index], index)
 
     def index(self, expr: sp.Expr) -> int:
         """The index in ``estimates`` of E[expr], already taken by :meth:`E`."""
         return self._cache[expr]
-
-    def _expect_batch(self, expr: sp.Expr, where: ir.Eqn) -> int:
-        self.batch.replayable = False          # symbolic covariances: no record for a replay
-        gauss = [s for s in sorted(expr.free_symbols, key=sp.default_sort_key)
-                 if s not in self.laws and s not in self.batch.values]
-        cov = [[self.cov.get((a, b), 0) for b in gauss] for a in gauss]
-        variances = [np.abs(self.batch.eval(cov[i][i])) for i in range(len(gauss))]
-        scale = np.maximum.reduce(variances) if variances else np.zeros(self.batch.P)
-        return self._record(expr, where, lambda: with_rounding(
-            self.batch.expect(expr, gauss, cov, self.laws, self.budget), scale))
-
-    def _expect(self, expr: sp.Expr, where: ir.Eqn) -> int:
-        syms = sorted(expr.free_symbols, key=sp.default_sort_key)
-        gauss = [s for s in syms if s not in self.laws and s not in self.param_values]
-        cov = sp.Matrix(len(gauss), len(gauss), lambda i, j: self.cov.get((gauss[i], gauss[j]), 0))
-        laws = {s: self.laws[s] for s in syms if s in self.laws}
-        return self._record(expr, where, lambda: self._expect_params(expr, gauss, cov, laws) if self.param_values
-                            else expect(expr, gauss, cov, laws, exact=True, budget=self.budget))
-
-    def _expect_forms(self, expr: sp.Expr, where: ir.Eqn, deps: IndexSet) -> int:
-        """E[expr] over the linear forms it sees (:mod:`..expect.forms`), for numeric covariances
-        (arrays over a batch).
-
-        The forms' covariance C = A Σ Aᵀ may drift below PSD by the errors of the estimates its
-        entries rest on (at most Σ_{deps} err, times (Σ_g |a_g|)² for a form a·g)."""
-        symbols = {node for node in distinct_nodes(expr) if node.is_Symbol}     # linear in the DAG
-        skip = self.laws.keys() | (self.batch.values.keys() if self.batch else set())
-        forms = to_forms(expr, frozenset(symbols - skip), lambda g: self.cov_number.get(g, {}), self.form_cov)
-        laws = {s: self.laws[s] for s in symbols if s in self.laws}
-        scale = largest_variance(forms.cov)
-        if self.batch:
-            covs = np.broadcast_to(forms.cov, (self.batch.P,) + forms.cov.shape[-2:])
-            index = self._record(expr, where, lambda: with_rounding(
-                self.batch.expect_covs(forms.expr, forms.coords, covs, laws, self.budget), scale))
-            self.batch.note(index, self.estimates[index], self.form_cov_exprs(forms.weights), len(forms.coords))
-            return index
-
-        def drift() -> float:
-            spread = max((sum(abs(c) for c in w.values()) ** 2 for w in forms.weights), default=0.0)
-            return spread * self.error_sum(deps)
-        return self._record(expr, where, lambda: with_rounding(self.shapes.expect(
-            forms.expr, forms.coords, forms.cov, laws, self.budget, drift), float(scale)))
 
     def form_cov_exprs(self, weights) -> dict[tuple[int, int], sp.Expr]:
         """{(i, j): Cov(form i, form j)} for i ≤ j as expressions of the base covariances (batch
@@ -199,7 +139,7 @@ class Ledger:
                 out[(i, j)] = sp.Add(*terms)
         return out
 
-    def _record(self, expr: sp.Expr, where: ir.Eqn, compute: Callable[[], Estimate]) -> int:
+    def record(self, expr: sp.Expr, where: ir.Eqn, compute: Callable[[], Estimate]) -> int:
         """Run ``compute()`` (an expectation), check it against the hypotheses and budgets, and
         append it to the ledger; its index."""
         try:
@@ -261,8 +201,7 @@ class Ledger:
 
     def result(self, value: sp.Expr, deps: IndexSet, propagated: float | None = None) -> LimitValue:
         """The limit of a scalar of value ``value`` resting on the estimates ``deps``."""
-        return scalar_limit(value, [self.estimates[i] for i in sorted(deps)], symbolic=self.symbolic,
-                            params=self.param_values, batch=self.batch, propagated=propagated)
+        return self.interpretation.summarize(value, [self.estimates[i] for i in sorted(deps)], propagated)
 
     def propagated_error(self, e: ir.Scalar, f: sp.Expr, at: Mapping[sp.Symbol, sp.Expr],
                          errors: Mapping[sp.Symbol, float]) -> float:
@@ -271,8 +210,7 @@ class Ledger:
         f jumps at, or within the error of, the arguments' limits.  Limits that are closed forms in
         param symbols (``--symbolic``) are taken at the params' values."""
         total = 0.0
-        if self.param_values:
-            at = {s: v.subs(self.param_values) if isinstance(v, sp.Basic) else v for s, v in at.items()}
+        at = {s: self.interpretation.point(v) for s, v in at.items()}
         for s in at:
             slope = sp.diff(f, s)
             jumps = [d.args[0] for d in slope.atoms(Delta)

@@ -87,10 +87,11 @@ class Replay:
 
 
 def record(compiled, names: Sequence[str]) -> Replay | None:
-    """The :class:`Replay` of a batch compile (a ``Compiled`` with a ``batch``), or None if some
-    number of it was not made in a replayable way (numerics, laws, symbolic covariances)."""
-    batch = compiled.batch
-    if batch is None or not batch.replayable or len(batch.covs) != 1:
+    """The :class:`Replay` of a batch compile (a ``Compiled`` with a ``batch``), or None if its
+    ``batch_record`` (:class:`.BatchRecord`) states why it cannot be replayed (a number made
+    unrecorded, an estimate without a closed form over its linear forms), or the DAG meets one."""
+    batch, made = compiled.batch, compiled.batch_record
+    if batch is None or made is None or made.unreplayable is not None or len(batch.covs) != 1:
         return None
     builder = Builder(compiled)
     try:
@@ -109,7 +110,7 @@ class Builder:
     """The expression DAG of a recorded batch compile (see :func:`record`)."""
 
     def __init__(self, compiled) -> None:
-        self.compiled, self.batch = compiled, compiled.batch
+        self.compiled, self.batch, self.made = compiled, compiled.batch, compiled.batch_record
         self.group = next(iter(self.batch.covs))
         self.inputs: dict[tuple[int, int, int], sp.Symbol] = {}
         self.resolved: dict[sp.Symbol, sp.Expr] = {}
@@ -120,9 +121,9 @@ class Builder:
         self.absolute: dict[int, sp.Expr] = {}                  # k -> the stated error of a series
 
     def replay(self, names: Sequence[str]) -> Replay:
-        for sym, source in self.batch.sources.items():
+        for sym, source in self.made.sources.items():
             self.resolved[sym] = self.source(source)
-        for source, value in self.batch.constants:
+        for source, value in self.made.constants:
             self.constants.append((self.source(source), value))
         outputs = {o.name: o.var for o in self.compiled.program.outputs}
         values, errors = [], []
@@ -186,7 +187,7 @@ class Builder:
         ROUNDING, |F| + max_i |Cᵢᵢ|, as its two terms (the error of an output is ROUNDING·Σ charges
         + VALUE_ROUNDING·|value|; the terms of all charges are summed flat, so that the tape can add the
         terms of one input before the pairs' — :mod:`..symbolic.grid`)."""
-        note = self.batch.notes.get(k)
+        note = self.made.notes.get(k)
         est = self.compiled.estimates[k]
         if note is None or est.method not in ("exact", "series"):
             raise Unreplayable(f"estimate {k}")

@@ -28,8 +28,9 @@ import sympy as sp
 from .. import ir
 from ..expect.budget import DEFAULT, Budget
 from ..ir.walk import Rules, fold
-from .batch import Batch
-from .compiler import Compiled, Compiler, Family
+from .batch import unrecorded
+from .compiler import Compiled, CompileOptions, Compiler, Family
+from .interpret import Swept
 from .result import LimitValue
 
 
@@ -96,15 +97,6 @@ def split(program: ir.Program) -> tuple[Hashable, Leaves]:
     return key, Leaves(matrices, groups, consts)
 
 
-class ParamBatch(Batch):
-    """The batch of a sweep: P points, the initial covariances of its varying groups (possibly none)."""
-
-    def __init__(self, covs: Mapping[int, np.ndarray], size: int) -> None:
-        super().__init__(covs or {-1: np.zeros((size, 1, 1))})
-        self.covs = {g: c for g, c in self.covs.items() if g >= 0}
-        self.replayable = False
-
-
 def stack(leaves: Sequence[Leaves]) -> Leaves:
     """The leaves of P points as arrays (P,) (groups (P, k, k)), keeping only those that vary."""
     def varying(arrays: np.ndarray) -> bool:
@@ -117,16 +109,18 @@ def stack(leaves: Sequence[Leaves]) -> Leaves:
                   {k: a for k, a in consts.items() if varying(a)})
 
 
+#: the source of a sweep's varying leaf (a sweep is not replayed)
+LEAF = unrecorded("a sweep's leaf")
+
+
 class SweepCompiler(Compiler):
     """The limit compiler over the P points of one structure: the base ``program`` (any point of
     it) with the varying leaves ``leaves`` (arrays over the points, from :func:`stack`) as batch
     symbols."""
 
     def __init__(self, program: ir.Program, leaves: Leaves, size: int, *, budget: Budget = DEFAULT) -> None:
-        super().__init__(program, budget=budget)
-        self.batch = ParamBatch(dict(leaves.groups), size)
-        self.ledger.batch = self.batch
-        self.ledger.cov_number = {}
+        super().__init__(program, Swept(dict(leaves.groups), size), CompileOptions(budget))
+        self.batch = self.interp.batch
         self.leaves = leaves
         self.at: tuple[int, int] = (-1, 0)          # (eqn var, constant leaves met) while building
 
@@ -138,13 +132,13 @@ class SweepCompiler(Compiler):
         var, k = self.at
         self.at = (var, k + 1)
         values = self.leaves.consts.get((var, k))
-        return super().constant(node) if values is None else self.batch.number(values)
+        return super().constant(node) if values is None else self.batch.number(values, LEAF)
 
     def do_Matrix(self, e: ir.Matrix) -> None:
         super().do_Matrix(e)
         values = self.leaves.matrices.get(e.var)
         if values is not None:                         # σ² as a batch symbol, both directions
-            var = self.batch.number(values)
+            var = self.batch.number(values, LEAF)
             ratio = self.num(self.program.dims[e.rows] / self.program.dims[e.cols])
             self.families[(e.var, False)] = Family(var)
             self.families[(e.var, True)] = Family(var * ratio)
