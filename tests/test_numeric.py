@@ -79,9 +79,9 @@ def test_errors():
     with pytest.raises(ValueError, match="Dirac"):
         evaluate(Delta(x) * y, {x: np.ones(2), y: np.ones(2)})
     with pytest.raises(ValueError, match="unknown symbol"):
-        Tape([x + z], [x])
+        Tape.compile([x + z], [x])
     with pytest.raises(TypeError):
-        Tape(["x + 1"], [x])
+        Tape.compile(["x + 1"], [x])
 
 
 def test_no_code_generation_in_the_evaluator():
