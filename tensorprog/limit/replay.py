@@ -5,11 +5,12 @@ the recurrence was made: an initial covariance entry, or an expectation E f(ℓ)
 F(C) over the covariance C of its linear forms (or by the Mehler series: F then holds its
 row operations — the coefficients of one input's variance — and its cell operations, with its
 stated error as a formula beside it, :mod:`..symbolic.mehler`), each Cᵢⱼ = Σ_g Σ_h a_ig a_jh Σ_gh a polynomial
-in earlier numbers.  Chained, the outputs are one expression DAG in the initial covariance
-entries of a pair — a = Σ₀₀ (its first input's variance), b = Σ₁₁ (the second's), c = Σ₀₁;
-:class:`Replay` compiles it (and the errors: float rounding ROUNDING·(|E| + max_i Cᵢᵢ) per
-expectation, summed over what each output rests on, plus VALUE_ROUNDING·|value|, as in the compile) into
-one :class:`..symbolic.grid.GridTape`, where everything that depends on a alone (or b alone) —
+in earlier numbers.  Chained, the outputs are one numeric tape (:mod:`..symbolic.tape`) of the
+initial covariance entries of a pair — a = Σ₀₀ (its first input's variance), b = Σ₁₁ (the
+second's), c = Σ₀₁ — each closed form walked onto it with its symbols bound to the slots of the
+numbers they stand for (:class:`Builder`); :class:`Replay` holds it (and the errors: float
+rounding ROUNDING·(|E| + max_i Cᵢᵢ) per expectation, summed over what each output rests on, plus
+VALUE_ROUNDING·|value|, as in the compile) as one :class:`..symbolic.grid.GridTape`, where everything that depends on a alone (or b alone) —
 an input's variance chain through the layers, most of the error charges — is computed once per
 input and only the rest once per pair.
 
