@@ -141,6 +141,7 @@ class Builder:
         self.inputs: dict[tuple[int, int, int], sp.Symbol] = {}
         self.tape = TapeBuilder([self.input(self.group, i, j) for i, j in ((0, 0), (1, 1), (0, 1))])
         self.resolved: dict[sp.Symbol, int] = {}                  # batch symbol -> slot
+        self.scope = Scope(self.resolved, self.batch.values)
         self.placeholders: dict[int, sp.Dummy] = {}               # slot -> its placeholder
         self.slots: dict[sp.Symbol, int] = {}                     # placeholder -> slot
         self.estimate: dict[int, tuple[sp.Expr, tuple]] = {}     # k -> (value, error terms)
@@ -240,14 +241,14 @@ class Builder:
         if note.trace.error != 0:                # the series' stated error, a formula of its own
             self.absolute[k] = self.sub(note.trace.error, names)
         diag = [sp.Abs(cov[(i, i)], evaluate=False) for i in range(note.size)]
-        scale = largest(diag)
+        scale = self.largest(diag)
         return value, (sp.Abs(value, evaluate=False), scale)             # × ROUNDING: its error
 
     def sub(self, expr: sp.Expr, extra: Mapping[sp.Symbol, sp.Expr] | None = None) -> sp.Expr:
         """The placeholder of ``expr`` walked onto the tape, its batch symbols (and ``extra``
         symbols, given as placeholder expressions) read as the slots of what they stand for."""
         if extra is None:
-            env, memo = Scope(self.resolved, self.batch.values), self.memo   # by identity (:mod:`..symbolic.tape`)
+            env, memo = self.scope, self.memo               # by identity (:mod:`..symbolic.tape`)
         else:
             bound = {s: self.slot(e) for s, e in extra.items()}
             env, memo = Scope(ChainMap(bound, self.resolved), self.batch.values), {}
@@ -256,7 +257,7 @@ class Builder:
     def placeholder(self, slot: int) -> sp.Symbol:
         """The symbol that stands for ``slot`` in placeholder expressions."""
         if slot not in self.placeholders:
-            self.placeholders[slot] = symbol = sp.Dummy(f"slot{slot}", real=True)
+            self.placeholders[slot] = symbol = sp.Dummy()
             self.slots[symbol] = slot
         return self.placeholders[slot]
 
@@ -264,10 +265,12 @@ class Builder:
         """The slot of a placeholder expression (placeholders, inputs, numbers), walked onto the tape."""
         return self.tape.visit(expr, self.slots, self.glue)
 
-
-def largest(items: Sequence[sp.Expr]) -> sp.Expr:
-    """Max(items) (0 for none, the item for one) of placeholder expressions (small: sorting them is
-    cheap).  The tape evaluates it as numpy's maximum, as the batch compile's ``largest_variance`` does."""
-    if not items:
-        return sp.Integer(0)
-    return sp.Max(*items, evaluate=False)
+    def largest(self, items: Sequence[sp.Expr]) -> sp.Expr:
+        """The placeholder of max(items) (0 for none, the item for one), a fold on the tape: no
+        sympy Max, whose constructor sorts its arguments.  The tape evaluates it as numpy's
+        maximum, as the batch compile's ``largest_variance`` does."""
+        if not items:
+            return sp.Integer(0)
+        if len(items) == 1:
+            return items[0]
+        return self.placeholder(self.tape.nary("max", [(self.slot(e), 1) for e in items]))

@@ -148,16 +148,22 @@ def regroup(tape: Tape, nsymbols: tuple[int, int, int]) -> tuple[int, dict[int, 
     slot = {k: k for k in range(tape.ninputs)}
     slot.update({k: emitter.constant(v) for k, v in tape.consts.items()})
     for op in tape.ops:
-        args = [slot[a] for a in op.args]
-        if op.kind == "add":
+        args = tuple(slot[a] for a in op.args)
+        if op.kind in ASSOCIATIVE and not uniform(emitter, args):
             signs = op.arg or (1,) * len(args)
-            terms = [emitter.signed(a) for a in args]
-            slot[op.out] = emitter.nary("add", [(a, s * sign) for (a, s), sign in zip(terms, signs)])
-        elif op.kind in ASSOCIATIVE:
-            slot[op.out] = emitter.nary(op.kind, [(a, 1) for a in args])
+            terms = [emitter.signed(a) if op.kind == "add" else (a, 1) for a in args]
+            slot[op.out] = emitter.nary(op.kind, [(a, s * sign) for (a, s), sign in zip(terms, signs)])
         else:
-            slot[op.out] = emitter.emit(op.kind, op.arg, tuple(args))
+            slot[op.out] = emitter.emit(op.kind, op.arg, args)
     return emitter.tape([slot[o] for o in tape.outputs])
+
+
+def uniform(emitter: Emitter, args: tuple[int, ...]) -> bool:
+    """Whether a fold of the tape is already in grid form: its terms all in one space, none a
+    constant or a negation (regrouping would give the same operation back)."""
+    spaces = emitter.spaces
+    space = spaces[args[0]]
+    return space != CONST and all(spaces[a] == space and a not in emitter.negations for a in args)
 
 
 def derived_spaces(ops: Sequence[Op], consts: dict[int, float], nsymbols: tuple[int, int, int]) -> dict[int, int]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from fractions import Fraction
+from functools import cached_property
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
@@ -255,11 +256,19 @@ class Tape:
                  outputs: Sequence[int]) -> None:
         self.ninputs, self.nslots, self.consts = ninputs, nslots, dict(consts)
         self.ops, self.outputs = tuple(ops), tuple(outputs)
-        self.functions = [function(op) for op in self.ops]
+
+    @cached_property
+    def functions(self) -> list[Callable]:
+        """Each operation's numpy computation (:func:`function`)."""
+        return [function(op) for op in self.ops]
+
+    @cached_property
+    def frees(self) -> list[tuple[int, ...]]:
+        """The slots each operation reads for the last time (inputs, constants and outputs kept)."""
         last, kept = last_uses(self.ops), set(self.outputs)
-        self.frees = [tuple(a for a in dict.fromkeys(op.args)
-                            if last[a] == k and a not in kept and a >= ninputs and a not in self.consts)
-                      for k, op in enumerate(self.ops)]
+        return [tuple(a for a in dict.fromkeys(op.args)
+                      if last[a] == k and a not in kept and a >= self.ninputs and a not in self.consts)
+                for k, op in enumerate(self.ops)]
 
     @classmethod
     def compile(cls, exprs: Sequence[sp.Basic], symbols: Sequence[sp.Symbol]) -> "Tape":
@@ -405,11 +414,18 @@ class Emitter:
         """A sum (terms with signs), product, max or min: constants folded into one, the row terms
         combined in row space and the column terms in column space (the constant joining one of
         them), then one cell operation over what is left."""
-        ufunc = ASSOCIATIVE[kind]
-        consts = [self.consts[a] * sign for a, sign in terms if self.spaces[a] == CONST]
-        terms = [(a, sign) for a, sign in terms if self.spaces[a] != CONST]
+        consts: list[float] = []
+        by_space: dict[int, list[tuple[int, int]]] = {CELL: [], ROW: [], COL: []}
+        for a, sign in terms:
+            space = self.spaces[a]
+            if space == CONST:
+                consts.append(self.consts[a] * sign)
+            else:
+                by_space[space].append((a, sign))
+        terms = [t for t in terms if self.spaces[t[0]] != CONST] if consts else terms
         constant = None
         if consts:
+            ufunc = ASSOCIATIVE[kind]
             with np.errstate(all="ignore"):
                 value = np.float64(consts[0])
                 for c in consts[1:]:
@@ -421,9 +437,9 @@ class Emitter:
             slot = self.emit("mul", None, (positive, constant[0]))
             self.negations[slot] = positive
             return slot
-        parts = [t for t in terms if self.spaces[t[0]] == CELL]
+        parts = by_space[CELL]
         for space in (ROW, COL):
-            group = [t for t in terms if self.spaces[t[0]] == space]
+            group = by_space[space]
             if constant is not None and group:
                 group, constant = group + [constant], None
             parts += [self.combine(kind, group)] if len(group) > 1 else group
@@ -487,6 +503,7 @@ class Builder(Emitter):
         self.symbols = symbols
         self.inputs: dict[sp.Symbol, int] = {s: k for k, s in enumerate(symbols)}
         self.memo: dict[int, tuple[sp.Basic, int]] = {}
+        self.numbers: dict[sp.Basic, int] = {}         # number -> its constant slot
         self.hermite: dict[tuple, HermiteArg] = {}     # HermiteRow spec -> its operation's argument
 
     def build(self, outputs: Sequence[int]) -> Tape:
@@ -510,7 +527,7 @@ class Builder(Emitter):
                 memo[id(e)] = (e, self.symbol(e, env))     # the node is kept: its id stays its own
                 continue
             if not e.args or e.is_Number or e.is_NumberSymbol:
-                memo[id(e)] = (e, self.constant(constant_value(e)))
+                memo[id(e)] = (e, self.number(e))
                 continue
             if not done:
                 stack.append((e, True))
@@ -518,6 +535,12 @@ class Builder(Emitter):
                 continue
             memo[id(e)] = (e, self.operation(e, [memo[id(a)][1] for a in e.args]))
         return memo[id(root)][1]
+
+    def number(self, e: sp.Basic) -> int:
+        """The constant slot of a number (its value found once per distinct number)."""
+        if e not in self.numbers:
+            self.numbers[e] = self.constant(constant_value(e))
+        return self.numbers[e]
 
     def symbol(self, e: sp.Symbol, env: Mapping[sp.Symbol, int] | None) -> int:
         slot = env.get(e) if env is not None else None
