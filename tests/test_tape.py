@@ -103,3 +103,26 @@ def test_replay_uses_no_sympy_private_api():
     src = (pathlib.Path(__file__).parents[1] / "tensorprog" / "limit" / "replay.py").read_text()
     for word in ("_from_args", "Basic.__new__", "AssocOp"):
         assert word not in src
+
+
+def test_a_record_is_pure_data_of_its_compile(monkeypatch):
+    """Recording the same batch compile twice gives the same stored tape (nothing in it depends on
+    the order things were made in, or on sympy's caches: recording a compile again used to compare
+    deep unevaluated expressions in sympy's cache)."""
+    import tensorprog as tp
+    from tensorprog.limit import replay
+    from tensorprog.limit.replay_store import ReplayStore
+    from tensorprog.tools import pairs
+
+    monkeypatch.setattr(pairs, "STORE", ReplayStore(None))      # nothing recorded before
+    pairs.REPLAYS.clear()
+    seen = []
+    monkeypatch.setattr(pairs, "record", lambda compiled, names: seen.append((compiled, names))
+                        or replay.record(compiled, names))
+    X = np.random.default_rng(0).standard_normal((4, 3))
+    tp.kernel(pathlib.Path(__file__).parents[1] / "programs" / "kernels" / "relu_mlp.tp", X, L=4)
+    assert seen
+    for compiled, names in seen:
+        first, again = replay.record(compiled, names), replay.record(compiled, names)
+        assert first is not None and first.method == "exact"
+        assert json.dumps(first.to_json()) == json.dumps(again.to_json())

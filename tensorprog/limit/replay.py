@@ -10,7 +10,8 @@ initial covariance entries of a pair — a = Σ₀₀ (its first input's varianc
 second's), c = Σ₀₁ — each closed form walked onto it with its symbols bound to the slots of the
 numbers they stand for (:class:`Builder`); :class:`Replay` holds it (and the errors: float
 rounding ROUNDING·(|E| + max_i Cᵢᵢ) per expectation, summed over what each output rests on, plus
-VALUE_ROUNDING·|value|, as in the compile) as one :class:`..symbolic.grid.GridTape`, where everything that depends on a alone (or b alone) —
+VALUE_ROUNDING·|value|, as in the compile) as one :class:`..symbolic.grid.GridTape`, where
+everything that depends on a alone (or b alone) —
 an input's variance chain through the layers, most of the error charges — is computed once per
 input and only the rest once per pair.
 

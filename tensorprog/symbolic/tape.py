@@ -181,7 +181,7 @@ def function(op: Op) -> Callable:
 
 def in_place(acc: object, x: object) -> object:
     """``acc`` if a fold may write its next step into it (an array that x does not widen), else None."""
-    if isinstance(acc, np.ndarray) and acc.ndim >= np.ndim(x) and np.broadcast_shapes(acc.shape, np.shape(x)) == acc.shape:
+    if isinstance(acc, np.ndarray) and np.broadcast_shapes(acc.shape, np.shape(x)) == acc.shape:
         return acc
     return None
 
