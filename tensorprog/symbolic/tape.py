@@ -26,7 +26,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import cached_property
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 import sympy as sp
@@ -115,8 +115,7 @@ SERIES_FUNCTIONS: dict[str, Callable] = {"mehler": mehler_value, "mehler_err": m
 SERIES_ARITY = {"hermite": 1, "mehler": 4, "mehler_err": 4, "mean": 1, "mean_err": 1}
 
 
-@dataclass(frozen=True)
-class Op:
+class Op(NamedTuple):
     """One operation: ``out = kind(args)``; ``arg`` is the exponent of "pow" (a Fraction or
     float), the head name of "fn", the signs of an "add" (or None), a :class:`HermiteArg`."""
     kind: str                   # "add", "mul", "max", "min", "pow", "fn", or a series kind
@@ -159,9 +158,9 @@ def function(op: Op) -> Callable:
     if op.kind in SERIES_FUNCTIONS:
         return SERIES_FUNCTIONS[op.kind]
     if op.kind == "add" and op.arg is not None:
-        return fold_signed(op.arg)
+        return np.subtract if len(op.arg) == 2 else fold_signed(op.arg)
     if op.kind in ASSOCIATIVE:
-        return fold(ASSOCIATIVE[op.kind])
+        return ASSOCIATIVE[op.kind] if len(op.args) == 2 else fold(ASSOCIATIVE[op.kind])
     if op.kind == "pow":
         return exponent_function(op.arg)
     if op.arg == "Pow":
@@ -181,7 +180,10 @@ def function(op: Op) -> Callable:
 
 def in_place(acc: object, x: object) -> object:
     """``acc`` if a fold may write its next step into it (an array that x does not widen), else None."""
-    if isinstance(acc, np.ndarray) and np.broadcast_shapes(acc.shape, np.shape(x)) == acc.shape:
+    if not isinstance(acc, np.ndarray):
+        return None
+    shape = np.shape(x)
+    if shape == acc.shape or shape == () or np.broadcast_shapes(acc.shape, shape) == acc.shape:
         return acc
     return None
 
@@ -414,6 +416,11 @@ class Emitter:
         """A sum (terms with signs), product, max or min: constants folded into one, the row terms
         combined in row space and the column terms in column space (the constant joining one of
         them), then one cell operation over what is left."""
+        spaces = self.spaces
+        space = spaces[terms[0][0]] if terms else CONST
+        if space != CONST and all(spaces[a] == space for a, _ in terms):     # nothing to regroup
+            slot, sign = self.combine(kind, terms)
+            return slot if sign > 0 else self.negate(slot)
         consts: list[float] = []
         by_space: dict[int, list[tuple[int, int]]] = {CELL: [], ROW: [], COL: []}
         for a, sign in terms:
@@ -457,14 +464,14 @@ class Emitter:
     def combine(self, kind: str, terms: list[tuple[int, int]]) -> tuple[int, int]:
         """One operation over ``terms`` (a positive term first), as a term: (slot, +1), or
         (slot, −1) for a sum of negated terms only (computed as the sum of their negations' ys)."""
-        if kind == "add" and all(sign < 0 for _, sign in terms):
-            return self.combine(kind, [(a, 1) for a, _ in terms])[0], -1
-        terms = sorted(terms, key=lambda t: t[1] < 0)          # stable: a positive term first
-        signs = tuple(sign for _, sign in terms)
-        arg = signs if kind == "add" and -1 in signs else None
         if len(terms) == 1:
             return terms[0]
-        return self.emit(kind, arg, tuple(a for a, _ in terms)), 1
+        if kind != "add" or all(sign > 0 for _, sign in terms):
+            return self.emit(kind, None, tuple(a for a, _ in terms)), 1
+        if all(sign < 0 for _, sign in terms):
+            return self.combine(kind, [(a, 1) for a, _ in terms])[0], -1
+        terms = sorted(terms, key=lambda t: t[1] < 0)          # stable: a positive term first
+        return self.emit(kind, tuple(sign for _, sign in terms), tuple(a for a, _ in terms)), 1
 
     def emit(self, kind: str, arg: object, args: tuple[int, ...]) -> int:
         """The slot of ``kind(args)`` (an existing one if the same operation was made before); an
@@ -526,14 +533,15 @@ class Builder(Emitter):
             if e.is_Symbol:
                 memo[id(e)] = (e, self.symbol(e, env))     # the node is kept: its id stays its own
                 continue
-            if not e.args or e.is_Number or e.is_NumberSymbol:
+            args = e.args
+            if not args or e.is_Number or e.is_NumberSymbol:
                 memo[id(e)] = (e, self.number(e))
                 continue
             if not done:
                 stack.append((e, True))
-                stack.extend((a, False) for a in e.args if id(a) not in memo)
+                stack.extend([(a, False) for a in args if id(a) not in memo])
                 continue
-            memo[id(e)] = (e, self.operation(e, [memo[id(a)][1] for a in e.args]))
+            memo[id(e)] = (e, self.operation(e, [memo[id(a)][1] for a in args]))
         return memo[id(root)][1]
 
     def number(self, e: sp.Basic) -> int:
