@@ -103,7 +103,7 @@ def label(e: sp.Basic) -> str:
 
 
 def reference(exprs, rows, cols, cells) -> list[np.ndarray]:
-    return Tape(exprs, SYMBOLS)(*rows, *cols, *cells)
+    return Tape.compile(exprs, SYMBOLS)(*rows, *cols, *cells)
 
 
 @pytest.mark.parametrize("grid", [True, False], ids=["grid", "list"])

@@ -59,6 +59,18 @@ def test_broadcasting_and_constants():
     assert evaluate(sp.Integer(2) + sp.E, {x: np.zeros(5)}).shape == (5,)
 
 
+def test_folds_widen_as_their_terms_broadcast():
+    """A sum, product or max whose first terms are narrower than a later one (a (3, 1) column
+    and a (1, 4) row): the fold does not write the wider result into the narrow one."""
+    X, Y = np.arange(3.0)[:, None], np.arange(4.0)[None, :]
+    env = {x: X, y: Y}
+    np.testing.assert_array_equal(evaluate(sp.Add(x, x**2, y, 3, evaluate=False), env), X + X**2 + Y + 3)
+    np.testing.assert_array_equal(evaluate(sp.Mul(x, x + 1, y, evaluate=False), env), X * (X + 1) * Y)
+    np.testing.assert_array_equal(evaluate(sp.Max(x, x**2, y), env), np.maximum(np.maximum(X, X**2), Y))
+    np.testing.assert_array_equal(evaluate(x - x**2 - y, env), X - X**2 - Y)
+    assert evaluate(sp.Add(x, y, 1, evaluate=False), {x: np.float64(2.0), y: np.float64(3.0)}) == 6.0
+
+
 def test_shared_subexpressions_are_computed_once():
     inner = sp.tanh(x + y)
     deep = inner
@@ -79,9 +91,9 @@ def test_errors():
     with pytest.raises(ValueError, match="Dirac"):
         evaluate(Delta(x) * y, {x: np.ones(2), y: np.ones(2)})
     with pytest.raises(ValueError, match="unknown symbol"):
-        Tape([x + z], [x])
+        Tape.compile([x + z], [x])
     with pytest.raises(TypeError):
-        Tape(["x + 1"], [x])
+        Tape.compile(["x + 1"], [x])
 
 
 def test_no_code_generation_in_the_evaluator():

@@ -5,11 +5,13 @@ the recurrence was made: an initial covariance entry, or an expectation E f(ℓ)
 F(C) over the covariance C of its linear forms (or by the Mehler series: F then holds its
 row operations — the coefficients of one input's variance — and its cell operations, with its
 stated error as a formula beside it, :mod:`..symbolic.mehler`), each Cᵢⱼ = Σ_g Σ_h a_ig a_jh Σ_gh a polynomial
-in earlier numbers.  Chained, the outputs are one expression DAG in the initial covariance
-entries of a pair — a = Σ₀₀ (its first input's variance), b = Σ₁₁ (the second's), c = Σ₀₁;
-:class:`Replay` compiles it (and the errors: float rounding ROUNDING·(|E| + max_i Cᵢᵢ) per
-expectation, summed over what each output rests on, plus VALUE_ROUNDING·|value|, as in the compile) into
-one :class:`..symbolic.grid.GridTape`, where everything that depends on a alone (or b alone) —
+in earlier numbers.  Chained, the outputs are one numeric tape (:mod:`..symbolic.tape`) of the
+initial covariance entries of a pair — a = Σ₀₀ (its first input's variance), b = Σ₁₁ (the
+second's), c = Σ₀₁ — each closed form walked onto it with its symbols bound to the slots of the
+numbers they stand for (:class:`Builder`); :class:`Replay` holds it (and the errors: float
+rounding ROUNDING·(|E| + max_i Cᵢᵢ) per expectation, summed over what each output rests on, plus
+VALUE_ROUNDING·|value|, as in the compile) as one :class:`..symbolic.grid.GridTape`, where
+everything that depends on a alone (or b alone) —
 an input's variance chain through the layers, most of the error charges — is computed once per
 input and only the rest once per pair.
 
@@ -21,14 +23,15 @@ where one fails).
 """
 from __future__ import annotations
 
+from collections import ChainMap
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Container, Iterator, Mapping, Sequence
 
 import numpy as np
 import sympy as sp
-from sympy.core.operations import AssocOp
 
 from ..symbolic.grid import GridTape, Workspace
+from ..symbolic.tape import Builder as TapeBuilder
 from .accuracy import VALUE_ROUNDING
 from .ledger import ROUNDING
 
@@ -106,23 +109,53 @@ class Unreplayable(Exception):
     """A number of the compile that the record does not describe."""
 
 
+class Scope(Mapping):
+    """The slots of symbols: ``slots``'s; a batch symbol among ``values`` without one is
+    :class:`Unreplayable` (a number the record does not say how it was made)."""
+
+    def __init__(self, slots: Mapping[sp.Symbol, int], values: Container) -> None:
+        self.slots, self.values = slots, values
+
+    def __getitem__(self, symbol: sp.Symbol) -> int:
+        if symbol in self.slots:
+            return self.slots[symbol]
+        if symbol in self.values:
+            raise Unreplayable(f"symbol {symbol}")
+        raise KeyError(symbol)
+
+    def __iter__(self) -> Iterator[sp.Symbol]:
+        return iter(self.slots)
+
+    def __len__(self) -> int:
+        return len(self.slots)
+
+
 class Builder:
-    """The expression DAG of a recorded batch compile (see :func:`record`)."""
+    """The tape of a recorded batch compile (see :func:`record`): its closed forms walked onto one
+    :class:`..symbolic.tape.Tape` of the pair's initial covariance entries, a batch symbol read as
+    the slot of the number it stands for (no expression is rebuilt).  What :meth:`sub` gives back
+    is a placeholder symbol of a slot, so that the values, error charges and checks are written as
+    small sympy expressions over placeholders, walked onto the same tape at the end."""
 
     def __init__(self, compiled) -> None:
         self.compiled, self.batch, self.made = compiled, compiled.batch, compiled.batch_record
         self.group = next(iter(self.batch.covs))
         self.inputs: dict[tuple[int, int, int], sp.Symbol] = {}
-        self.resolved: dict[sp.Symbol, sp.Expr] = {}
+        self.tape = TapeBuilder([self.input(self.group, i, j) for i, j in ((0, 0), (1, 1), (0, 1))])
+        self.resolved: dict[sp.Symbol, int] = {}                  # batch symbol -> slot
+        self.scope = Scope(self.resolved, self.batch.values)
+        self.placeholders: dict[int, sp.Dummy] = {}               # slot -> its placeholder
+        self.slots: dict[sp.Symbol, int] = {}                     # placeholder -> slot
         self.estimate: dict[int, tuple[sp.Expr, tuple]] = {}     # k -> (value, error terms)
-        self.memo: dict[int, tuple[sp.Basic, sp.Basic]] = {}
+        self.memo: dict[int, tuple[sp.Basic, int]] = {}          # compiled expressions' nodes -> slots
+        self.glue: dict[int, tuple[sp.Basic, int]] = {}          # placeholder expressions' nodes -> slots
         self.constants: list[tuple[sp.Expr, float]] = []
         self.ties: list[tuple[sp.Expr, sp.Expr, int]] = []
         self.absolute: dict[int, sp.Expr] = {}                  # k -> the stated error of a series
 
     def replay(self, names: Sequence[str]) -> Replay:
         for sym, source in self.made.sources.items():
-            self.resolved[sym] = self.source(source)
+            self.resolved[sym] = self.slot(self.source(source))
         for source, value in self.made.constants:
             self.constants.append((self.source(source), value))
         outputs = {o.name: o.var for o in self.compiled.program.outputs}
@@ -137,30 +170,36 @@ class Builder:
             stated = [self.absolute[k] for k in sorted(self.compiled.deps[var]) if k in self.absolute]
             errors.append(sp.Add(charged, sp.Float(VALUE_ROUNDING) * sp.Abs(value, evaluate=False), *stated,
                                  evaluate=False))
-        consts = [(e, v) for e, v in self.constants if not self.settled(e, v)]
+        varying = self.varying()
+        consts = [(e, v) for e, v in self.constants if not self.settled(e, v, varying)]
         checks = [e for e, _ in consts]
         ties: list[int] = []
         for a, b, sign in self.ties:                  # indices into the checks after the constants
             ties += [len(checks) - len(consts), len(checks) - len(consts) + 1, sign]
             checks += [a, b]
-        g = self.group
-        a, b, c = (self.input(g, i, j) for i, j in ((0, 0), (1, 1), (0, 1)))
-        tape = GridTape.compile(tuple(values + errors + checks), [a], [b], [c])
+        tape = GridTape.of(self.tape.build([self.slot(e) for e in values + errors + checks]), (1, 1, 1))
         return Replay(tape, tuple(names), tuple(v for _, v in consts), tuple(ties),
                       "series" if self.absolute else "exact")
 
-    @staticmethod
-    def settled(expr: sp.Expr, value: float) -> bool:
-        """A check that holds whatever the data (the expression is that number)."""
-        if expr.free_symbols:
+    def settled(self, expr: sp.Expr, value: float, varying: set[int]) -> bool:
+        """A check that holds whatever the data (the expression folded to that number; ``varying``:
+        the slots that depend on the inputs, :meth:`varying`)."""
+        slot = self.slot(expr)
+        if slot in varying:
             return False
-        try:
-            number = float(expr)
-        except TypeError:           # complex, or a head sympy cannot evaluate (the series' rows)
-            raise Unreplayable(f"{expr} is not a real number sympy can evaluate") from None
-        if number != value:
-            raise Unreplayable(f"{expr} is not {value}")
+        if slot not in self.tape.consts:            # a series' row of constants
+            raise Unreplayable(f"{expr} is not a number the tape folds")
+        if self.tape.consts[slot] != value:
+            raise Unreplayable(f"{expr} is {self.tape.consts[slot]}, not {value}")
         return True
+
+    def varying(self) -> set[int]:
+        """The slots of the tape so far that depend on an input."""
+        out = set(range(self.tape.ninputs))
+        for op in self.tape.ops:
+            if not out.isdisjoint(op.args):
+                out.add(op.out)
+        return out
 
     def source(self, source: tuple, error: bool = False):
         """The expression of a recorded number: an input entry, or an estimate's value (or the
@@ -204,52 +243,36 @@ class Builder:
         if note.trace.error != 0:                # the series' stated error, a formula of its own
             self.absolute[k] = self.sub(note.trace.error, names)
         diag = [sp.Abs(cov[(i, i)], evaluate=False) for i in range(note.size)]
-        scale = largest(diag)
+        scale = self.largest(diag)
         return value, (sp.Abs(value, evaluate=False), scale)             # × ROUNDING: its error
 
     def sub(self, expr: sp.Expr, extra: Mapping[sp.Symbol, sp.Expr] | None = None) -> sp.Expr:
-        """expr with batch symbols (and ``extra`` symbols) replaced by their expressions, rebuilt
-        without evaluation (the DAG is shared, not walked as a tree)."""
-        memo = self.memo if extra is None else {}       # by identity (module doc of symbolic.grid)
+        """The placeholder of ``expr`` walked onto the tape, its batch symbols (and ``extra``
+        symbols, given as placeholder expressions) read as the slots of what they stand for."""
+        if extra is None:
+            env, memo = self.scope, self.memo               # by identity (:mod:`..symbolic.tape`)
+        else:
+            bound = {s: self.slot(e) for s, e in extra.items()}
+            env, memo = Scope(ChainMap(bound, self.resolved), self.batch.values), {}
+        return self.placeholder(self.tape.visit(expr, env, memo))
 
-        def walk(node: sp.Basic) -> sp.Basic:
-            if id(node) in memo:
-                return memo[id(node)][1]
-            if node.is_Symbol:
-                if extra is not None and node in extra:
-                    out = extra[node]
-                elif node in self.resolved:
-                    out = self.resolved[node]
-                elif node in self.batch.values:
-                    raise Unreplayable(f"symbol {node}")
-                else:
-                    out = node
-            elif not node.args:
-                out = node
-            else:
-                args = [walk(a) for a in node.args]
-                same = all(a is b for a, b in zip(args, node.args))
-                out = node if same else rebuild(node, args)
-            memo[id(node)] = (node, out)
-            return out
-        return walk(expr)
+    def placeholder(self, slot: int) -> sp.Symbol:
+        """The symbol that stands for ``slot`` in placeholder expressions."""
+        if slot not in self.placeholders:
+            self.placeholders[slot] = symbol = sp.Dummy()
+            self.slots[symbol] = slot
+        return self.placeholders[slot]
 
+    def slot(self, expr: sp.Expr) -> int:
+        """The slot of a placeholder expression (placeholders, inputs, numbers), walked onto the tape."""
+        return self.tape.visit(expr, self.slots, self.glue)
 
-
-def rebuild(node: sp.Basic, args: list) -> sp.Basic:
-    """``node``'s head over new ``args``, unevaluated; sums and products without sympy's constructor
-    cache (whose lookups compare deep expressions for equality, as costly as walking them as trees)."""
-    if isinstance(node, AssocOp):
-        return node.func._from_args(args)
-    return node.func(*args, evaluate=False)
-
-
-def largest(items: Sequence[sp.Expr]) -> sp.Expr:
-    """Max(items) (0 for none, the item for one), built without sympy's constructor: that one sorts
-    its arguments, and sorting counts the nodes of each as a tree, exponential in the depth of a DAG.
-    The tape evaluates it as numpy's maximum, as the batch compile's ``largest_variance`` does."""
-    if not items:
-        return sp.Integer(0)
-    if len(items) == 1:
-        return items[0]
-    return sp.Basic.__new__(sp.Max, *items)
+    def largest(self, items: Sequence[sp.Expr]) -> sp.Expr:
+        """The placeholder of max(items) (0 for none, the item for one), a fold on the tape: no
+        sympy Max, whose constructor sorts its arguments.  The tape evaluates it as numpy's
+        maximum, as the batch compile's ``largest_variance`` does."""
+        if not items:
+            return sp.Integer(0)
+        if len(items) == 1:
+            return items[0]
+        return self.placeholder(self.tape.nary("max", [(self.slot(e), 1) for e in items]))

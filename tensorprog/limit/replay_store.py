@@ -42,8 +42,9 @@ from typing import NamedTuple
 
 from .replay import Replay
 
-#: bumped when the stored format changes
-FORMAT = 2
+#: bumped when the stored format changes (3: a series' function is stored as a plain tape,
+#: :meth:`..symbolic.tape.Tape.to_json`, inside the grid tape)
+FORMAT = 3
 #: the mode of the directories the store makes and accepts (this user only)
 PRIVATE = 0o700
 

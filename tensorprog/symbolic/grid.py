@@ -17,75 +17,28 @@ costs one cell operation.  The regrouping reorders floating-point sums and produ
 change in the last bits against an entry-by-entry evaluation (relative to the largest term
 of a sum, as with any other order of summation).
 
-Cell operations write (numpy's ``out=``) into a few work arrays — registers, allocated by
-liveness like a compiler's, an operation reusing a dying argument's where that is safe — kept in
-a :class:`Workspace` from call to call: a pass over a block allocates nothing, and the arrays it
-touches stay in cache.  Nothing is evaluated as text: the tape is built from the
-expression trees, and :meth:`GridTape.to_json` / :meth:`GridTape.from_json` store it as data
-(operation kinds, head names resolved through :data:`.evaluate.HEADS_BY_NAME`, numbers).
+The grid tape is not a tape form of its own: it is the one numeric tape of :mod:`.tape` (the
+same operations, constants and sharing) after a pass over it, :func:`regroup`, that knows the
+inputs' spaces; :func:`derived_spaces` gives each slot's space again from the operations (it is
+never stored).  Cell operations write (numpy's ``out=``) into a few work arrays — registers,
+allocated by liveness (:func:`.tape.last_uses`) like a compiler's, an operation reusing a dying
+argument's where that is safe — kept in a :class:`Workspace` from call to call: a pass over a
+block allocates nothing, and the arrays it touches stay in cache.  :meth:`GridTape.to_json` /
+:meth:`GridTape.from_json` store it as the tape's data (:meth:`.tape.Tape.to_json`) and the
+numbers of row, column and cell inputs.
 """
 from __future__ import annotations
 
-from collections import OrderedDict
-from dataclasses import dataclass, field
-from fractions import Fraction
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 import sympy as sp
 
-from .evaluate import HEADS_BY_NAME, as_expr, constant_value, head_function
-from .heads import Delta
-from .mehler import HEAD_KINDS, HermiteRow, T, mean_error, mean_value, mehler_error, mehler_value, pack
+from .tape import (ASSOCIATIVE, CELL, COL, CONST, ROW, SERIES_ARITY, SERIES_FUNCTIONS, Emitter, Op, Tape,
+                   function, last_uses, parse_tape, tape_json)
 
-CONST, ROW, COL, CELL = 0, 1, 2, 3          # bit flags: ROW | COL = CELL
-#: the operations regrouped by space (associative and commutative), and their neutral elements
-ASSOCIATIVE: dict[str, np.ufunc] = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
-NEUTRAL = {"add": 0.0, "mul": 1.0}
-
-
-#: the Mehler series' operations (:mod:`.mehler`): a "hermite" row op packs one function's
-#: coefficients per variance (never folded into a constant: its value is an array); the others
-#: read packed rows and columns
-SERIES_FUNCTIONS: dict[str, Callable] = {"mehler": mehler_value, "mehler_err": mehler_error,
-                                         "mean": mean_value, "mean_err": mean_error}
-SERIES_ARITY = {"hermite": 1, "mehler": 4, "mehler_err": 4, "mean": 1, "mean_err": 1}
-
-
-@dataclass(frozen=True, eq=False)
-class HermiteArg:
-    """The argument of a "hermite" operation: φ as a one-row-symbol tape, the order K and the
-    trapezoidal step h (:func:`.mehler.pack`)."""
-    tape: "GridTape"
-    K: int
-    h: float
-    #: the last few results by their variances' bytes: a band's rows and columns are mostly the
-    #: same inputs, and a tape meets the same function's row and column operation
-    recent: OrderedDict = field(default_factory=OrderedDict, compare=False, repr=False)
-
-    def __call__(self, a: np.ndarray, out=None) -> np.ndarray:
-        a = np.asarray(a, dtype=float)
-        ua, inv = np.unique(a.ravel(), return_inverse=True)
-        key = ua.tobytes()
-        if key not in self.recent:
-            self.recent[key] = pack(lambda t: self.tape([t], [])[0], self.K, self.h, ua)
-            while len(self.recent) > 4:
-                self.recent.popitem(last=False)
-        packed = self.recent[key]
-        return packed[inv].reshape(a.shape + packed.shape[-1:])
-
-    def to_json(self) -> list:
-        return [self.tape.to_json(), self.K, self.h]
-
-
-@dataclass(frozen=True)
-class Op:
-    """One operation: ``out = kind(args)``; ``arg`` is the exponent of "pow" (a Fraction or
-    float) or the head name of "fn"."""
-    kind: str                   # "add", "mul", "max", "min", "pow", "fn"
-    arg: object                 # "add": None, or the signs (+1/−1) of its arguments
-    args: tuple[int, ...]
-    out: int
+__all__ = ["GridTape", "Workspace", "regroup", "derived_spaces", "allocate", "SERIES_FUNCTIONS", "SERIES_ARITY",
+           "CONST", "ROW", "COL", "CELL"]
 
 
 class GridTape:
@@ -106,7 +59,16 @@ class GridTape:
     def compile(cls, exprs: Sequence[sp.Basic], rows: Sequence[sp.Symbol], cols: Sequence[sp.Symbol],
                 cells: Sequence[sp.Symbol] = ()) -> "GridTape":
         """The tape of ``exprs`` in the row, column and cell symbols (module doc)."""
-        return Builder(rows, cols, cells).build(exprs)
+        tape = Tape.compile(exprs, (*rows, *cols, *cells))
+        return cls.of(tape, (len(rows), len(cols), len(cells)))
+
+    @classmethod
+    def of(cls, tape: Tape, nsymbols: tuple[int, int, int]) -> "GridTape":
+        """The grid form of ``tape``, whose inputs are ``nsymbols`` = (rows, columns, cells) in that
+        order: its folds regrouped by space (:func:`regroup`)."""
+        if sum(nsymbols) != tape.ninputs:
+            raise ValueError(f"a tape of {tape.ninputs} inputs is not one of {nsymbols} row, column and cell inputs")
+        return cls(*regroup(tape, nsymbols), nsymbols)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -160,76 +122,48 @@ class GridTape:
         return out
 
     def to_json(self) -> dict:
-        """The tape as JSON data (numbers, kinds and head names; exponents as [p, q] or a float)."""
-        def arg(op: Op) -> object:
-            if isinstance(op.arg, HermiteArg):
-                return op.arg.to_json()
-            if isinstance(op.arg, Fraction):
-                return [op.arg.numerator, op.arg.denominator]
-            return list(op.arg) if isinstance(op.arg, tuple) else op.arg
-        return {"nslots": self.nslots, "nsymbols": list(self.nsymbols),
-                "consts": [[k, v] for k, v in self.consts.items()],
-                "ops": [[op.kind, arg(op), list(op.args), op.out] for op in self.ops],
-                "outputs": list(self.outputs)}
+        """The tape as JSON data (:meth:`.Tape.to_json`, with the numbers of row, column and cell inputs)."""
+        return {"nsymbols": list(self.nsymbols), **tape_json(self.nslots, self.consts, self.ops, self.outputs)}
 
     @classmethod
     def from_json(cls, data: dict) -> "GridTape":
         """The tape :meth:`to_json` stored (a ValueError if it is not one)."""
         try:
-            ops = []
-            for kind, arg, args, out in data["ops"]:
-                if kind == "pow":
-                    arg = Fraction(int(arg[0]), int(arg[1])) if isinstance(arg, list) else float(arg)
-                elif kind == "add":
-                    arg = None if arg is None else tuple(1 if int(a) > 0 else -1 for a in arg)
-                elif kind == "hermite":
-                    arg = HermiteArg(GridTape.from_json(arg[0]), int(arg[1]), float(arg[2]))
-                elif kind in SERIES_FUNCTIONS:
-                    arg = None
-                elif kind == "fn" and arg not in HEADS_BY_NAME and arg != "Pow":
-                    raise ValueError(f"unknown head {arg!r}")
-                elif kind not in ASSOCIATIVE and kind != "fn" and kind not in SERIES_ARITY:
-                    raise ValueError(f"unknown operation {kind!r}")
-                ops.append(Op(kind, arg, tuple(int(a) for a in args), int(out)))
-            consts = {int(k): float(v) for k, v in data["consts"]}
             nsymbols = tuple(int(n) for n in data["nsymbols"])
-            outputs = [int(o) for o in data["outputs"]]
-            check_slots(ops, consts, sum(nsymbols), outputs)
-            for op in ops:
-                check_arity(op)
-            return cls(int(data["nslots"]), consts, ops, outputs, nsymbols)
+            if len(nsymbols) != 3:
+                raise ValueError(f"expected 3 numbers of inputs, got {nsymbols}")
+            return cls(*parse_tape(data, sum(nsymbols)), nsymbols)
         except (KeyError, TypeError, IndexError, ZeroDivisionError) as err:
             raise ValueError(f"not a stored grid tape: {err}") from None
 
 
-def check_slots(ops: Sequence[Op], consts: dict[int, float], ninputs: int, outputs: Sequence[int]) -> None:
-    """A ValueError unless every operation reads slots written before it (inputs, constants,
-    earlier operations) and writes a new one, and every output is written."""
-    written = set(range(ninputs)) | set(consts)
-    for op in ops:
-        if not written.issuperset(op.args) or op.out in written:
-            raise ValueError(f"operation {op} reads an unwritten slot or overwrites one")
-        written.add(op.out)
-    if not written.issuperset(outputs):
-        raise ValueError("an output is never written")
+def regroup(tape: Tape, nsymbols: tuple[int, int, int]) -> tuple[int, dict[int, float], list[Op], list[int]]:
+    """The space pass: (nslots, consts, ops, outputs) of ``tape`` with its inputs sorted into row,
+    column and cell spaces (``nsymbols`` of each, in that order) and every fold regrouped by
+    space (:meth:`.tape.Emitter.nary`: the row terms combined by a row operation, the column terms
+    by a column operation, then one cell operation); other operations are copied over, equal
+    ones shared.  With every input in one space it changes nothing but slot numbers."""
+    rows, cols, cells = nsymbols
+    emitter = Emitter([ROW] * rows + [COL] * cols + [CELL] * cells)
+    slot = {k: k for k in range(tape.ninputs)}
+    slot.update({k: emitter.constant(v) for k, v in tape.consts.items()})
+    for op in tape.ops:
+        args = tuple(slot[a] for a in op.args)
+        if op.kind in ASSOCIATIVE and not uniform(emitter, args):
+            signs = op.arg or (1,) * len(args)
+            terms = [emitter.signed(a) if op.kind == "add" else (a, 1) for a in args]
+            slot[op.out] = emitter.nary(op.kind, [(a, s * sign) for (a, s), sign in zip(terms, signs)])
+        else:
+            slot[op.out] = emitter.emit(op.kind, op.arg, args)
+    return emitter.tape([slot[o] for o in tape.outputs])
 
 
-def check_arity(op: Op) -> None:
-    """A ValueError unless the operation has as many arguments as its kind takes."""
-    n = len(op.args)
-    if op.kind in SERIES_ARITY:
-        ok = n == SERIES_ARITY[op.kind]
-    elif op.kind == "pow":
-        ok = n == 1
-    elif op.kind in ASSOCIATIVE:
-        ok = n >= 2 and (op.arg is None or len(op.arg) == n)
-    elif op.arg == "Pow":
-        ok = n == 2
-    else:
-        fn = head_function(HEADS_BY_NAME[op.arg], n)
-        ok = fn is not None and (not isinstance(fn, np.ufunc) or fn.nin == n)
-    if not ok:
-        raise ValueError(f"operation {op} has the wrong number of arguments")
+def uniform(emitter: Emitter, args: tuple[int, ...]) -> bool:
+    """Whether a fold of the tape is already in grid form: its terms all in one space, none a
+    constant or a negation (regrouping would give the same operation back)."""
+    spaces = emitter.spaces
+    space = spaces[args[0]]
+    return space != CONST and all(spaces[a] == space and a not in emitter.negations for a in args)
 
 
 def derived_spaces(ops: Sequence[Op], consts: dict[int, float], nsymbols: tuple[int, int, int]) -> dict[int, int]:
@@ -250,7 +184,7 @@ def allocate(cell_ops: Sequence[Op], outputs: Sequence[int]) -> tuple[dict[int, 
     register is free again after its last use (outputs are kept); an operation writes into a
     dying argument's register where that is safe (:func:`donor`), else into the register freed
     last (it is the likeliest in cache)."""
-    last = {a: k for k, op in enumerate(cell_ops) for a in op.args}
+    last = last_uses(cell_ops)
     kept = set(outputs)
     register: dict[int, int] = {}
     free: list[int] = []
@@ -298,255 +232,3 @@ class Workspace:
         return self.views[key]
 
 
-def function(op: Op) -> Callable:
-    """The numpy computation of an operation, taking ``out=`` (an array of the result's shape to
-    write it into, not among a fold's third and later arguments; or None)."""
-    if op.kind == "hermite":
-        return op.arg
-    if op.kind in SERIES_FUNCTIONS:
-        return SERIES_FUNCTIONS[op.kind]
-    if op.kind == "add" and op.arg is not None:
-        return fold_signed(op.arg)
-    if op.kind in ASSOCIATIVE:
-        return fold(ASSOCIATIVE[op.kind])
-    if op.kind == "pow":
-        return exponent_function(op.arg)
-    if op.arg == "Pow":
-        return np.power
-    fn = head_function(HEADS_BY_NAME[op.arg], len(op.args))
-    if isinstance(fn, np.ufunc) and fn.nin == len(op.args) and fn.nout == 1:
-        return fn
-
-    def into(*xs, out=None):
-        got = fn(*xs)
-        if out is None:
-            return got
-        np.copyto(out, got)
-        return out
-    return into
-
-
-def fold(ufunc: np.ufunc) -> Callable:
-    """x₁ ∘ x₂ ∘ … left to right, into ``out`` when given (an array of the result's shape that is
-    not among x₃, x₄, …: it is written before they are read)."""
-    def call(*xs, out=None):
-        acc = ufunc(xs[0], xs[1], out=out)
-        for x in xs[2:]:
-            ufunc(acc, x, out=acc)
-        return acc
-    return call
-
-
-def fold_signed(signs: tuple[int, ...]) -> Callable:
-    """x₁ ± x₂ ± … (``signs``, the first +1) left to right, into ``out`` as :func:`fold`."""
-    steps = [np.add if sign > 0 else np.subtract for sign in signs[1:]]
-
-    def call(*xs, out=None):
-        acc = steps[0](xs[0], xs[1], out=out)
-        for step, x in zip(steps[1:], xs[2:]):
-            step(acc, x, out=acc)
-        return acc
-    return call
-
-
-def exponent_function(e: object) -> Callable:
-    """x**e with the common exponents done exactly (x², 1/x, √x, 1/√x), into ``out`` when given."""
-    if e == 2:
-        return lambda x, out=None: np.multiply(x, x, out=out)
-    if e == -1:
-        return lambda x, out=None: np.divide(1.0, x, out=out)
-    if e == Fraction(1, 2):
-        return np.sqrt
-    if e == Fraction(-1, 2):
-        def inv_sqrt(x, out=None):
-            root = np.sqrt(x, out=out)
-            return np.divide(1.0, root, out=root if out is not None else None)
-        return inv_sqrt
-    if isinstance(e, Fraction) and e.denominator == 1:
-        k = int(e)
-        if k > 0:
-            return lambda x, out=None: np.power(x, float(k), out=out)
-        return lambda x, out=None: np.divide(1.0, np.power(x, float(-k), out=out), out=out)
-    value = float(e)
-    return lambda x, out=None: np.power(x, value, out=out)
-
-
-class Builder:
-    """Walks expression DAGs into a :class:`GridTape`: one slot per distinct subexpression,
-    constants folded, sums and products regrouped by space (module doc)."""
-
-    def __init__(self, rows: Sequence[sp.Symbol], cols: Sequence[sp.Symbol], cells: Sequence[sp.Symbol]) -> None:
-        symbols = (*rows, *cols, *cells)
-        if len(set(symbols)) != len(symbols):
-            raise ValueError("a symbol is given twice")
-        self.nsymbols = (len(rows), len(cols), len(cells))
-        self.slot: dict[sp.Basic, int] = {s: k for k, s in enumerate(symbols)}
-        self.by_id: dict[int, tuple[sp.Basic, int]] = {}
-        self.spaces: dict[int, int] = {k: ROW if k < len(rows) else COL if k < len(rows) + len(cols) else CELL
-                                       for k in range(len(symbols))}
-        self.consts: dict[int, float] = {}
-        self.ops: list[Op] = []
-        self.seen: dict[tuple, int] = {}               # (kind, arg, args) -> slot (shared operations)
-        self.negations: dict[int, int] = {}            # slot of −1·y -> slot of y
-        self.hermite: dict[tuple, HermiteArg] = {}     # HermiteRow spec -> its operation's argument
-        self.nslots = len(symbols)
-
-    def build(self, exprs: Sequence[sp.Basic]) -> GridTape:
-        outputs = [self.visit(as_expr(e)) for e in exprs]
-        live = set(outputs)
-        for op in reversed(self.ops):                 # operations no output needs are dropped
-            if op.out in live:
-                live.update(op.args)
-        ops = [op for op in self.ops if op.out in live]
-        return GridTape(self.nslots, self.consts, ops, outputs, self.nsymbols)
-
-    def constant(self, value: float) -> int:
-        key = ("const", value, ())
-        if key not in self.seen:
-            self.seen[key] = k = self.new(CONST)
-            self.consts[k] = value
-        return self.seen[key]
-
-    def new(self, space: int) -> int:
-        self.spaces[self.nslots] = space
-        self.nslots += 1
-        return self.nslots - 1
-
-    def visit(self, root: sp.Basic) -> int:
-        """The slot of ``root`` (children first, without recursion: DAGs can be deep).  Nodes are
-        remembered by identity — comparing deep expressions for equality costs as much as walking
-        them as trees — and equal subexpressions meet again as the same operation of the same
-        slots (:meth:`emit`)."""
-        stack: list[tuple[sp.Basic, bool]] = [(root, False)]
-        while stack:
-            e, done = stack.pop()
-            if self.known(e):
-                continue
-            if e.is_Symbol:
-                raise ValueError(f"unknown symbol {e}")
-            if not e.args or e.is_Number or e.is_NumberSymbol:
-                self.remember(e, self.constant(constant_value(e)))
-                continue
-            if not done:
-                stack.append((e, True))
-                stack.extend((a, False) for a in e.args if not self.known(a))
-                continue
-            self.remember(e, self.operation(e))
-        return self.slot_of(root)
-
-    def known(self, e: sp.Basic) -> bool:
-        return id(e) in self.by_id or (e.is_Symbol and e in self.slot)
-
-    def remember(self, e: sp.Basic, slot: int) -> None:
-        self.by_id[id(e)] = (e, slot)            # the node is kept alive: its id stays its own
-
-    def slot_of(self, e: sp.Basic) -> int:
-        got = self.by_id.get(id(e))
-        return got[1] if got is not None else self.slot[e]
-
-    def operation(self, e: sp.Basic) -> int:
-        args = [self.slot_of(a) for a in e.args]
-        if e.is_Add:
-            return self.nary("add", [self.signed(a) for a in args])
-        if e.is_Mul:
-            return self.nary("mul", [(a, 1) for a in args])
-        if isinstance(e, (sp.Max, sp.Min)):
-            return self.nary("max" if isinstance(e, sp.Max) else "min", [(a, 1) for a in args])
-        if e.is_Pow and e.exp.is_Number:
-            exp = e.exp
-            arg = Fraction(int(exp.p), int(exp.q)) if exp.is_Rational else float(exp)
-            return self.emit("pow", arg, (args[0],))
-        if e.is_Pow:
-            return self.emit("fn", "Pow", tuple(args))
-        if isinstance(e, HermiteRow):
-            if e.spec not in self.hermite:
-                phi, K, h = e.spec
-                self.hermite[e.spec] = HermiteArg(Builder([T], [], []).build([phi]), K, h)
-            return self.emit("hermite", self.hermite[e.spec], tuple(args))
-        if e.func in HEAD_KINDS:
-            return self.emit(HEAD_KINDS[e.func], None, tuple(args))
-        if isinstance(e, sp.Function):
-            if e.func is Delta:
-                raise ValueError(f"the Dirac mass in {e} cannot be evaluated pointwise")
-            name = e.func.__name__
-            if HEADS_BY_NAME.get(name) is not e.func or head_function(e.func, len(args)) is None:
-                raise ValueError(f"no numeric rule for the function {e.func} in {e}")
-            return self.emit("fn", name, tuple(args))
-        raise ValueError(f"cannot evaluate {e!r} numerically")
-
-    def signed(self, slot: int) -> tuple[int, int]:
-        """(slot, +1), or (y, −1) for a slot that is the product −1·y (a sum subtracts y)."""
-        return (self.negations[slot], -1) if slot in self.negations else (slot, 1)
-
-    def nary(self, kind: str, terms: list[tuple[int, int]]) -> int:
-        """A sum (terms with signs), product, max or min: constants folded into one, the row terms
-        combined in row space and the column terms in column space (the constant joining one of
-        them), then one cell operation over what is left."""
-        ufunc = ASSOCIATIVE[kind]
-        consts = [self.consts[a] * sign for a, sign in terms if self.spaces[a] == CONST]
-        terms = [(a, sign) for a, sign in terms if self.spaces[a] != CONST]
-        constant = None
-        if consts:
-            with np.errstate(all="ignore"):
-                value = np.float64(consts[0])
-                for c in consts[1:]:
-                    value = ufunc(value, np.float64(c))
-            if value != NEUTRAL.get(kind) or not terms:
-                constant = (self.constant(float(value)), 1)
-        if kind == "mul" and constant is not None and self.consts[constant[0]] == -1.0 and terms:
-            positive = self.nary("mul", terms)
-            slot = self.emit("mul", None, (positive, constant[0]))
-            self.negations[slot] = positive
-            return slot
-        parts = [t for t in terms if self.spaces[t[0]] == CELL]
-        for space in (ROW, COL):
-            group = [t for t in terms if self.spaces[t[0]] == space]
-            if constant is not None and group:
-                group, constant = group + [constant], None
-            parts += [self.combine(kind, group)] if len(group) > 1 else group
-        if constant is not None:
-            parts.append(constant)
-        slot, sign = parts[0] if len(parts) == 1 else self.combine(kind, parts)
-        return slot if sign > 0 else self.negate(slot)
-
-    def negate(self, slot: int) -> int:
-        """The slot of −1·y (y = ``slot``), known as a negation (a sum around it subtracts y)."""
-        negative = self.emit("mul", None, (slot, self.constant(-1.0)))
-        self.negations[negative] = slot
-        return negative
-
-    def combine(self, kind: str, terms: list[tuple[int, int]]) -> tuple[int, int]:
-        """One operation over ``terms`` (a positive term first), as a term: (slot, +1), or
-        (slot, −1) for a sum of negated terms only (computed as the sum of their negations' ys)."""
-        if kind == "add" and all(sign < 0 for _, sign in terms):
-            return self.combine(kind, [(a, 1) for a, _ in terms])[0], -1
-        terms = sorted(terms, key=lambda t: t[1] < 0)          # stable: a positive term first
-        signs = tuple(sign for _, sign in terms)
-        arg = signs if kind == "add" and -1 in signs else None
-        if len(terms) == 1:
-            return terms[0]
-        return self.emit(kind, arg, tuple(a for a, _ in terms)), 1
-
-    def emit(self, kind: str, arg: object, args: tuple[int, ...]) -> int:
-        """The slot of ``kind(args)`` (an existing one if the same operation was made before); an
-        operation of constants only is folded into a constant."""
-        key = (kind, arg, args)
-        if key in self.seen:
-            return self.seen[key]
-        space = 0
-        for a in args:
-            space |= self.spaces[a]
-        fn = function(Op(kind, arg, args, -1))
-        if kind == "hermite" and space == CELL:
-            raise ValueError("a variance of the series depends on the pair: not a row or column operation")
-        if kind == "hermite" and space == CONST:
-            space = ROW                                # an array per variance: never a constant
-        if space == CONST:
-            with np.errstate(all="ignore"):
-                value = float(fn(*[np.float64(self.consts[a]) for a in args]))
-            slot = self.constant(value)
-        else:
-            slot = self.new(space)
-            self.ops.append(Op(kind, arg, args, slot))
-        self.seen[key] = slot
-        return slot
