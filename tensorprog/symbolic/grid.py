@@ -26,9 +26,9 @@ expression trees, and :meth:`GridTape.to_json` / :meth:`GridTape.from_json` stor
 """
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from fractions import Fraction
+from functools import cached_property, partial
 from typing import Callable, Sequence
 
 import numpy as np
@@ -36,7 +36,8 @@ import sympy as sp
 
 from .evaluate import HEADS_BY_NAME, as_expr, constant_value, head_function
 from .heads import Delta
-from .mehler import HEAD_KINDS, HermiteRow, T, mean_error, mean_value, mehler_error, mehler_value, pack
+from .mehler import (HEAD_KINDS, SUMMED, HermiteRow, PackCache, SumCache, T, mean_error, mean_value, mehler_error,
+                     mehler_value)
 
 CONST, ROW, COL, CELL = 0, 1, 2, 3          # bit flags: ROW | COL = CELL
 #: the operations regrouped by space (associative and commutative), and their neutral elements
@@ -55,27 +56,28 @@ SERIES_ARITY = {"hermite": 1, "mehler": 4, "mehler_err": 4, "mean": 1, "mean_err
 @dataclass(frozen=True, eq=False)
 class HermiteArg:
     """The argument of a "hermite" operation: φ as a one-row-symbol tape, the order K and the
-    trapezoidal step h (:func:`.mehler.pack`)."""
+    trapezoidal step h (:func:`.mehler.pack`), and the tape's :class:`.mehler.PackCache` (its
+    operations meet the same inputs' variances as rows and as columns)."""
     tape: "GridTape"
     K: int
     h: float
-    #: the last few results by their variances' bytes: a band's rows and columns are mostly the
-    #: same inputs, and a tape meets the same function's row and column operation
-    recent: OrderedDict = field(default_factory=OrderedDict, compare=False, repr=False)
+    cache: PackCache = field(default_factory=PackCache, compare=False, repr=False)
+
+    @cached_property
+    def key(self) -> str:
+        """φ's key in the cache: its tape as data."""
+        return repr(self.tape.to_json())
 
     def __call__(self, a: np.ndarray, out=None) -> np.ndarray:
-        a = np.asarray(a, dtype=float)
-        ua, inv = np.unique(a.ravel(), return_inverse=True)
-        key = ua.tobytes()
-        if key not in self.recent:
-            self.recent[key] = pack(lambda t: self.tape([t], [])[0], self.K, self.h, ua)
-            while len(self.recent) > 4:
-                self.recent.popitem(last=False)
-        packed = self.recent[key]
-        return packed[inv].reshape(a.shape + packed.shape[-1:])
+        return self.cache.packed(self.key, lambda t: self.tape([t], [])[0], self.K, self.h, a)
 
     def to_json(self) -> list:
         return [self.tape.to_json(), self.K, self.h]
+
+
+def operands(e: sp.Basic) -> tuple:
+    """The arguments of ``e`` that are values (a HermiteRow's function, K and h are its operation's data)."""
+    return e.args[:1] if isinstance(e, HermiteRow) else e.args
 
 
 @dataclass(frozen=True)
@@ -164,6 +166,8 @@ class GridTape:
         def arg(op: Op) -> object:
             if isinstance(op.arg, HermiteArg):
                 return op.arg.to_json()
+            if op.kind in SERIES_FUNCTIONS:
+                return None
             if isinstance(op.arg, Fraction):
                 return [op.arg.numerator, op.arg.denominator]
             return list(op.arg) if isinstance(op.arg, tuple) else op.arg
@@ -177,15 +181,16 @@ class GridTape:
         """The tape :meth:`to_json` stored (a ValueError if it is not one)."""
         try:
             ops = []
+            packs, sums = PackCache(), SumCache()          # the tape's own (series operations)
             for kind, arg, args, out in data["ops"]:
                 if kind == "pow":
                     arg = Fraction(int(arg[0]), int(arg[1])) if isinstance(arg, list) else float(arg)
                 elif kind == "add":
                     arg = None if arg is None else tuple(1 if int(a) > 0 else -1 for a in arg)
                 elif kind == "hermite":
-                    arg = HermiteArg(GridTape.from_json(arg[0]), int(arg[1]), float(arg[2]))
+                    arg = HermiteArg(GridTape.from_json(arg[0]), int(arg[1]), float(arg[2]), packs)
                 elif kind in SERIES_FUNCTIONS:
-                    arg = None
+                    arg = sums
                 elif kind == "fn" and arg not in HEADS_BY_NAME and arg != "Pow":
                     raise ValueError(f"unknown head {arg!r}")
                 elif kind not in ASSOCIATIVE and kind != "fn" and kind not in SERIES_ARITY:
@@ -304,7 +309,8 @@ def function(op: Op) -> Callable:
     if op.kind == "hermite":
         return op.arg
     if op.kind in SERIES_FUNCTIONS:
-        return SERIES_FUNCTIONS[op.kind]
+        fn = SERIES_FUNCTIONS[op.kind]
+        return partial(fn, sums=op.arg) if op.kind in SUMMED and isinstance(op.arg, SumCache) else fn
     if op.kind == "add" and op.arg is not None:
         return fold_signed(op.arg)
     if op.kind in ASSOCIATIVE:
@@ -389,6 +395,7 @@ class Builder:
         self.seen: dict[tuple, int] = {}               # (kind, arg, args) -> slot (shared operations)
         self.negations: dict[int, int] = {}            # slot of −1·y -> slot of y
         self.hermite: dict[tuple, HermiteArg] = {}     # HermiteRow spec -> its operation's argument
+        self.packs, self.sums = PackCache(), SumCache()  # the series operations' caches (the tape's own)
         self.nslots = len(symbols)
 
     def build(self, exprs: Sequence[sp.Basic]) -> GridTape:
@@ -429,7 +436,7 @@ class Builder:
                 continue
             if not done:
                 stack.append((e, True))
-                stack.extend((a, False) for a in e.args if not self.known(a))
+                stack.extend((a, False) for a in operands(e) if not self.known(a))
                 continue
             self.remember(e, self.operation(e))
         return self.slot_of(root)
@@ -445,7 +452,7 @@ class Builder:
         return got[1] if got is not None else self.slot[e]
 
     def operation(self, e: sp.Basic) -> int:
-        args = [self.slot_of(a) for a in e.args]
+        args = [self.slot_of(a) for a in operands(e)]
         if e.is_Add:
             return self.nary("add", [self.signed(a) for a in args])
         if e.is_Mul:
@@ -461,10 +468,10 @@ class Builder:
         if isinstance(e, HermiteRow):
             if e.spec not in self.hermite:
                 phi, K, h = e.spec
-                self.hermite[e.spec] = HermiteArg(Builder([T], [], []).build([phi]), K, h)
+                self.hermite[e.spec] = HermiteArg(Builder([T], [], []).build([phi]), K, h, self.packs)
             return self.emit("hermite", self.hermite[e.spec], tuple(args))
         if e.func in HEAD_KINDS:
-            return self.emit(HEAD_KINDS[e.func], None, tuple(args))
+            return self.emit(HEAD_KINDS[e.func], self.sums, tuple(args))
         if isinstance(e, sp.Function):
             if e.func is Delta:
                 raise ValueError(f"the Dirac mass in {e} cannot be evaluated pointwise")
