@@ -29,6 +29,7 @@ import sympy as sp
 from sympy.core.operations import AssocOp
 
 from ..symbolic.grid import GridTape, Workspace
+from ..symbolic.mehler import Mean, MehlerValue
 from .accuracy import VALUE_ROUNDING
 from .ledger import ROUNDING
 
@@ -44,6 +45,9 @@ class Replay:
     constants: tuple[float, ...]            # check k < len(constants) must equal constants[k]
     ties: tuple[int, ...]                   # then (a, b, sign) triples: a = sign·b to 1e-12 (relative)
     method: str = "exact"                   # "series" when some expectation is the Mehler series
+    #: every expectation is the series or a polynomial in its covariance: the values hold to their
+    #: stated errors at singular covariances too (x ≡ y: a kernel's diagonal, :func:`smooth_form`)
+    smooth: bool = False
 
     def __call__(self, a: np.ndarray | None, b: np.ndarray | None, c: np.ndarray,
                  work: Workspace | None = None, sides: dict | None = None) -> tuple[list, list, np.ndarray]:
@@ -73,7 +77,7 @@ class Replay:
     def to_json(self) -> dict:
         """The replay as JSON data (see :meth:`.GridTape.to_json`)."""
         return {"tape": self.tape.to_json(), "names": list(self.names), "constants": list(self.constants),
-                "ties": list(self.ties), "method": self.method}
+                "ties": list(self.ties), "method": self.method, "smooth": self.smooth}
 
     @classmethod
     def from_json(cls, data: dict) -> "Replay":
@@ -81,7 +85,7 @@ class Replay:
         try:
             return cls(GridTape.from_json(data["tape"]), tuple(str(n) for n in data["names"]),
                        tuple(float(v) for v in data["constants"]), tuple(int(t) for t in data["ties"]),
-                       "series" if data.get("method") == "series" else "exact")
+                       "series" if data.get("method") == "series" else "exact", data.get("smooth") is True)
         except (KeyError, TypeError) as err:
             raise ValueError(f"not a stored replay: {err}") from None
 
@@ -118,6 +122,7 @@ class Builder:
         self.constants: list[tuple[sp.Expr, float]] = []
         self.ties: list[tuple[sp.Expr, sp.Expr, int]] = []
         self.absolute: dict[int, sp.Expr] = {}                  # k -> the stated error of a series
+        self.smooth = True                                       # every form is smooth_form so far
 
     def replay(self, names: Sequence[str]) -> Replay:
         for sym, source in self.batch.sources.items():
@@ -146,7 +151,7 @@ class Builder:
         a, b, c = (self.input(g, i, j) for i, j in ((0, 0), (1, 1), (0, 1)))
         tape = GridTape.compile(tuple(values + errors + checks), [a], [b], [c])
         return Replay(tape, tuple(names), tuple(v for _, v in consts), tuple(ties),
-                      "series" if self.absolute else "exact")
+                      "series" if self.absolute else "exact", self.smooth and bool(self.absolute))
 
     @staticmethod
     def settled(expr: sp.Expr, value: float) -> bool:
@@ -199,6 +204,7 @@ class Builder:
                 names[how[1]] = cov[ij]
             else:
                 self.ties.append((names[how[1]], cov[ij], how[2]))
+        self.smooth = self.smooth and smooth_form(note.trace.F, tuple(names))
         value = self.sub(note.trace.F, names)
         if note.trace.error != 0:                # the series' stated error, a formula of its own
             self.absolute[k] = self.sub(note.trace.error, names)
@@ -233,6 +239,16 @@ class Builder:
             return out
         return walk(expr)
 
+
+
+def smooth_form(F: sp.Expr, symbols: tuple) -> bool:
+    """F is a polynomial in the covariance ``symbols`` once its series heads (values of the Mehler
+    series, whose stated errors hold at |ρ| = 1) are taken as numbers: no closed form whose
+    replayed value loses digits at a singular covariance (ReLU's arc-cosine at ρ → 1)."""
+    heads = F.atoms(MehlerValue, Mean)
+    if heads:
+        F = F.xreplace({h: sp.Dummy() for h in heads})
+    return bool(F.is_polynomial(*symbols))
 
 
 def rebuild(node: sp.Basic, args: list) -> sp.Basic:
