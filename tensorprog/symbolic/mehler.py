@@ -330,6 +330,9 @@ def spread(x: np.ndarray, shape: tuple) -> np.ndarray:
 #: orders above this are summed by powers in groups of one order (:func:`horner_sums`), rounded up to
 #: one of :data:`COARSE_ORDERS` (few groups); those up to it cell by cell, by Horner
 HORNER_TOP = 32
+#: every cell sums at least this many terms (its bound with the tails of that level): the first
+#: terms run on the whole grid, without gathering the cells that need more
+FLOOR = 16
 COARSE_ORDERS = (48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
 
 
@@ -343,6 +346,7 @@ def orders(A: np.ndarray, B: np.ndarray, rho: np.ndarray, tol: float, K: int, sh
     one of :data:`COARSE_ORDERS` (or K).  ``skip``: cells given the first level (the diagonal's,
     whose value is the 1-D rule's)."""
     ls = levels(K)
+    first = max(n for n, L in enumerate(ls) if L <= FLOOR or n == 0)     # the grid's level
     t0, _, _, n0 = packed_columns(K)
     a, b = Operand(A, shape), Operand(B, shape)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -356,16 +360,16 @@ def orders(A: np.ndarray, B: np.ndarray, rho: np.ndarray, tol: float, K: int, sh
             log_goal = spread(np.maximum(ln_a + ln_b, 0.0) + base, shape)
         half_a = [0.5 * np.log(a.grid(t0 + n)) for n in range(len(ls))]
         half_b = [0.5 * np.log(b.grid(t0 + n)) for n in range(len(ls))]
-        h = spread(np.add(half_a[0], half_b[0]), shape)
+        h = spread(np.add(half_a[first], half_b[first]), shape)
         steps = h - log_goal                                   # L + 1 ≥ steps / (−log|ρ|)
         steps /= nlr
         np.ceil(steps, out=steps)
-        np.maximum(steps, ls[0] + 1, out=steps)               # L + 1 at the first level (NaN kept)
+        np.maximum(steps, ls[first] + 1, out=steps)           # L + 1 at the grid's level (NaN kept)
         log_trunc = steps * nlr
         np.subtract(h, log_trunc, out=log_trunc)
-        rest = ~(steps <= (ls[1] if len(ls) > 1 else K + 1))
+        rest = ~(steps <= (ls[first + 1] if first + 1 < len(ls) else K + 1))
     rest[skip] = False
-    steps[skip] = ls[0] + 1
+    steps[skip] = ls[first] + 1
     rest = np.flatnonzero(rest)
     steps[rest] = K + 1
     order = steps.astype(np.int64)
@@ -377,7 +381,7 @@ def orders(A: np.ndarray, B: np.ndarray, rho: np.ndarray, tol: float, K: int, sh
         todo = np.arange(len(rest))
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             x = half_a[-1].reshape(-1)[ia] + half_b[-1].reshape(-1)[ib] - (K + 1) * nl_r
-            for n in range(1, len(ls) - 1):
+            for n in range(first + 1, len(ls) - 1):
                 hn = half_a[n].reshape(-1)[ia[todo]] + half_b[n].reshape(-1)[ib[todo]]
                 L = np.maximum(np.ceil((hn - goal_r[todo]) / nl_r[todo]) - 1.0, ls[n])
                 hit = L < ls[n + 1]
