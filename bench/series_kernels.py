@@ -167,8 +167,31 @@ def main() -> None:
         report["relu"][N] = {"cpu": R["cpu"], "wall": R["wall"], "import_cpu": R["import_cpu"],
                              "import_wall": R["import_wall"]}
         print("relu", N, json.dumps(report["relu"][N]), flush=True)
+    report["summary"] = summary(report, a.nt_size, max(sizes))
+    print("summary", json.dumps(report["summary"]), flush=True)
     if a.json:
         Path(a.json).write_text(json.dumps(report, indent=1))
+
+
+def summary(report: dict, nt_size: int, largest: int) -> dict:
+    """The targets' ratios, CPU seconds: tensorprog / neural-tangents at ``nt_size`` (tp's tp.kernel
+    call, and with its import), and each activation / ReLU at ``largest`` (both without and with
+    the import)."""
+    out = {}
+    relu = report["relu"].get(largest)
+    for act, runs in report["tensorprog"].items():
+        row = {}
+        nt = report["nt"].get(act)
+        if nt and nt_size in runs and nt.get("best_cpu"):
+            tp = runs[nt_size]
+            row["to_nt"] = tp["cpu"] / nt["best_cpu"]
+            row["to_nt_with_import"] = (tp["cpu"] + tp["import_cpu"]) / nt["best_cpu"]
+        if relu and largest in runs:
+            tp = runs[largest]
+            row["to_relu"] = tp["cpu"] / relu["cpu"]
+            row["to_relu_with_import"] = (tp["cpu"] + tp["import_cpu"]) / (relu["cpu"] + relu["import_cpu"])
+        out[act] = row
+    return out
 
 
 if __name__ == "__main__":
