@@ -480,13 +480,20 @@ def stated_errors(A: np.ndarray, B: np.ndarray, K: int, order: np.ndarray, log_t
 
 
 def diagonal_cells(A: np.ndarray, B: np.ndarray, rho: np.ndarray, shape: tuple) -> np.ndarray:
-    """The cells (flat) whose row and column are the same packed row and whose ρ is 1 to rounding
-    (ρ ≥ 1 − 8ε): a kernel's diagonal (:func:`diagonal`)."""
+    """The cells (flat) whose row and column are one function at one variance and whose ρ is 1 to
+    rounding (ρ ≥ 1 − 8ε): a kernel's diagonal (:func:`diagonal`).  One function at one variance:
+    the same E φ² and order (bit for bit: a row sum of the same values) and coefficients equal to
+    within 64ε‖α̃‖ (their products with the basis may round differently where the band's other
+    variances differ: a tile's rows and columns)."""
     near = np.flatnonzero(rho >= 1.0 - 8 * EPS)
     if not len(near):
         return near
     a, b = Operand(A, shape), Operand(B, shape)
-    same = np.all(a.rows[a.under(near)] == b.rows[b.under(near)], axis=1)
+    ra, rb = a.rows[a.under(near)], b.rows[b.under(near)]
+    K = int(ra[0, -1])
+    _, s0, _, n0 = packed_columns(K)
+    same = (ra[:, s0] == rb[:, s0]) & (ra[:, -1] == rb[:, -1])
+    same &= np.all(np.abs(ra[:, :K + 1] - rb[:, :K + 1]) <= 64 * EPS * ra[:, n0:n0 + 1], axis=1)
     return near[same]
 
 
