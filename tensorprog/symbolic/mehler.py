@@ -205,8 +205,6 @@ def bound(ca: Coefficients, cb: Coefficients, ia: np.ndarray, ib: np.ndarray, rh
     return trunc + coef + 2 * (K + 2) * EPS * magnitude
 
 
-
-
 # ---------------------------------------------------------------------------------------------
 # the grid tape's operations: packed rows [α_0 … α_K, tail, err, norm], value and bound per cell
 
@@ -216,12 +214,13 @@ AIM = 1e-3
 #: the truncation's share of that aim: a cell sums to the order whose truncation bound is below
 #: SHARE·AIM·tol (a few terms more than the aim needs keep the stated error near the rounding floor)
 SHARE = 0.1
-#: the truncation levels of a packed row (those below its K, and K): each cell sums the series
-#: to the smallest level whose bound meets the target at its ρ (a cell's bits depend on it alone)
+#: the truncation levels of a packed row (those below its K, and K), at which it stores its tails:
+#: a cell's order L is bounded with the tail of the largest level ≤ L (:func:`orders`)
 LEVELS = (8, 16, 32, 64, 128, 256, 512)
 
 
 def levels(K: int) -> list[int]:
+    """The levels of a packed row of order K."""
     return [k for k in LEVELS if k < K] + [K]
 
 
