@@ -7,7 +7,9 @@ The network: programs/kernels/tanh_mlp.tp (NTK by ``grad``) with L = depth, var 
 a first-layer bias b1 = 0.1 (stax: Dense(W_std=σ, b_std=√b1) first, Dense(W_std=σ, b_std=None) after,
 ElementwiseNumerical(tanh, deg=25)); inputs N × 10 standard normal (seed 0).  Each tensorprog kernel
 is computed in a fresh process (``TENSORPROG_CACHE_DIR=off``: nothing recorded before), timed as CPU
-seconds (time.process_time) and wall seconds, the import excluded.  ReLU (relu_mlp.tp, same depth,
+seconds (time.process_time) and wall seconds: ``cpu``/``wall`` the tp.kernel call (the template's
+compile, the record, the replay), its modules imported before (``import_cpu``/``import_wall``, as
+neural-tangents' import and jit compile are left out of its time).  ReLU (relu_mlp.tp, same depth,
 var = 2) at the largest size gives the ratio the issue asks for.
 
 Reference: the layer recursion of ``nt_compare.tanh_reference`` (every 1-D and 2-D Gaussian
@@ -40,11 +42,15 @@ import numpy as np
 import tensorprog as tp
 X = np.load(sys.argv[1]); params = json.loads(sys.argv[2]); out = sys.argv[3]
 t0, w0 = time.process_time(), time.perf_counter()
+import tensorprog.tools.kernel          # what tp.kernel's first call imports (sympy, the compiler)
+imp_cpu, imp_wall = time.process_time() - t0, time.perf_counter() - w0
+t0, w0 = time.process_time(), time.perf_counter()
 r = tp.kernel(sys.argv[4], X, **params)
 cpu, wall = time.process_time() - t0, time.perf_counter() - w0
 for k, m in r.outputs.items():
     np.save(out + f"_{k}.npy", np.asarray(m.mean)); np.save(out + f"_{k}_err.npy", np.asarray(m.error))
-print(json.dumps({"cpu": cpu, "wall": wall, "methods": {k: m.method for k, m in r.outputs.items()}}))
+print(json.dumps({"cpu": cpu, "wall": wall, "import_cpu": imp_cpu, "import_wall": imp_wall,
+                  "methods": {k: m.method for k, m in r.outputs.items()}}))
 """
 
 
@@ -138,7 +144,8 @@ def main() -> None:
                 K = tp_kernel(f"{act}_mlp.tp", X[:N], params, work, f"{act}{N}")
                 pairs = sample_pairs(X[:N], a.pairs)
                 ref, ref_err = references(X[:N], pairs, depth, var, b1, act)
-                report["tensorprog"][act][N] = {"cpu": K["cpu"], "wall": K["wall"], "methods": K["methods"],
+                report["tensorprog"][act][N] = {"cpu": K["cpu"], "wall": K["wall"], "import_cpu": K["import_cpu"],
+                                                "import_wall": K["import_wall"], "methods": K["methods"],
                                                 "accuracy": accuracy(K, pairs, ref, ref_err, True)}
                 print(act, N, json.dumps(report["tensorprog"][act][N]), flush=True)
                 save = f"{a.save}/{act}" if a.save else None
@@ -157,10 +164,34 @@ def main() -> None:
                     print("nt", act, json.dumps(report["nt"][act]), flush=True)
         N = max(sizes)
         R = tp_kernel("relu_mlp.tp", X[:N], dict(L=depth, var=2.0, var1=2.0, b1=b1, tol=1e-10), work, f"relu{N}")
-        report["relu"][N] = {"cpu": R["cpu"], "wall": R["wall"]}
+        report["relu"][N] = {"cpu": R["cpu"], "wall": R["wall"], "import_cpu": R["import_cpu"],
+                             "import_wall": R["import_wall"]}
         print("relu", N, json.dumps(report["relu"][N]), flush=True)
+    report["summary"] = summary(report, a.nt_size, max(sizes))
+    print("summary", json.dumps(report["summary"]), flush=True)
     if a.json:
         Path(a.json).write_text(json.dumps(report, indent=1))
+
+
+def summary(report: dict, nt_size: int, largest: int) -> dict:
+    """The targets' ratios, CPU seconds: tensorprog / neural-tangents at ``nt_size`` (tp's tp.kernel
+    call, and with its import), and each activation / ReLU at ``largest`` (both without and with
+    the import)."""
+    out = {}
+    relu = report["relu"].get(largest)
+    for act, runs in report["tensorprog"].items():
+        row = {}
+        nt = report["nt"].get(act)
+        if nt and nt_size in runs and nt.get("best_cpu"):
+            tp = runs[nt_size]
+            row["to_nt"] = tp["cpu"] / nt["best_cpu"]
+            row["to_nt_with_import"] = (tp["cpu"] + tp["import_cpu"]) / nt["best_cpu"]
+        if relu and largest in runs:
+            tp = runs[largest]
+            row["to_relu"] = tp["cpu"] / relu["cpu"]
+            row["to_relu_with_import"] = (tp["cpu"] + tp["import_cpu"]) / (relu["cpu"] + relu["import_cpu"])
+        out[act] = row
+    return out
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
-from scipy.stats import qmc as _qmc
 
 from .laws import Coord
 
@@ -50,9 +49,10 @@ def qmc(f: Callable[..., np.ndarray], coords: Sequence[Coord], target: Callable,
     """E g(t), t = (F₁⁻¹(U₁), …) over the coordinates, by R scrambled Sobol replicates seeded
     from ``seed``, doubling until ``target(values)`` is met or ``max_points`` would be
     exceeded (module doc)."""
+    from scipy.stats import qmc as sobol        # scipy.stats takes ~0.5 s to import: only when QMC runs
     D = len(coords)
     streams = np.random.SeedSequence(seed).spawn(REPLICATES)
-    engines = [_qmc.Sobol(d=D, scramble=True, seed=np.random.default_rng(s)) for s in streams]
+    engines = [sobol.Sobol(d=D, scramble=True, seed=np.random.default_rng(s)) for s in streams]
     per = max_points // REPLICATES
     batch = 2 ** int(np.clip(np.floor(np.log2(max(per, 1))), 4, 10))
     sums, n = None, 0

@@ -31,6 +31,7 @@ import numpy as np
 import sympy as sp
 
 from ..symbolic.grid import GridTape, Workspace
+from ..symbolic.mehler import Mean, MehlerValue
 from ..symbolic.tape import Builder as TapeBuilder
 from .accuracy import VALUE_ROUNDING
 from .ledger import ROUNDING
@@ -47,6 +48,9 @@ class Replay:
     constants: tuple[float, ...]            # check k < len(constants) must equal constants[k]
     ties: tuple[int, ...]                   # then (a, b, sign) triples: a = sign·b to 1e-12 (relative)
     method: str = "exact"                   # "series" when some expectation is the Mehler series
+    #: every expectation is the series or a polynomial in its covariance: the values hold to their
+    #: stated errors at singular covariances too (x ≡ y: a kernel's diagonal, :func:`smooth_form`)
+    smooth: bool = False
 
     def __call__(self, a: np.ndarray | None, b: np.ndarray | None, c: np.ndarray,
                  work: Workspace | None = None, sides: dict | None = None) -> tuple[list, list, np.ndarray]:
@@ -76,7 +80,7 @@ class Replay:
     def to_json(self) -> dict:
         """The replay as JSON data (see :meth:`.GridTape.to_json`)."""
         return {"tape": self.tape.to_json(), "names": list(self.names), "constants": list(self.constants),
-                "ties": list(self.ties), "method": self.method}
+                "ties": list(self.ties), "method": self.method, "smooth": self.smooth}
 
     @classmethod
     def from_json(cls, data: dict) -> "Replay":
@@ -84,7 +88,7 @@ class Replay:
         try:
             return cls(GridTape.from_json(data["tape"]), tuple(str(n) for n in data["names"]),
                        tuple(float(v) for v in data["constants"]), tuple(int(t) for t in data["ties"]),
-                       "series" if data.get("method") == "series" else "exact")
+                       "series" if data.get("method") == "series" else "exact", data.get("smooth") is True)
         except (KeyError, TypeError) as err:
             raise ValueError(f"not a stored replay: {err}") from None
 
@@ -152,6 +156,7 @@ class Builder:
         self.constants: list[tuple[sp.Expr, float]] = []
         self.ties: list[tuple[sp.Expr, sp.Expr, int]] = []
         self.absolute: dict[int, sp.Expr] = {}                  # k -> the stated error of a series
+        self.smooth = True                                       # every form is smooth_form so far
 
     def replay(self, names: Sequence[str]) -> Replay:
         for sym, source in self.made.sources.items():
@@ -179,7 +184,7 @@ class Builder:
             checks += [a, b]
         tape = GridTape.of(self.tape.build([self.slot(e) for e in values + errors + checks]), (1, 1, 1))
         return Replay(tape, tuple(names), tuple(v for _, v in consts), tuple(ties),
-                      "series" if self.absolute else "exact")
+                      "series" if self.absolute else "exact", self.smooth and bool(self.absolute))
 
     def settled(self, expr: sp.Expr, value: float, varying: set[int]) -> bool:
         """A check that holds whatever the data (the expression folded to that number; ``varying``:
@@ -239,6 +244,7 @@ class Builder:
                 names[how[1]] = cov[ij]
             else:
                 self.ties.append((names[how[1]], cov[ij], how[2]))
+        self.smooth = self.smooth and smooth_form(note.trace.F, tuple(names))
         value = self.sub(note.trace.F, names)
         if note.trace.error != 0:                # the series' stated error, a formula of its own
             self.absolute[k] = self.sub(note.trace.error, names)
@@ -276,3 +282,14 @@ class Builder:
         if len(items) == 1:
             return items[0]
         return self.placeholder(self.tape.nary("max", [(self.slot(e), 1) for e in items]))
+
+
+def smooth_form(F: sp.Expr, symbols: tuple) -> bool:
+    """F is a polynomial in the covariance ``symbols`` once its series heads (values of the Mehler
+    series, whose stated errors hold at |ρ| = 1) are taken as numbers: no closed form whose
+    replayed value loses digits at a singular covariance (ReLU's arc-cosine at ρ → 1)."""
+    heads = F.atoms(MehlerValue, Mean)
+    if heads:
+        F = F.xreplace({h: sp.Dummy() for h in heads})
+    return bool(F.is_polynomial(*symbols))
+

@@ -29,12 +29,14 @@ numbers of row, column and cell inputs.
 """
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Sequence
 
 import numpy as np
 import sympy as sp
 
-from .tape import (ASSOCIATIVE, CELL, COL, CONST, ROW, SERIES_ARITY, SERIES_FUNCTIONS, Emitter, Op, Tape,
+from .mehler import SumCache
+from .tape import (ASSOCIATIVE, CELL, COL, CONST, ROW, SERIES_ARITY, SERIES_FUNCTIONS, Emitter, HermiteArg, Op, Tape,
                    function, last_uses, parse_tape, tape_json)
 
 __all__ = ["GridTape", "Workspace", "regroup", "derived_spaces", "allocate", "SERIES_FUNCTIONS", "SERIES_ARITY",
@@ -106,10 +108,65 @@ class GridTape:
             raise ValueError(f"expected {self.nsymbols} row, column and cell arrays")
         slots: dict[int, object] = {k: np.asarray(a, dtype=float) for k, a in enumerate([*rows, *cols])}
         slots.update({k: np.float64(v) for k, v in self.consts.items()})
+        mirror = self.mirror
         with np.errstate(all="ignore"):
-            for op in self.row_ops + self.col_ops:
+            for op in self.row_ops + (self.col_ops if mirror is None else ()):
                 slots[op.out] = self.functions[op.out](*[slots[a] for a in op.args])
+            if mirror is not None:
+                self.mirrored(slots, mirror)
         return slots
+
+    @cached_property
+    def mirror(self) -> dict[int, int] | None:
+        """{column operation: the row operation it mirrors} when every column operation is a row
+        operation of the column symbols in place of the row ones (up to the order of a sum's or
+        product's terms, and the step of a series' rule: each side's is chosen from its own
+        variances, and either states its error): a kernel template's two inputs treated alike.
+        The columns' values are then the row operations' on the column inputs (the same bits for an
+        input in a row and in a column, and computed once when the rows are the columns); None
+        otherwise."""
+        rows, cols, _ = self.nsymbols
+        if rows != cols or not self.col_ops:
+            return None
+        ids: dict[tuple, int] = {}
+        key = {k: ids.setdefault(("in", k), len(ids)) for k in range(rows)}
+        key.update({rows + k: key[k] for k in range(rows)})
+        key.update({k: ids.setdefault(("const", v), len(ids)) for k, v in self.consts.items()})
+        row_of: dict[int, int] = {}
+        for op in self.row_ops + self.col_ops:
+            args = tuple(key[a] for a in op.args)
+            if op.kind in ASSOCIATIVE:                  # terms in any order, with their signs
+                args, arg = tuple(sorted(zip(op.arg or (1,) * len(args), args))), None
+            elif isinstance(op.arg, HermiteArg):          # h: the rule's step, each side's own
+                arg = (op.arg.key, op.arg.K)
+            else:
+                arg = None if isinstance(op.arg, SumCache) else op.arg
+            key[op.out] = ids.setdefault((op.kind, arg, args), len(ids))
+            if self.spaces[op.out] == ROW:
+                row_of.setdefault(key[op.out], op.out)
+        found = {op.out: row_of.get(key[op.out]) for op in self.col_ops}
+        return None if None in found.values() else found
+
+    def mirrored(self, slots: dict[int, object], mirror: dict[int, int]) -> None:
+        """The column operations' values by their :attr:`mirror` row operations, in place: the
+        rows' own values where the column inputs are the row inputs, else the row operations
+        evaluated again on the column inputs."""
+        rows = self.nsymbols[0]
+        r_in, c_in = slots[0], slots[rows]
+        if all(np.array_equal(np.ravel(slots[k]), np.ravel(slots[rows + k])) for k in range(rows)):
+            def as_column(x):
+                if np.ndim(x) < np.ndim(r_in) or np.shape(x)[:np.ndim(r_in)] != np.shape(r_in):
+                    return x
+                return np.reshape(x, np.shape(c_in) + np.shape(x)[np.ndim(r_in):])
+            for c, r in mirror.items():
+                slots[c] = as_column(slots[r])
+            return
+        other = {k: v for k, v in slots.items() if k >= 2 * rows and self.spaces.get(k, CONST) == CONST}
+        other.update({k: slots[rows + k] for k in range(rows)})
+        for op in self.row_ops:
+            other[op.out] = self.functions[op.out](*[other[a] for a in op.args])
+        for c, r in mirror.items():
+            slots[c] = other[r]
 
     def cut(self, sides: dict[int, object], rows: slice, cols: slice) -> dict[int, object]:
         """``sides`` of a grid (rows (R, 1), columns (1, C)) cut to a block of rows and columns."""

@@ -84,9 +84,10 @@ class Folded:
     """A symmetric node set folded by parity: h_k(−z) = (−1)^k h_k(z), so with F the weighted
     values at the nodes, Σ_i F_i G[k, i] = Σ_{z_i>0} (F(z_i) ± F(−z_i)) G[k, i] (+ the node z = 0
     for even k): the even orders from F's even part, the odd ones from its odd part, each a
-    product of half the nodes by half the orders (a quarter of the work, twice)."""
-    pos: np.ndarray          # indices of the nodes z > 0, ascending
-    neg: np.ndarray          # indices of their mirrors −z
+    product of half the nodes by half the orders (a quarter of the work, twice).  A part that is
+    0 (φ odd, or even: tanh, tanh², …) skips its product."""
+    pos: slice               # the nodes z > 0, ascending
+    neg: slice               # their mirrors −z, in the same order
     zero: np.ndarray         # the index of z = 0 (empty if not a node)
     even: np.ndarray         # G[0::2, pos].T, contiguous
     odd: np.ndarray          # G[1::2, pos].T, contiguous
@@ -95,23 +96,29 @@ class Folded:
     def product(self, F: np.ndarray, K: int) -> np.ndarray:
         """F @ G.T (shape (V, K+1)) by the parity fold."""
         plus, minus = F[:, self.pos], F[:, self.neg]
-        out = np.empty((F.shape[0], K + 1))
-        out[:, 0::2] = (plus + minus) @ self.even
+        out = np.zeros((F.shape[0], K + 1))
+        even = plus + minus
         if len(self.zero):
-            out[:, 0::2] += F[:, self.zero] @ self.even0
+            out[:, 0::2] = F[:, self.zero] @ self.even0
+        if np.any(even):
+            out[:, 0::2] += even @ self.even
         if K:
-            out[:, 1::2] = (plus - minus) @ self.odd
+            np.subtract(plus, minus, out=even)
+            if np.any(even):
+                out[:, 1::2] = even @ self.odd
         return out
 
 
 def fold(z: np.ndarray, G: np.ndarray) -> Folded:
-    """The parity fold of the nodes z (symmetric about 0) and their basis G (:class:`Folded`)."""
-    pos = np.nonzero(z > 0)[0]
-    neg = len(z) - 1 - pos
-    if not np.array_equal(z[neg], -z[pos]):
+    """The parity fold of the nodes z (symmetric about 0, ascending) and their basis G (:class:`Folded`)."""
+    n, odd = divmod(len(z), 2)
+    first = n + odd                                  # the first node z > 0
+    if not np.array_equal(z[first:], -z[n - 1::-1] if n else z[:0]) or (odd and z[n] != 0):
         raise ValueError("the parity fold needs nodes symmetric about 0")
-    zero = np.nonzero(z == 0)[0]
-    return Folded(pos, neg, zero, np.ascontiguousarray(G[0::2][:, pos].T), np.ascontiguousarray(G[1::2][:, pos].T),
+    pos = slice(first, len(z))
+    zero = np.arange(n, n + odd)
+    return Folded(pos, slice(n - 1, None, -1) if n else slice(0, 0), zero,
+                  np.ascontiguousarray(G[0::2][:, pos].T), np.ascontiguousarray(G[1::2][:, pos].T),
                   np.ascontiguousarray(G[0::2][:, zero].T))
 
 
@@ -130,7 +137,7 @@ def _rule(fn: Fn, variances: np.ndarray, K: int, h: float) -> tuple[np.ndarray, 
     (:func:`one_thread`)."""
     z, sw, fine, coarse = folded_basis(K, h)
     pts = np.sqrt(np.clip(variances, 0.0, None))[:, None] * z[None, :]
-    F = (np.asarray(fn(pts), dtype=float) * np.ones_like(pts)) * sw
+    F = np.broadcast_to(np.asarray(fn(pts), dtype=float), pts.shape) * sw
     Fc = F[:, ::2]
     with one_thread():
         return (fine.product(F, K), np.einsum("ij,ij->i", F, F), 2 * coarse.product(Fc, K),
@@ -198,123 +205,324 @@ def bound(ca: Coefficients, cb: Coefficients, ia: np.ndarray, ib: np.ndarray, rh
     return trunc + coef + 2 * (K + 2) * EPS * magnitude
 
 
-
-
 # ---------------------------------------------------------------------------------------------
 # the grid tape's operations: packed rows [α_0 … α_K, tail, err, norm], value and bound per cell
 
 #: the series aims this far below the target: its terms are cheap, and the expectations of a deep
 #: network's chain pass their errors on to the next layers' covariances
 AIM = 1e-3
-#: the truncation levels of a packed row (those below its K, and K): each cell sums the series
-#: to the smallest level whose bound meets the target at its ρ (a cell's bits depend on it alone)
+#: the truncation's share of that aim: a cell sums to the order whose truncation bound is below
+#: SHARE·AIM·tol (a few terms more than the aim needs keep the stated error near the rounding floor)
+SHARE = 0.1
+#: the truncation levels of a packed row (those below its K, and K), at which it stores its tails:
+#: a cell's order L is bounded with the tail of the largest level ≤ L (:func:`orders`)
 LEVELS = (8, 16, 32, 64, 128, 256, 512)
 
 
 def levels(K: int) -> list[int]:
+    """The levels of a packed row of order K."""
     return [k for k in LEVELS if k < K] + [K]
 
 
 def pack(fn: Fn, K: int, h: float, a: np.ndarray) -> np.ndarray:
     """The packed coefficients of φ = fn at the variances ``a`` (any shape; computed once per
     distinct value): shape a.shape + (W,), [α_0 … α_K, T(L) for each level L of :func:`levels`,
-    S = E φ², its error, e, ‖α̃‖, K] (:func:`coefficients`, at the recorded step h)."""
+    S = E φ², its error, e, ‖α̃‖, K] (:func:`coefficients`, at the recorded step h; the tails of the
+    levels below K as :meth:`Coefficients.truncate` states them)."""
     a = np.asarray(a, dtype=float)
     ua, inv = np.unique(a.ravel(), return_inverse=True)
     c = coefficients(fn, ua, K, h)
-    tails = [c.truncate(L).tail if L < K else c.tail for L in levels(K)]
+    beyond = np.cumsum((c.alpha ** 2)[:, ::-1], axis=1)[:, ::-1]      # Σ_{k ≥ j} α_k²
+    tails = [(np.sqrt(c.tail) + np.sqrt(beyond[:, L + 1]) + c.err) ** 2 if L < K else c.tail for L in levels(K)]
     out = np.concatenate([c.alpha, np.stack(tails, 1), c.square[:, None], c.square_err[:, None],
                           c.err[:, None], c.norm[:, None],
                           np.full((len(ua), 1), float(K))], axis=1)
     return out[inv].reshape(a.shape + (out.shape[1],))
 
 
+class PackCache:
+    """Packed coefficients (:func:`pack`) by pure keys — a function's key, K, h and the bytes of
+    its distinct variances — the least recently used dropped beyond ``limit`` bytes.  One per tape
+    (:class:`.grid.HermiteArg`): its row and column operations meet the same inputs' variances
+    (a band's rows are among its columns)."""
+
+    def __init__(self, limit: int = 1 << 26) -> None:
+        self.limit = limit
+        self.items: OrderedDict = OrderedDict()
+        self.size = 0
+
+    def packed(self, key: tuple, fn: Fn, K: int, h: float, a: np.ndarray) -> np.ndarray:
+        """pack(fn, K, h, a), from the cache when ``key`` and the same variances (in the same
+        order: a band's rows are its first columns) were met before."""
+        a = np.asarray(a, dtype=float)
+        full = (key, int(K), float(h), a.size, a.tobytes())
+        got = self.items.get(full)
+        if got is None:
+            got = pack(fn, K, h, a.ravel())
+            self.items[full] = got
+            self.size += got.nbytes
+            while self.size > self.limit and len(self.items) > 1:
+                self.size -= self.items.popitem(last=False)[1].nbytes
+        self.items.move_to_end(full)
+        return got.reshape(a.shape + got.shape[-1:])
+
+
 def packed_sum(A: np.ndarray, B: np.ndarray, rho: np.ndarray, tol: float) -> tuple[np.ndarray, np.ndarray]:
     """(Σ_{k≤L} ρ^k α_k β_k, its stated error) for packed rows A and columns B (broadcasting) and ρ,
-    each cell to the smallest level L whose truncation bound meets ``tol``·max(1, ‖α̃‖‖β̃‖)/4 at its
-    ρ (the largest level where none does); the rounding of Horner's sum bounded by
-    2(L+2)ε‖α̃‖‖β̃‖ (Cauchy–Schwarz, |ρ| ≤ 1).  A cell at ρ = 1 whose row and column are the same
-    (one function at one variance: u = v) takes the 1-D rule's E φ² and its error instead (no
-    truncation there: the diagonal of a kernel agrees with its own variances, :func:`diagonal`)."""
+    each cell to its own order L (:func:`orders`: the smallest whose truncation bound meets
+    ``tol``·max(1, ‖α̃‖‖β̃‖)·:data:`AIM`·:data:`SHARE` at its ρ, K where none does), summed by Horner
+    (:func:`horner_sums`); the rounding of Horner's sum bounded by 2(L+2)ε‖α̃‖‖β̃‖ (Cauchy–Schwarz,
+    |ρ| ≤ 1).  A cell at ρ = 1 whose row and column are the same (one function at one variance:
+    u = v) takes the 1-D rule's E φ² and its error instead (no truncation there: the diagonal of a
+    kernel agrees with its own variances, :func:`diagonal`).  A cell's bits depend on its own ρ, row
+    and column alone (not on the block it is computed in)."""
     K = int(np.ravel(A[..., -1])[0])
-    ls = levels(K)
     shape = np.broadcast_shapes(A.shape[:-1], B.shape[:-1], np.shape(rho))
-    rho = np.broadcast_to(np.clip(rho, -1.0, 1.0), shape)
-    r = np.abs(rho)
-    s0, e0, n0 = K + 1 + len(ls), K + 3 + len(ls), K + 4 + len(ls)
-    eA, nA, eB, nB = A[..., e0], A[..., n0], B[..., e0], B[..., n0]
-    goal = tol * np.maximum(1.0, nA * nB) * AIM
-    level = np.full(shape, len(ls) - 1)
-    with np.errstate(divide="ignore"):             # in logarithms: log 0 = −∞ meets any goal
-        log_r, log_goal = np.log(r), np.log(goal)
-        half_a, half_b = 0.5 * np.log(A[..., K + 1:K + len(ls)]), 0.5 * np.log(B[..., K + 1:K + len(ls)])
-    for n in range(len(ls) - 2, -1, -1):            # the smallest level that meets the goal
-        meets = (ls[n] + 1) * log_r + half_a[..., n] + half_b[..., n] <= log_goal
-        level[meets] = n
-    value, err = np.empty(shape), np.empty(shape)
-    Ab, Bb = np.broadcast_to(A, shape + A.shape[-1:]), np.broadcast_to(B, shape + B.shape[-1:])
-    for n, L in enumerate(ls):
-        idx = np.nonzero(level == n)
-        if not len(idx[0]):
-            continue
-        value[idx] = power_sums(Ab[..., :L + 1], Bb[..., :L + 1], rho, idx)
-        col = lambda M, k: M[..., k][idx]           # one packed column at the cells
-        ea, na, eb, nb = col(Ab, e0), col(Ab, n0), col(Bb, e0), col(Bb, n0)
-        err[idx] = (r[idx] ** (L + 1) * np.sqrt(col(Ab, K + 1 + n) * col(Bb, K + 1 + n))
-                    + ea * nb + na * eb + ea * eb + 2 * (L + 2) * EPS * na * nb)
-    diagonal(Ab, Bb, rho, s0, value, err)
-    return value, err
+    cells = max(1, int(np.prod(shape)))
+    rho = np.broadcast_to(np.clip(rho, -1.0, 1.0), shape).reshape(cells)
+    A = A.reshape((1,) * (len(shape) + 1 - A.ndim) + A.shape)
+    B = B.reshape((1,) * (len(shape) + 1 - B.ndim) + B.shape)
+    same = diagonal_cells(A, B, rho, shape)
+    order, log_trunc = orders(A, B, rho, tol, K, shape, same)
+    value = horner_sums(A, B, rho, order, shape)
+    err = stated_errors(A, B, K, order, log_trunc, shape)
+    diagonal(A, B, rho, same, shape, value, err)
+    return value.reshape(shape), err.reshape(shape)
 
 
-#: cells per block of :func:`power_sums` (its (cells, L + 1) work arrays stay in cache)
-BLOCK = 4096
+def packed_columns(K: int) -> tuple[int, int, int, int]:
+    """(first tail, S, e, ‖α̃‖): the positions in a packed row of order K (:func:`pack`)."""
+    nl = len(levels(K))
+    return K + 1, K + 1 + nl, K + 3 + nl, K + 4 + nl
 
 
-def power_sums(A: np.ndarray, B: np.ndarray, rho: np.ndarray, idx: tuple) -> np.ndarray:
-    """Σ_k ρ^k α_k β_k at the cells ``idx`` of A, B (broadcast to the cells, (…, L+1)) and ρ: the
-    powers 1, ρ, ρ², … by repeated products, block by block of :data:`BLOCK` cells."""
-    out = np.empty(len(idx[0]))
-    for start in range(0, len(out), BLOCK):
-        cells = tuple(i[start:start + BLOCK] for i in idx)
-        powers = np.empty((len(cells[0]), A.shape[-1]))
-        powers[:, 0] = 1.0
-        powers[:, 1:] = rho[cells][:, None]
-        np.cumprod(powers, axis=1, out=powers)
-        powers *= A[cells]
-        powers *= B[cells]
-        out[start:start + BLOCK] = powers.sum(axis=1)
-    return out
+class Operand:
+    """Packed rows A broadcast against a grid of ``shape``: their columns as flat arrays, and the
+    row of A under each cell."""
+
+    def __init__(self, A: np.ndarray, shape: tuple) -> None:
+        self.lead = A.shape[:-1]
+        self.rows = A.reshape(-1, A.shape[-1])
+        self.shape = shape
+
+    def grid(self, k: int) -> np.ndarray:
+        """Packed column k, shaped to broadcast against the grid (contiguous)."""
+        return np.ascontiguousarray(self.rows[:, k]).reshape(self.lead)
+
+    def columns(self, stop: int) -> np.ndarray:
+        """Packed columns 0 … stop − 1 as contiguous rows (one per column)."""
+        return np.ascontiguousarray(self.rows[:, :stop].T)
+
+    def under(self, flat: np.ndarray) -> np.ndarray:
+        """The row index of A under the cells ``flat`` (flat indices of the grid)."""
+        if len(self.rows) == 1:
+            return np.zeros(len(flat), dtype=np.intp)
+        index = np.arange(len(self.rows), dtype=np.int32).reshape(self.lead)
+        return np.broadcast_to(index, self.shape).reshape(-1)[flat]
 
 
-def diagonal(A: np.ndarray, B: np.ndarray, rho: np.ndarray, s0: int, value: np.ndarray, err: np.ndarray) -> None:
-    """Where the packed row and column are equal (one function at one variance) and ρ is 1 to
-    rounding (ρ ≥ 1 − 8ε: the diagonal of a kernel), the value S = E φ(u)² (ρ = 1) and its error,
-    in place.  With c_k = α_k² ≥ 0, f(ρ) = Σ ρ^k c_k is increasing and
+def spread(x: np.ndarray, shape: tuple) -> np.ndarray:
+    """x broadcast to the grid, flat."""
+    return np.broadcast_to(x, shape).reshape(-1)
+
+
+#: orders above this are summed by powers in groups of one order (:func:`horner_sums`), rounded up to
+#: one of :data:`COARSE_ORDERS` (few groups); those up to it cell by cell, by Horner
+HORNER_TOP = 32
+#: every cell sums at least this many terms (its bound with the tails of that level): the first
+#: terms run on the whole grid, without gathering the cells that need more
+FLOOR = 16
+COARSE_ORDERS = (48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
+
+
+def orders(A: np.ndarray, B: np.ndarray, rho: np.ndarray, tol: float, K: int, shape: tuple,
+           skip: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per cell (flat), the order L of its sum and the logarithm of its truncation bound
+    |ρ|^{L+1}·√(T_α(L′) T_β(L′)), L′ the largest stored level ≤ L (T is decreasing, so T(L′)
+    bounds T(L)): L is the smallest order whose bound meets g = tol·max(1, ‖α̃‖‖β̃‖)·AIM·SHARE —
+    with the tails of level n, L = max(L_n, ⌈(½log T_α + ½log T_β − log g)/(−log|ρ|)⌉ − 1) if that
+    is below the next level — or K where none meets it; above :data:`HORNER_TOP`, rounded up to
+    one of :data:`COARSE_ORDERS` (or K).  ``skip``: cells given the first level (the diagonal's,
+    whose value is the 1-D rule's)."""
+    ls = levels(K)
+    first = max(n for n, L in enumerate(ls) if L <= FLOOR or n == 0)     # the grid's level
+    t0, _, _, n0 = packed_columns(K)
+    a, b = Operand(A, shape), Operand(B, shape)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        nlr = np.log(np.abs(rho))
+        np.subtract(0.0, nlr, out=nlr)                        # −log|ρ| ≥ +0 (+∞ at ρ = 0)
+        ln_a, ln_b = np.log(a.grid(n0)), np.log(b.grid(n0))
+        base = float(np.log(tol * AIM * SHARE))
+        if np.max(ln_a, initial=-np.inf) + np.max(ln_b, initial=-np.inf) <= 0:
+            log_goal = np.broadcast_to(base, len(rho))          # ‖α̃‖‖β̃‖ ≤ 1 everywhere
+        else:
+            log_goal = spread(np.maximum(ln_a + ln_b, 0.0) + base, shape)
+        half_a = [0.5 * np.log(a.grid(t0 + n)) for n in range(len(ls))]
+        half_b = [0.5 * np.log(b.grid(t0 + n)) for n in range(len(ls))]
+        h = spread(np.add(half_a[first], half_b[first]), shape)
+        steps = h - log_goal                                   # L + 1 ≥ steps / (−log|ρ|)
+        steps /= nlr
+        np.ceil(steps, out=steps)
+        np.maximum(steps, ls[first] + 1, out=steps)           # L + 1 at the grid's level (NaN kept)
+        log_trunc = steps * nlr
+        np.subtract(h, log_trunc, out=log_trunc)
+        rest = ~(steps <= (ls[first + 1] if first + 1 < len(ls) else K + 1))
+    rest[skip] = False
+    steps[skip] = ls[first] + 1
+    rest = np.flatnonzero(rest)
+    steps[rest] = K + 1
+    order = steps.astype(np.int64)
+    order -= 1
+    if len(rest):
+        ia, ib = a.under(rest), b.under(rest)
+        nl_r, goal_r = nlr[rest], log_goal[rest]
+        got = np.full(len(rest), K, dtype=np.int64)
+        todo = np.arange(len(rest))
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            x = half_a[-1].reshape(-1)[ia] + half_b[-1].reshape(-1)[ib] - (K + 1) * nl_r
+            for n in range(first + 1, len(ls) - 1):
+                hn = half_a[n].reshape(-1)[ia[todo]] + half_b[n].reshape(-1)[ib[todo]]
+                L = np.maximum(np.ceil((hn - goal_r[todo]) / nl_r[todo]) - 1.0, ls[n])
+                hit = L < ls[n + 1]
+                L = np.minimum(coarse_order(L, K), K)
+                at = todo[hit]
+                got[at] = L[hit]
+                x[at] = hn[hit] - (L[hit] + 1) * nl_r[at]
+                todo = todo[~hit]
+                if not len(todo):
+                    break
+        order[rest] = got
+        log_trunc[rest] = x
+    return order, log_trunc
+
+
+def coarse_order(L: np.ndarray, K: int) -> np.ndarray:
+    """Orders above :data:`HORNER_TOP` rounded up to the next of :data:`COARSE_ORDERS` (or K)."""
+    quanta = np.array([q for q in COARSE_ORDERS if q < K] + [K], dtype=float)
+    up = quanta[np.minimum(np.searchsorted(quanta, L), len(quanta) - 1)]
+    return np.where(L > HORNER_TOP, up, L)
+
+
+def horner_sums(A: np.ndarray, B: np.ndarray, rho: np.ndarray, order: np.ndarray, shape: tuple) -> np.ndarray:
+    """Σ_{k≤L} ρ^k α_k β_k per cell (flat), L = ``order``, by Horner: s ← s·ρ + α_k β_k from k = L
+    down (s = 0 above L, so a cell's operations are those of its own sum).  The orders above the
+    smallest run on the cells that have them (sorted by order: a prefix at each k), the smallest
+    order's terms on the whole grid; above :data:`HORNER_TOP`, the terms k > HORNER_TOP are
+    Σ ρ^{k−TOP−1} α_k β_k by powers (one row sum per cell, in groups of one order) and Horner goes on
+    from there.  A term that is 0 at every row or every column (a parity zero: tanh's even orders)
+    only multiplies."""
+    a, b = Operand(A, shape), Operand(B, shape)
+    low, top = int(order.min(initial=0)), int(order.max(initial=0))
+    stop = min(top, HORNER_TOP) + 1
+    ca, cb = a.columns(stop), b.columns(stop)
+    live = np.any(ca != 0, axis=1) & np.any(cb != 0, axis=1)
+    s = np.zeros(len(rho))
+    if top > low:
+        high = np.flatnonzero(order > low)
+        by = high[np.argsort((top - order[high]).astype(np.int16), kind="stable")]
+        ia, ib, r, L = a.under(by), b.under(by), rho[by], order[by]
+        acc, term, other = np.zeros(len(by)), np.empty(len(by)), np.empty(len(by))
+        start = 0
+        while start < len(by) and L[start] > HORNER_TOP:          # groups of one order, highest first
+            end = start + int(np.searchsorted(-L[start:], -L[start], side="right"))
+            g = slice(start, end)
+            acc[g] = power_sums(a.rows[ia[g], HORNER_TOP + 1:L[start] + 1],
+                                b.rows[ib[g], HORNER_TOP + 1:L[start] + 1], r[g])
+            start = end
+        steps = np.arange(min(top, HORNER_TOP), low, -1)
+        for k, n in zip(steps, len(by) - np.searchsorted(L[::-1], steps, side="left")):   # n: cells with L ≥ k
+            acc[:n] *= r[:n]
+            if live[k]:
+                np.take(ca[k], ia[:n], out=term[:n])
+                np.take(cb[k], ib[:n], out=other[:n])
+                term[:n] *= other[:n]
+                acc[:n] += term[:n]
+        s[by] = acc
+    s = s.reshape(shape)
+    rg = rho.reshape(shape)
+    term = np.empty(shape)
+    for k in range(low, -1, -1):
+        s *= rg
+        if live[k]:
+            np.multiply(ca[k].reshape(a.lead), cb[k].reshape(b.lead), out=term)
+            s += term
+    return s.reshape(-1)
+
+
+def power_sums(alpha: np.ndarray, beta: np.ndarray, rho: np.ndarray) -> np.ndarray:
+    """Σ_k ρ^k α_k β_k for rows of α and β (P, n) and ρ (P,): the powers 1, ρ, ρ², … by repeated
+    products, one row sum each (numpy's pairwise sum: the same for every row of n terms)."""
+    powers = np.empty(alpha.shape)
+    powers[:, 0] = 1.0
+    powers[:, 1:] = rho[:, None]
+    np.cumprod(powers, axis=1, out=powers)
+    powers *= alpha
+    powers *= beta
+    return powers.sum(axis=1)
+
+
+def stated_errors(A: np.ndarray, B: np.ndarray, K: int, order: np.ndarray, log_trunc: np.ndarray,
+                  shape: tuple) -> np.ndarray:
+    """The stated error per cell (flat): the truncation bound exp(``log_trunc``) (widened by 1e-12
+    for the rounding of its logarithms), the coefficients' e_α‖β̃‖ + ‖α̃‖e_β + e_α e_β, and Horner's
+    rounding 2(L+2)ε‖α̃‖‖β̃‖."""
+    _, _, e0, n0 = packed_columns(K)
+    a, b = Operand(A, shape), Operand(B, shape)
+    ea, na, eb, nb = a.grid(e0), a.grid(n0), b.grid(e0), b.grid(n0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        err = np.exp(np.maximum(log_trunc, -700.0)) * (1 + 1e-12)
+        coef = ea * (nb + eb) + na * eb
+        rounding = (2 * EPS) * (na * nb)
+    err += spread(coef, shape)
+    err += (order + 2.0) * spread(rounding, shape)
+    return err
+
+
+def diagonal_cells(A: np.ndarray, B: np.ndarray, rho: np.ndarray, shape: tuple) -> np.ndarray:
+    """The cells (flat) whose row and column are one function at one variance and whose ρ is 1 to
+    rounding (ρ ≥ 1 − 8ε): a kernel's diagonal (:func:`diagonal`).  One function at one variance:
+    the same E φ² and order (bit for bit: a row sum of the same values) and coefficients equal to
+    within 64ε‖α̃‖ (their products with the basis may round differently where the band's other
+    variances differ: a tile's rows and columns)."""
+    near = np.flatnonzero(rho >= 1.0 - 8 * EPS)
+    if not len(near):
+        return near
+    a, b = Operand(A, shape), Operand(B, shape)
+    ra, rb = a.rows[a.under(near)], b.rows[b.under(near)]
+    K = int(ra[0, -1])
+    _, s0, _, n0 = packed_columns(K)
+    same = (ra[:, s0] == rb[:, s0]) & (ra[:, -1] == rb[:, -1])
+    same &= np.all(np.abs(ra[:, :K + 1] - rb[:, :K + 1]) <= 64 * EPS * ra[:, n0:n0 + 1], axis=1)
+    return near[same]
+
+
+def diagonal(A: np.ndarray, B: np.ndarray, rho: np.ndarray, cells: np.ndarray, shape: tuple,
+             value: np.ndarray, err: np.ndarray) -> None:
+    """At the ``cells`` (flat) of :func:`diagonal_cells`, the value S = E φ(u)² (ρ = 1) and its
+    error, in place.  With c_k = α_k² ≥ 0, f(ρ) = Σ ρ^k c_k is increasing and
     0 ≤ f(1) − f(ρ) = Σ (1 − ρ^k) c_k ≤ (1 − ρ)·Σ_{k≤L} k c_k + T(L) for every level L (1 − ρ^k ≤ k(1 − ρ),
     and ≤ 1): the least of these (0 at ρ = 1) joins S's own error, with the coefficients' error in
     Σ k c_k (≤ L(2‖α̃‖e + e²))."""
-    idx = np.nonzero(rho >= 1.0 - 8 * EPS)
-    if not len(idx[0]):
+    if not len(cells):
         return
-    a, b = A[idx], B[idx]
-    same = np.all(a == b, axis=1)
-    if not np.any(same):
-        return
-    a, d = a[same], 1.0 - rho[idx][same]
-    cells = tuple(i[same] for i in idx)
+    a = Operand(A, shape)
+    a = a.rows[a.under(cells)]
+    d = 1.0 - rho[cells]
     K = int(a[0, -1])
     ls = levels(K)
+    t0, s0, e0, n0 = packed_columns(K)
     weighted = np.cumsum(np.arange(K + 1) * a[:, :K + 1] ** 2, axis=1)
-    e, n = a[:, s0 + 2], a[:, s0 + 3]
-    gap = np.min([d * (weighted[:, L] + L * (2 * n * e + e * e)) + a[:, K + 1 + m] for m, L in enumerate(ls)], axis=0)
+    e, n = a[:, e0], a[:, n0]
+    gap = np.min([d * (weighted[:, L] + L * (2 * n * e + e * e)) + a[:, t0 + m] for m, L in enumerate(ls)], axis=0)
     value[cells] = a[:, s0]
     err[cells] = a[:, s0 + 1] + np.where(d > 0, gap, 0.0)
 
 
-class LastSum:
-    """The last few :func:`packed_sum` results (a tape asks for a pair block's values, and later its
-    errors, with the same packed rows, columns and ρ): kept by the identity of A and B and a copy
-    of ρ (a work array may be overwritten in between: ρ is compared, not trusted)."""
+class SumCache:
+    """The last few :func:`packed_sum` results of one tape's series operations (it asks for a pair
+    block's values, and later its errors, with the same packed rows, columns and ρ): kept by the
+    identity of A and B and a copy of ρ (a work array may be overwritten in between: ρ is
+    compared, not trusted).  Owned by the tape (:class:`.grid.Builder`, ``GridTape.from_json``)."""
 
     def __init__(self, size: int = 64) -> None:
         self.size = size
@@ -333,14 +541,17 @@ class LastSum:
         return result
 
 
-#: the one :class:`LastSum` of the tapes' series operations (value, then error, of one pair block)
-LAST_SUM = LastSum()
+def summed(A: np.ndarray, B: np.ndarray, rho: np.ndarray, tol: float,
+           sums: SumCache | None) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`packed_sum`, through the tape's ``sums`` when it has them."""
+    return (sums or packed_sum)(A, B, rho, float(tol))
 
 
-def mehler_value(A: np.ndarray, B: np.ndarray, rho: np.ndarray, tol: np.ndarray, out=None) -> np.ndarray:
+def mehler_value(A: np.ndarray, B: np.ndarray, rho: np.ndarray, tol: np.ndarray, out=None,
+                 sums: SumCache | None = None) -> np.ndarray:
     """Σ_k ρ^k α_k β_k per cell, NaN where the stated error misses ``tol`` (relative above 1):
     the replay's check then sends that pair to the compile."""
-    s, err = LAST_SUM(A, B, rho, float(tol))
+    s, err = summed(A, B, rho, tol, sums)
     s = np.where(err <= tol * np.maximum(1.0, np.abs(s)), s, np.nan)
     if out is None:
         return s
@@ -348,9 +559,10 @@ def mehler_value(A: np.ndarray, B: np.ndarray, rho: np.ndarray, tol: np.ndarray,
     return out
 
 
-def mehler_error(A: np.ndarray, B: np.ndarray, rho: np.ndarray, tol: np.ndarray, out=None) -> np.ndarray:
+def mehler_error(A: np.ndarray, B: np.ndarray, rho: np.ndarray, tol: np.ndarray, out=None,
+                 sums: SumCache | None = None) -> np.ndarray:
     """The stated error of :func:`mehler_value` per cell."""
-    err = LAST_SUM(A, B, rho, float(tol))[1]
+    err = summed(A, B, rho, tol, sums)[1]
     if out is None:
         return err
     np.copyto(out, err)
@@ -367,12 +579,37 @@ def mean_error(A: np.ndarray, out=None) -> np.ndarray:
     return A[..., -3] if out is None else np.copyto(out, A[..., -3]) or out
 
 
+#: the symbol of every φ in a HermiteRow spec
+T = sp.Symbol("t", real=True)
+
+
 class HermiteRow(sp.Function):
-    """The packed coefficients of one function at a variance (a row or column operation).  A
-    subclass per function (:func:`hermite_head`) carries ``spec`` = (φ as an expression of
-    ``symbol``, K, h)."""
-    spec: tuple = ()
-    nargs = 1
+    """HermiteRow(a, Lambda(t, φ), K, h): the packed coefficients of φ at the variance a (a row or
+    column operation), to order K by the rule of step h.  The function and the rule are arguments
+    (values, compared as such), so that one head serves every function: no registry of heads."""
+    nargs = 4
+
+    @property
+    def spec(self) -> tuple[sp.Expr, int, float]:
+        """(φ as an expression of :data:`T`, K, h)."""
+        lam, K, h = self.args[1:]
+        return lam.expr.xreplace({lam.variables[0]: T}), int(K), float(h)
+
+
+@dataclass(frozen=True)
+class HermiteSpec:
+    """φ (an expression of :data:`T`), K and h: called on a variance, its :class:`HermiteRow`."""
+    phi: sp.Expr
+    K: int
+    h: float
+
+    def __call__(self, a: sp.Expr) -> HermiteRow:
+        return HermiteRow(a, sp.Lambda(T, self.phi), sp.Integer(self.K), sp.Float(self.h))
+
+
+def hermite_head(phi: sp.Expr, K: int, h: float) -> HermiteSpec:
+    """The head of φ (an expression of :data:`T`), K and h: ``hermite_head(φ, K, h)(a)``."""
+    return HermiteSpec(phi, int(K), float(h))
 
 
 class MehlerValue(sp.Function):
@@ -395,19 +632,8 @@ class MeanError(sp.Function):
     nargs = 1
 
 
-#: the symbol of every φ in a HermiteRow spec
-T = sp.Symbol("t", real=True)
-_HEADS: dict[tuple, type] = {}
-
-
-def hermite_head(phi: sp.Expr, K: int, h: float) -> type:
-    """The HermiteRow subclass of φ (an expression of :data:`T`), K and h (one per spec)."""
-    key = (phi, int(K), float(h))
-    if key not in _HEADS:
-        _HEADS[key] = type(f"HermiteRow{len(_HEADS)}", (HermiteRow,), {"spec": key})
-    return _HEADS[key]
-
-
 #: the grid tape's operation kinds of the series, and their numpy functions (given the op's arg)
 KINDS = ("hermite", "mehler", "mehler_err", "mean", "mean_err")
 HEAD_KINDS = {MehlerValue: "mehler", MehlerError: "mehler_err", Mean: "mean", MeanError: "mean_err"}
+#: the kinds whose functions take the tape's :class:`SumCache` (``sums=``)
+SUMMED = frozenset({"mehler", "mehler_err"})

@@ -22,10 +22,9 @@ by space.  :meth:`Tape.to_json` stores a tape as data (kinds, head names, number
 """
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from fractions import Fraction
-from functools import cached_property
+from functools import cached_property, partial
 from typing import Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
@@ -33,7 +32,8 @@ import sympy as sp
 from scipy import special as sps
 
 from .heads import Delta, SYMPY_TO_NUMPY
-from .mehler import HEAD_KINDS, HermiteRow, T, mean_error, mean_value, mehler_error, mehler_value, pack
+from .mehler import (HEAD_KINDS, SUMMED, HermiteRow, PackCache, SumCache, T, mean_error, mean_value, mehler_error,
+                     mehler_value)
 
 # ---- function heads ------------------------------------------------------------------------------
 
@@ -127,27 +127,29 @@ class Op(NamedTuple):
 @dataclass(frozen=True, eq=False)
 class HermiteArg:
     """The argument of a "hermite" operation: φ as a one-input :class:`Tape` (of :data:`.mehler.T`),
-    the order K and the trapezoidal step h (:func:`.mehler.pack`)."""
+    the order K and the trapezoidal step h (:func:`.mehler.pack`), and the tape's
+    :class:`.mehler.PackCache` (its operations meet the same inputs' variances as rows and as
+    columns)."""
     tape: "Tape"
     K: int
     h: float
-    #: the last few results by their variances' bytes: a band's rows and columns are mostly the
-    #: same inputs, and a tape meets the same function's row and column operation
-    recent: OrderedDict = field(default_factory=OrderedDict, compare=False, repr=False)
+    cache: PackCache = field(default_factory=PackCache, compare=False, repr=False)
+
+    @cached_property
+    def key(self) -> str:
+        """φ's key in the cache: its tape as data."""
+        return repr(self.tape.to_json())
 
     def __call__(self, a: np.ndarray, out=None) -> np.ndarray:
-        a = np.asarray(a, dtype=float)
-        ua, inv = np.unique(a.ravel(), return_inverse=True)
-        key = ua.tobytes()
-        if key not in self.recent:
-            self.recent[key] = pack(lambda t: self.tape(t)[0], self.K, self.h, ua)
-            while len(self.recent) > 4:
-                self.recent.popitem(last=False)
-        packed = self.recent[key]
-        return packed[inv].reshape(a.shape + packed.shape[-1:])
+        return self.cache.packed(self.key, lambda t: self.tape(t)[0], self.K, self.h, a)
 
     def to_json(self) -> list:
         return [self.tape.to_json(), self.K, self.h]
+
+
+def operands(e: sp.Basic) -> tuple:
+    """The arguments of ``e`` that are values (a HermiteRow's function, K and h are its operation's data)."""
+    return e.args[:1] if isinstance(e, HermiteRow) else e.args
 
 
 def function(op: Op) -> Callable:
@@ -156,7 +158,8 @@ def function(op: Op) -> Callable:
     if op.kind == "hermite":
         return op.arg
     if op.kind in SERIES_FUNCTIONS:
-        return SERIES_FUNCTIONS[op.kind]
+        fn = SERIES_FUNCTIONS[op.kind]
+        return partial(fn, sums=op.arg) if op.kind in SUMMED and isinstance(op.arg, SumCache) else fn
     if op.kind == "add" and op.arg is not None:
         return np.subtract if len(op.arg) == 2 else fold_signed(op.arg)
     if op.kind in ASSOCIATIVE:
@@ -313,6 +316,8 @@ def tape_json(nslots: int, consts: Mapping[int, float], ops: Sequence[Op], outpu
     def arg(op: Op) -> object:
         if isinstance(op.arg, HermiteArg):
             return op.arg.to_json()
+        if op.kind in SERIES_FUNCTIONS:
+            return None
         if isinstance(op.arg, Fraction):
             return [op.arg.numerator, op.arg.denominator]
         return list(op.arg) if isinstance(op.arg, tuple) else op.arg
@@ -324,15 +329,16 @@ def parse_tape(data: dict, ninputs: int) -> tuple[int, dict[int, float], list[Op
     """(nslots, consts, ops, outputs) of :func:`tape_json`'s data, checked (:func:`check_slots`,
     :func:`check_arity`); a ValueError (or KeyError, TypeError, IndexError) if it is not one."""
     ops = []
+    packs, sums = PackCache(), SumCache()          # the tape's own (series operations)
     for kind, arg, args, out in data["ops"]:
         if kind == "pow":
             arg = Fraction(int(arg[0]), int(arg[1])) if isinstance(arg, list) else float(arg)
         elif kind == "add":
             arg = None if arg is None else tuple(1 if int(a) > 0 else -1 for a in arg)
         elif kind == "hermite":
-            arg = HermiteArg(Tape.from_json(arg[0]), int(arg[1]), float(arg[2]))
+            arg = HermiteArg(Tape.from_json(arg[0]), int(arg[1]), float(arg[2]), packs)
         elif kind in SERIES_FUNCTIONS:
-            arg = None
+            arg = sums
         elif kind == "fn" and arg not in HEADS_BY_NAME and arg != "Pow":
             raise ValueError(f"unknown head {arg!r}")
         elif kind not in ASSOCIATIVE and kind != "fn" and kind not in SERIES_ARITY:
@@ -512,6 +518,7 @@ class Builder(Emitter):
         self.memo: dict[int, tuple[sp.Basic, int]] = {}
         self.numbers: dict[sp.Basic, int] = {}         # number -> its constant slot
         self.hermite: dict[tuple, HermiteArg] = {}     # HermiteRow spec -> its operation's argument
+        self.packs, self.sums = PackCache(), SumCache()  # the series operations' caches (the tape's own)
 
     def build(self, outputs: Sequence[int]) -> Tape:
         """The tape of the slots ``outputs`` (made by :meth:`visit`)."""
@@ -533,7 +540,7 @@ class Builder(Emitter):
             if e.is_Symbol:
                 memo[id(e)] = (e, self.symbol(e, env))     # the node is kept: its id stays its own
                 continue
-            args = e.args
+            args = operands(e)
             if not args or e.is_Number or e.is_NumberSymbol:
                 memo[id(e)] = (e, self.number(e))
                 continue
@@ -575,10 +582,10 @@ class Builder(Emitter):
         if isinstance(e, HermiteRow):
             if e.spec not in self.hermite:
                 phi, K, h = e.spec
-                self.hermite[e.spec] = HermiteArg(Tape.compile([phi], [T]), K, h)
+                self.hermite[e.spec] = HermiteArg(Tape.compile([phi], [T]), K, h, self.packs)
             return self.emit("hermite", self.hermite[e.spec], tuple(args))
         if e.func in HEAD_KINDS:
-            return self.emit(HEAD_KINDS[e.func], None, tuple(args))
+            return self.emit(HEAD_KINDS[e.func], self.sums, tuple(args))
         if isinstance(e, sp.Function):
             numpy_head(e)                              # a ValueError for Dirac masses, unknown heads
             name = e.func.__name__

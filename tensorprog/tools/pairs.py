@@ -341,6 +341,8 @@ def block_values(spec: LimitSpec, block: Block, rows: tuple[int, int], diag: np.
             values[name][target] = v
             errors[name][target] = e
         code = np.where((code == REST) & ~valid, -1, code)       # the rest where the record fails
+        if rest.replay.smooth:                                    # x ≡ y too, where the record holds
+            code = np.where((code == SAME) & valid, REST, code)
     for c in (SAME, OPPOSITE, PARALLEL, REST if rest is None else -1):
         where = np.nonzero(code == c)
         if len(where[0]):
