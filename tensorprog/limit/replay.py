@@ -7,11 +7,28 @@ row operations — the coefficients of one input's variance — and its cell ope
 stated error as a formula beside it, :mod:`..symbolic.mehler`), each Cᵢⱼ = Σ_g Σ_h a_ig a_jh Σ_gh a polynomial
 in earlier numbers.  Chained, the outputs are one expression DAG in the initial covariance
 entries of a pair — a = Σ₀₀ (its first input's variance), b = Σ₁₁ (the second's), c = Σ₀₁;
-:class:`Replay` compiles it (and the errors: float rounding ROUNDING·(|E| + max_i Cᵢᵢ) per
-expectation, summed over what each output rests on, plus VALUE_ROUNDING·|value|, as in the compile) into
+:class:`Replay` compiles it (and the errors, propagated to first order: module doc below) into
 one :class:`..symbolic.grid.GridTape`, where everything that depends on a alone (or b alone) —
 an input's variance chain through the layers, most of the error charges — is computed once per
 input and only the rest once per pair.
+
+The errors.  An expectation E_k = F_k(C) errs by its own error — the series' stated error (truncation,
+coefficients, the rounding of its sum: :mod:`..symbolic.mehler`) plus the rounding of the products
+around it, or ROUNDING·(|E| + max_i Cᵢᵢ) for a closed form — and by what the errors of its covariance
+entries make of it: the entries Cᵢⱼ are polynomials in earlier expectations (and the initial entries,
+rounded: INPUT_ROUNDING), so their errors enter E_k through F_k's slopes:
+
+    err(E_k) = own_k + Σ_n |∂F_k/∂c_n| · err(C_n),   err(P) = Σ_s |∂P/∂s| · err(s) + OP_ROUNDING·ops(P)·|P|⁺
+
+over the distinct entries c_n of its layout and the numbers s a polynomial P rests on (|P|⁺: P with
+every term made positive).  An output is such a P, plus VALUE_ROUNDING·|value|.  The series' slopes
+are bounded per cell by Price's theorem (∂/∂c E φ(u)ψ(v) = E φ′ψ′, ∂/∂a = ½ E φ″ψ, as Mehler series:
+:func:`..symbolic.mehler.mehler_slope`, :func:`..symbolic.mehler.mehler_curve`, ``mean_curve``);
+products and polynomial closed forms by sympy's derivative.  A closed form with other functions
+(e.g. the ReLU arc-cosine kernel, whose derivative in c is 0/0 at ρ = ±1 as written) keeps unit
+sensitivity: its own error is added as it is (not propagated).  This is first order: the remainder is
+½ Σ |∂²F| err² — with errors ≤ 1e-10 and the second derivatives of the kernels O(1) (Stein: E φ⁗ψ
+and the like), below 1e-20, and not charged.
 
 The record is valid for other covariances when the compile would have made the same decisions:
 the batch agreed on the numbers it took as constants, the covariance entries it tied (x ≡ y:
@@ -29,8 +46,16 @@ import sympy as sp
 from sympy.core.operations import AssocOp
 
 from ..symbolic.grid import GridTape, Workspace
+from ..symbolic.mehler import HermiteRow, Mean, MeanCurve, MehlerCurve, MehlerSlope, MehlerValue
 from .accuracy import VALUE_ROUNDING
 from .ledger import ROUNDING
+
+EPS = float(np.finfo(float).eps)
+#: the rounding of an initial covariance entry var1·q + b1 (q = ξᵀξ'/d summed in float64), relative
+#: to its scale (√(ab) for the pair's entry): the Gram entries of inputs of small d
+INPUT_ROUNDING = 4 * EPS
+#: the rounding of one operation of a polynomial of the recurrence, relative to |P|⁺ (module doc)
+OP_ROUNDING = EPS
 
 
 @dataclass(frozen=True)
@@ -118,6 +143,8 @@ class Builder:
         self.constants: list[tuple[sp.Expr, float]] = []
         self.ties: list[tuple[sp.Expr, sp.Expr, int]] = []
         self.absolute: dict[int, sp.Expr] = {}                  # k -> the stated error of a series
+        self.errors: dict[int, sp.Expr] = {}                    # k -> err(E_k), propagated (module doc)
+        self.symbol_errors: dict[sp.Symbol, sp.Expr] = {}
 
     def replay(self, names: Sequence[str]) -> Replay:
         for sym, source in self.batch.sources.items():
@@ -129,13 +156,11 @@ class Builder:
         for name in names:
             var = outputs[name]
             value = self.sub(self.compiled.c[var])
-            parts = [term for k in sorted(self.compiled.deps[var]) for term in self.source(("estimate", k), error=True)]
-            charged = (sp.Mul(sp.Float(ROUNDING), sp.Add(*parts, evaluate=False), evaluate=False)
-                       if parts else sp.Integer(0))
+            for k in sorted(self.compiled.deps[var]):
+                self.source(("estimate", k))
             values.append(value)
-            stated = [self.absolute[k] for k in sorted(self.compiled.deps[var]) if k in self.absolute]
-            errors.append(sp.Add(charged, sp.Float(VALUE_ROUNDING) * sp.Abs(value, evaluate=False), *stated,
-                                 evaluate=False))
+            errors.append(sp.Add(self.error_of(self.compiled.c[var]),
+                                 sp.Float(VALUE_ROUNDING) * sp.Abs(value, evaluate=False), evaluate=False))
         consts = [(e, v) for e, v in self.constants if not self.settled(e, v)]
         checks = [e for e, _ in consts]
         ties: list[int] = []
@@ -181,11 +206,9 @@ class Builder:
             self.inputs[key] = sp.Symbol(f"s_{key[0]}_{key[1]}_{key[2]}", real=True)
         return self.inputs[key]
 
-    def expectation(self, k: int) -> tuple[sp.Expr, tuple[sp.Expr, sp.Expr]]:
-        """(value, charge) of estimate k: F over its forms' covariance, and its error in units of
-        ROUNDING, |F| + max_i |Cᵢᵢ|, as its two terms (the error of an output is ROUNDING·Σ charges
-        + VALUE_ROUNDING·|value|; the terms of all charges are summed flat, so that the tape can add the
-        terms of one input before the pairs' — :mod:`..symbolic.grid`)."""
+    def expectation(self, k: int) -> tuple[sp.Expr, sp.Expr]:
+        """(value, error) of estimate k: F over its forms' covariance, and err(E_k) of the module
+        doc (its own error and its covariance entries' errors through F's slopes)."""
         note = self.batch.notes.get(k)
         est = self.compiled.estimates[k]
         if note is None or est.method not in ("exact", "series"):
@@ -200,11 +223,82 @@ class Builder:
             else:
                 self.ties.append((names[how[1]], cov[ij], how[2]))
         value = self.sub(note.trace.F, names)
+        magnitude = sp.Abs(value, evaluate=False)
+        slopes = self.slopes(note.trace.F, list(names))
         if note.trace.error != 0:                # the series' stated error, a formula of its own
             self.absolute[k] = self.sub(note.trace.error, names)
-        diag = [sp.Abs(cov[(i, i)], evaluate=False) for i in range(note.size)]
-        scale = largest(diag)
-        return value, (sp.Abs(value, evaluate=False), scale)             # × ROUNDING: its error
+            own = [self.absolute[k], sp.Float(4 * OP_ROUNDING) * magnitude]
+        else:
+            diag = [sp.Abs(cov[(i, i)], evaluate=False) for i in range(note.size)]
+            own = [sp.Float(ROUNDING) * sp.Add(magnitude, largest(diag), evaluate=False)]
+        if slopes is None:                        # unit sensitivity (module doc): nothing propagated
+            terms = own
+        else:
+            raw = {}
+            for ij, how in note.trace.layout.items():
+                if how[0] != "const" and how[1] not in raw:
+                    raw[how[1]] = note.cov[ij]
+            terms = own + [sp.Mul(self.sub(slopes[n], names), self.error_of(raw[n]), evaluate=False)
+                           for n in names if slopes[n] != 0]
+        self.errors[k] = sp.Add(*terms, evaluate=False) if len(terms) > 1 else terms[0]
+        return value, self.errors[k]
+
+    def slopes(self, F: sp.Expr, names: Sequence[sp.Symbol]) -> dict[sp.Symbol, sp.Expr] | None:
+        """{c_n: a bound on |∂F/∂c_n|} for the layout symbols of a recorded form F, as expressions
+        of them; None if F has functions whose derivative the tape should not evaluate (module doc).
+        The series heads' slopes by :func:`head_slope` (chain rule through each head: F as a function
+        of its explicit symbols and of the heads' values)."""
+        heads = [h for h in sp.preorder_traversal(F) if isinstance(h, (MehlerValue, Mean))]
+        heads = list(dict.fromkeys(heads))
+        stand = {h: sp.Dummy(f"h{i}") for i, h in enumerate(heads)}
+        G = F.xreplace(stand)
+        if not polynomial_like(G):
+            return None
+        out = {}
+        for n in names:
+            parts = [sp.Abs(sp.diff(G, n))]
+            for h, d in stand.items():
+                outer = sp.diff(G, d)
+                if outer != 0:
+                    parts.append(sp.Abs(outer) * head_slope(h, n))
+            total = sp.Add(*parts).xreplace({d: h for h, d in stand.items()})
+            out[n] = total
+        return out
+
+    def error_of(self, expr: sp.Expr) -> sp.Expr:
+        """err(P) of the module doc for a polynomial P of batch symbols (a covariance entry, an
+        output): Σ_s |∂P/∂s|·err(s) + OP_ROUNDING·ops(P)·|P|⁺, as an expression of the inputs."""
+        if expr.is_number:
+            return sp.Integer(0)
+        if not polynomial_like(expr):
+            raise Unreplayable(f"{expr} is not a polynomial of the recorded numbers")
+        terms = []
+        for s in sorted(expr.free_symbols & self.batch.sources.keys(), key=sp.default_sort_key):
+            err = self.symbol_error(s)
+            if err != 0:
+                terms.append(sp.Mul(sp.Abs(self.sub(sp.diff(expr, s)), evaluate=False), err, evaluate=False))
+        ops = sp.count_ops(expr)
+        if ops:
+            terms.append(sp.Float(OP_ROUNDING * ops) * self.sub(positive(expr)))
+        return sp.Add(*terms, evaluate=False) if len(terms) > 1 else terms[0] if terms else sp.Integer(0)
+
+    def symbol_error(self, sym: sp.Symbol) -> sp.Expr:
+        """err of a batch symbol: an initial entry's rounding (INPUT_ROUNDING·scale), or an
+        estimate's err(E_k)."""
+        if sym not in self.symbol_errors:
+            source = self.batch.sources[sym]
+            if source[0] == "input":
+                _, g, i, j = source
+                if i == j:
+                    err = sp.Float(INPUT_ROUNDING) * sp.Abs(self.input(g, i, i), evaluate=False)
+                else:
+                    err = sp.Float(INPUT_ROUNDING) * sp.sqrt(sp.Abs(self.input(g, i, i) * self.input(g, j, j),
+                                                                     evaluate=False))
+            else:
+                self.source(source)
+                err = self.errors[source[1]]
+            self.symbol_errors[sym] = err
+        return self.symbol_errors[sym]
 
     def sub(self, expr: sp.Expr, extra: Mapping[sp.Symbol, sp.Expr] | None = None) -> sp.Expr:
         """expr with batch symbols (and ``extra`` symbols) replaced by their expressions, rebuilt
@@ -233,6 +327,50 @@ class Builder:
             return out
         return walk(expr)
 
+
+
+def polynomial_like(expr: sp.Expr) -> bool:
+    """Only sums, products, powers, numbers and symbols (whose derivatives the tape evaluates
+    everywhere the expression is finite)."""
+    for node in sp.preorder_traversal(expr):
+        if not (node.is_Add or node.is_Mul or node.is_Pow or node.is_Number or node.is_Symbol):
+            return False
+    return True
+
+
+def positive(expr: sp.Expr) -> sp.Expr:
+    """|P|⁺: a sum or product with each leaf replaced by its absolute value."""
+    if expr.is_Add or expr.is_Mul:
+        return expr.func(*[positive(a) for a in expr.args])
+    if expr.is_Number:
+        return abs(expr)
+    return sp.Abs(expr, evaluate=False)
+
+
+def head_slope(head: sp.Expr, n: sp.Symbol) -> sp.Expr:
+    """A bound on |∂H/∂c_n| for a series head H of a recorded form (:mod:`..symbolic.mehler`):
+    Mean(A(a)): MeanCurve(A)/(2a)·|∂a/∂c_n|; MehlerValue(A(a), B(b), ρ): with c = ρ√(ab),
+    MehlerSlope/√(ab)·|∂c/∂c_n| + MehlerCurve(A, B, ρ)/(2a)·|∂a/∂c_n| + MehlerCurve(B, A, ρ)/(2b)·|∂b/∂c_n|
+    (Price's theorem in the entries a, b, c of the pair's covariance)."""
+    if isinstance(head, Mean):
+        A = head.args[0]
+        a = A.args[0]
+        da = sp.diff(a, n)
+        return 0 if da == 0 else MeanCurve(A) / (2 * sp.Abs(a)) * sp.Abs(da)
+    A, B, rho = head.args[:3]
+    if not (isinstance(A, HermiteRow) and isinstance(B, HermiteRow)):
+        raise Unreplayable(f"{head} is not over packed rows")
+    a, b = A.args[0], B.args[0]
+    c = rho * sp.sqrt(a * b)
+    out = []
+    dc, da, db = sp.diff(c, n), sp.diff(a, n), sp.diff(b, n)
+    if dc != 0:
+        out.append(MehlerSlope(A, B, rho) / sp.sqrt(sp.Abs(a * b)) * sp.Abs(dc))
+    if da != 0:
+        out.append(MehlerCurve(A, B, rho) / (2 * sp.Abs(a)) * sp.Abs(da))
+    if db != 0:
+        out.append(MehlerCurve(B, A, rho) / (2 * sp.Abs(b)) * sp.Abs(db))
+    return sp.Add(*out)
 
 
 def rebuild(node: sp.Basic, args: list) -> sp.Basic:

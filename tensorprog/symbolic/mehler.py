@@ -21,6 +21,11 @@ import sympy as sp
 
 EPS = np.finfo(float).eps
 Fn = Callable[[np.ndarray], np.ndarray]
+#: the rounding of one coefficient α̃_k = Σ_i F_i G_ki, relative to √S = ‖F‖ (|α̃_k| ≤ ‖F‖‖G_k‖, ‖G_k‖ ≈ 1):
+#: measured against the same rule in 80-bit floats, ≤ 1.3 ε√S over k ≤ 256 and variances 0.3–2 for tanh
+COEFF_ROUNDING = 8 * EPS
+#: the rounding of S̃ = Σ_i F_i² relative to S (a sum of positive terms; measured ≤ 1 ε)
+SQUARE_ROUNDING = 4 * EPS
 
 
 #: the rule's half-width: beyond |z| = T, pdf(z)·h_k(z)·φ is below 1e-18 (|h_k(z)| e^{−z²/4} ≤ 1)
@@ -57,13 +62,15 @@ class Coefficients:
     ``alpha`` (V, K+1): α̃_k for each variance; ``tail`` (V,): an upper estimate of
     T(K) = Σ_{k>K} α_k²; ``err`` (V,): of ‖α − α̃‖₂ (k ≤ K); ``norm`` (V,): ‖α̃‖₂ (≤ √(E φ²) + err);
     ``square`` (V,): E φ(√a z)² (the diagonal of E φψ when φ = ψ); ``square_err`` (V,): its error
-    estimate (the rule at step 2h, plus rounding)."""
+    estimate (the rule at step 2h, plus rounding); ``sup`` (V,): of max_k |α_k − α̃_k| (the rule at
+    step 2h, plus :data:`COEFF_ROUNDING`·√S: what the grid tape's per-cell bound uses)."""
     alpha: np.ndarray
     tail: np.ndarray
     err: np.ndarray
     norm: np.ndarray
     square: np.ndarray
     square_err: np.ndarray
+    sup: np.ndarray | None = None
 
     @property
     def K(self) -> int:
@@ -76,7 +83,7 @@ class Coefficients:
         extra = np.sqrt(np.sum(drop ** 2, axis=1))
         tail = (np.sqrt(self.tail) + extra + self.err) ** 2
         return Coefficients(self.alpha[:, :K + 1], tail, self.err, np.sqrt(np.sum(self.alpha[:, :K + 1] ** 2, 1)),
-                            self.square, self.square_err)
+                            self.square, self.square_err, self.sup)
 
 
 @dataclass(frozen=True)
@@ -159,13 +166,17 @@ def coefficients(fn: Fn, variances: Sequence[float], K: int, h: float | None = N
     a = np.asarray(variances, dtype=float).ravel()
     h = step_for(K, float(a.max(initial=0.0))) if h is None else h
     alpha, S, coarse, S1 = _rule(fn, a, K, h)
-    rounding = 16 * EPS * np.sqrt(S) * np.sqrt(K + 1)
-    err = np.sqrt(np.sum((alpha - coarse) ** 2, axis=1)) + rounding
+    rounding = COEFF_ROUNDING * np.sqrt(S)
+    quad = np.sqrt(np.sum((alpha - coarse) ** 2, axis=1))
+    err = quad + 2 * rounding * np.sqrt(K + 1)         # ℓ2 over k ≤ K (the engine's Cauchy–Schwarz bound)
     kept = np.sum(alpha ** 2, axis=1)
     # T(K) = S − Σ_{k≤K} α_k²: the computed difference, S's quadrature error, the coefficients'
-    # (|Σα² − Σα̃²| ≤ 2‖α̃‖e + e²) and the rounding of two sums of size S
-    tail = np.clip(S - kept, 0.0, None) + np.abs(S - S1) + 2 * err * np.sqrt(kept) + err ** 2 + 16 * EPS * S
-    return Coefficients(alpha, tail, err, np.sqrt(kept), S, np.abs(S - S1) + 16 * EPS * S)
+    # (|Σα² − Σα̃²| ≤ 2‖α̃‖e + e² for their quadrature error e) and the rounding of two sums of size S
+    # (S̃ and Σα̃² are sums of the same weighted values F: S̃ − Σα̃² = ‖F − its projection‖² ≥ 0 up to
+    # the rounding of F Gᵀ, a few ε·S — not 2‖α̃‖·√(K+1)·(rounding of one coefficient))
+    tail = np.clip(S - kept, 0.0, None) + np.abs(S - S1) + 2 * quad * np.sqrt(kept) + quad ** 2 + 16 * EPS * S
+    sup = np.max(np.abs(alpha - coarse), axis=1, initial=0.0) + rounding
+    return Coefficients(alpha, tail, err, np.sqrt(kept), S, np.abs(S - S1) + SQUARE_ROUNDING * S, sup)
 
 
 def derivative(coef: Coefficients, variances: Sequence[float]) -> np.ndarray:
@@ -218,22 +229,25 @@ def levels(K: int) -> list[int]:
 def pack(fn: Fn, K: int, h: float, a: np.ndarray) -> np.ndarray:
     """The packed coefficients of φ = fn at the variances ``a`` (any shape; computed once per
     distinct value): shape a.shape + (W,), [α_0 … α_K, T(L) for each level L of :func:`levels`,
-    S = E φ², its error, e, ‖α̃‖, K] (:func:`coefficients`, at the recorded step h)."""
+    S = E φ², its error, δ, ‖α̃‖, K] (:func:`coefficients`, at the recorded step h; δ the error of
+    each coefficient, ``Coefficients.sup``)."""
     a = np.asarray(a, dtype=float)
     ua, inv = np.unique(a.ravel(), return_inverse=True)
     c = coefficients(fn, ua, K, h)
     tails = [c.truncate(L).tail if L < K else c.tail for L in levels(K)]
     out = np.concatenate([c.alpha, np.stack(tails, 1), c.square[:, None], c.square_err[:, None],
-                          c.err[:, None], c.norm[:, None],
+                          c.sup[:, None], c.norm[:, None],
                           np.full((len(ua), 1), float(K))], axis=1)
     return out[inv].reshape(a.shape + (out.shape[1],))
 
 
 def packed_sum(A: np.ndarray, B: np.ndarray, rho: np.ndarray, tol: float) -> tuple[np.ndarray, np.ndarray]:
     """(Σ_{k≤L} ρ^k α_k β_k, its stated error) for packed rows A and columns B (broadcasting) and ρ,
-    each cell to the smallest level L whose truncation bound meets ``tol``·max(1, ‖α̃‖‖β̃‖)/4 at its
-    ρ (the largest level where none does); the rounding of Horner's sum bounded by
-    2(L+2)ε‖α̃‖‖β̃‖ (Cauchy–Schwarz, |ρ| ≤ 1).  A cell at ρ = 1 whose row and column are the same
+    each cell to the smallest level L whose truncation bound meets ``tol``·max(1, ‖α̃‖‖β̃‖)·AIM at
+    its ρ (the largest level where none does).  The stated error (:func:`cell_error`) is that
+    truncation bound, the coefficients' errors weighted by the other side's Σ|ρ|^k|β_k| and the
+    rounding of the sum, each bounded per cell through the first terms and a norm of the rest
+    (:func:`weighted`): it follows |ρ| down to 0.  A cell at ρ = 1 whose row and column are the same
     (one function at one variance: u = v) takes the 1-D rule's E φ² and its error instead (no
     truncation there: the diagonal of a kernel agrees with its own variances, :func:`diagonal`)."""
     K = int(np.ravel(A[..., -1])[0])
@@ -259,11 +273,93 @@ def packed_sum(A: np.ndarray, B: np.ndarray, rho: np.ndarray, tol: float) -> tup
             continue
         value[idx] = power_sums(Ab[..., :L + 1], Bb[..., :L + 1], rho, idx)
         col = lambda M, k: M[..., k][idx]           # one packed column at the cells
-        ea, na, eb, nb = col(Ab, e0), col(Ab, n0), col(Bb, e0), col(Bb, n0)
-        err[idx] = (r[idx] ** (L + 1) * np.sqrt(col(Ab, K + 1 + n) * col(Bb, K + 1 + n))
-                    + ea * nb + na * eb + ea * eb + 2 * (L + 2) * EPS * na * nb)
+        err[idx] = r[idx] ** (L + 1) * np.sqrt(col(Ab, K + 1 + n) * col(Bb, K + 1 + n))
+    err += cell_error(A, B, r, np.asarray(ls, dtype=float)[level], e0)
     diagonal(Ab, Bb, rho, s0, value, err)
     return value, err
+
+
+# ---------------------------------------------------------------------------------------------
+# per-cell bounds from a few numbers per row: Σ_k |ρ|^k |x_k y_k| ≤ |x₀y₀| + |ρ||x₁y₁| + ρ²‖x_{≥2}‖‖y_{≥2}‖
+
+#: the columns of :func:`row_numbers`
+R_A0, R_A1, R_N2, R_L1, R_W2, R_S0, R_S1, R_S2, R_C0, R_C1, R_C2 = range(11)
+
+
+def row_numbers(A: np.ndarray) -> np.ndarray:
+    """Per packed row (…, W) the numbers of the per-cell bounds (…, 11), from α_0 … α_K:
+    |α₀|, |α₁|, ‖α_{≥2}‖₂, ‖α_{≥2}‖₁, ‖(√k α_k)_{k≥2}‖ (the plain series x_k = α_k); then for
+    x_k = √(k+1) α_{k+1} (the ρ-derivative, :func:`mehler_slope`) and x_k = √((k+1)(k+2)) α_{k+2}
+    (the variance derivative, :func:`mehler_curve`) |x₀|, |x₁|, ‖x_{≥2}‖₂.  Computed once per
+    distinct row (a row block is (R, 1, W): R rows, not R·C cells)."""
+    K = int(np.ravel(A[..., -1])[0])
+    al = A[..., :K + 1]
+    k = np.arange(K + 1, dtype=float)
+    sq = al * al
+    out = np.empty(A.shape[:-1] + (11,))
+    out[..., R_A0], out[..., R_A1] = np.abs(al[..., 0]), np.abs(al[..., 1])
+    out[..., R_N2] = np.sqrt(np.sum(sq[..., 2:], axis=-1))
+    out[..., R_L1] = np.sum(np.abs(al[..., 2:]), axis=-1)
+    out[..., R_W2] = np.sqrt(np.sum(k[2:] * sq[..., 2:], axis=-1))
+    out[..., R_S0], out[..., R_S1] = np.abs(al[..., 1]), np.sqrt(2.0) * np.abs(al[..., 2])
+    out[..., R_S2] = np.sqrt(np.sum(k[3:] * sq[..., 3:], axis=-1))
+    out[..., R_C0], out[..., R_C1] = np.sqrt(2.0) * np.abs(al[..., 2]), np.sqrt(6.0) * np.abs(al[..., 3])
+    out[..., R_C2] = np.sqrt(np.sum(k[4:] * (k[4:] - 1) * sq[..., 4:], axis=-1))
+    return out
+
+
+def weighted(x0, x1, x2, y0, y1, y2, r: np.ndarray) -> np.ndarray:
+    """A bound on Σ_k |ρ|^k |x_k y_k| (r = |ρ| ≤ 1) from |x₀|, |x₁|, ‖x_{≥2}‖ and the same of y:
+    |x₀y₀| + r|x₁y₁| + r²‖x_{≥2}‖‖y_{≥2}‖ (Cauchy–Schwarz on the rest).  Exact to O(ρ²) as ρ → 0,
+    and at ρ = 1 within the Cauchy–Schwarz factor of the sum."""
+    return x0 * y0 + r * (x1 * y1) + (r * r) * (x2 * y2)
+
+
+def cell_error(A: np.ndarray, B: np.ndarray, r: np.ndarray, L: np.ndarray, e0: int) -> np.ndarray:
+    """The non-truncation part of a cell's stated error, at level L (per cell) and r = |ρ|:
+
+    * the coefficients' errors (δ_α per coefficient, packed column ``e0``):
+      |Σ_{k≤L} ρ^k (α_kβ_k − α̃_kβ̃_k)| ≤ δ_α Σ|ρ|^k|β̃_k| + δ_β Σ|ρ|^k|α̃_k| + (L+1)δ_αδ_β, the sums by
+      |β₀| + r|β₁| + r²‖β_{≥2}‖₁;
+    * the rounding of the sum: ρ^k by repeated products (relative error ≤ kε), two products and
+      numpy's pairwise sum (≤ (2 + log₂(L+1))ε relative to Σ|t_k|), each term rounded once more:
+      ε·((6 + log₂(L+1))·Σ|ρ|^k|α_kβ_k| + Σ k|ρ|^k|α_kβ_k|), both sums by :func:`weighted`."""
+    a, b = row_numbers(A), row_numbers(B)
+    da, db = A[..., e0], B[..., e0]
+    c = lambda M, j: M[..., j]
+    wa = c(a, R_A0) + r * c(a, R_A1) + r * r * c(a, R_L1)
+    wb = c(b, R_A0) + r * c(b, R_A1) + r * r * c(b, R_L1)
+    coef = da * wb + db * wa + (L + 1) * da * db
+    m0 = weighted(c(a, R_A0), c(a, R_A1), c(a, R_N2), c(b, R_A0), c(b, R_A1), c(b, R_N2), r)
+    m1 = r * c(a, R_A1) * c(b, R_A1) + r * r * c(a, R_W2) * c(b, R_W2)
+    return coef + EPS * ((6 + np.log2(L + 1)) * m0 + m1)
+
+
+def mehler_slope(A: np.ndarray, B: np.ndarray, rho: np.ndarray, out=None) -> np.ndarray:
+    """A bound on |∂/∂ρ Σ_k ρ^k α_k β_k| = |Σ_k ρ^k (k+1) α_{k+1} β_{k+1}| per cell (:func:`weighted`
+    with x_k = √(k+1) α_{k+1}, y_k = √(k+1) β_{k+1}).  With ρ = c/√(ab): |∂E/∂c| ≤ this/√(ab)
+    (Price's theorem: ∂E φ(u)ψ(v)/∂c = E φ′(u)ψ′(v)).  From the packed coefficients (the part of
+    the sum beyond K is below the truncation target, relative: a sensitivity only weights errors)."""
+    a, b = row_numbers(A), row_numbers(B)
+    r = np.abs(np.clip(rho, -1.0, 1.0))
+    got = weighted(a[..., R_S0], a[..., R_S1], a[..., R_S2], b[..., R_S0], b[..., R_S1], b[..., R_S2], r)
+    return got if out is None else np.copyto(out, np.broadcast_to(got, out.shape)) or out
+
+
+def mehler_curve(A: np.ndarray, B: np.ndarray, rho: np.ndarray, out=None) -> np.ndarray:
+    """A bound on |Σ_k ρ^k √((k+1)(k+2)) α_{k+2} β_k| per cell: 2a·|∂E/∂a| at fixed c, a the
+    variance of A's function (Price: ∂E φ(u)ψ(v)/∂a = ½ E φ″(u)ψ(v), and E φ″(√a z) h_k(z) =
+    √((k+1)(k+2)) α_{k+2}/a); B's variance by swapping the arguments."""
+    a, b = row_numbers(A), row_numbers(B)
+    r = np.abs(np.clip(rho, -1.0, 1.0))
+    got = weighted(a[..., R_C0], a[..., R_C1], a[..., R_C2], b[..., R_A0], b[..., R_A1], b[..., R_N2], r)
+    return got if out is None else np.copyto(out, np.broadcast_to(got, out.shape)) or out
+
+
+def mean_curve(A: np.ndarray, out=None) -> np.ndarray:
+    """2a·|d E f(√a z)/da| = √2 |α_2| of a packed row (d/da E f = ½ E f″ = α_2/(√2 a), Stein)."""
+    got = np.sqrt(2.0) * np.abs(A[..., 2])
+    return got if out is None else np.copyto(out, got) or out
 
 
 #: cells per block of :func:`power_sums` (its (cells, L + 1) work arrays stay in cache)
@@ -292,7 +388,7 @@ def diagonal(A: np.ndarray, B: np.ndarray, rho: np.ndarray, s0: int, value: np.n
     in place.  With c_k = α_k² ≥ 0, f(ρ) = Σ ρ^k c_k is increasing and
     0 ≤ f(1) − f(ρ) = Σ (1 − ρ^k) c_k ≤ (1 − ρ)·Σ_{k≤L} k c_k + T(L) for every level L (1 − ρ^k ≤ k(1 − ρ),
     and ≤ 1): the least of these (0 at ρ = 1) joins S's own error, with the coefficients' error in
-    Σ k c_k (≤ L(2‖α̃‖e + e²))."""
+    Σ k c_k (≤ L(2‖α̃‖e + e²), e = √(K+1)·δ)."""
     idx = np.nonzero(rho >= 1.0 - 8 * EPS)
     if not len(idx[0]):
         return
@@ -304,9 +400,9 @@ def diagonal(A: np.ndarray, B: np.ndarray, rho: np.ndarray, s0: int, value: np.n
     cells = tuple(i[same] for i in idx)
     K = int(a[0, -1])
     ls = levels(K)
-    weighted = np.cumsum(np.arange(K + 1) * a[:, :K + 1] ** 2, axis=1)
-    e, n = a[:, s0 + 2], a[:, s0 + 3]
-    gap = np.min([d * (weighted[:, L] + L * (2 * n * e + e * e)) + a[:, K + 1 + m] for m, L in enumerate(ls)], axis=0)
+    moments = np.cumsum(np.arange(K + 1) * a[:, :K + 1] ** 2, axis=1)
+    e, n = a[:, s0 + 2] * np.sqrt(K + 1), a[:, s0 + 3]        # ‖α − α̃‖₂ ≤ √(K+1)·δ
+    gap = np.min([d * (moments[:, L] + L * (2 * n * e + e * e)) + a[:, K + 1 + m] for m, L in enumerate(ls)], axis=0)
     value[cells] = a[:, s0]
     err[cells] = a[:, s0 + 1] + np.where(d > 0, gap, 0.0)
 
@@ -363,7 +459,7 @@ def mean_value(A: np.ndarray, out=None) -> np.ndarray:
 
 
 def mean_error(A: np.ndarray, out=None) -> np.ndarray:
-    """The error of α_0: the coefficients' error estimate e."""
+    """The error of α_0: the coefficients' error estimate δ (per coefficient)."""
     return A[..., -3] if out is None else np.copyto(out, A[..., -3]) or out
 
 
@@ -383,6 +479,21 @@ class MehlerValue(sp.Function):
 class MehlerError(sp.Function):
     """MehlerError(A, B, ρ, tol): its stated error (:func:`mehler_error`)."""
     nargs = 4
+
+
+class MehlerSlope(sp.Function):
+    """MehlerSlope(A, B, ρ): a bound on |∂/∂ρ Σ_k ρ^k α_k β_k| (:func:`mehler_slope`)."""
+    nargs = 3
+
+
+class MehlerCurve(sp.Function):
+    """MehlerCurve(A, B, ρ): a bound on 2a·|∂E/∂a| at fixed covariance (:func:`mehler_curve`)."""
+    nargs = 3
+
+
+class MeanCurve(sp.Function):
+    """MeanCurve(A): 2a·|d Mean(A)/da| (:func:`mean_curve`)."""
+    nargs = 1
 
 
 class Mean(sp.Function):
@@ -409,5 +520,6 @@ def hermite_head(phi: sp.Expr, K: int, h: float) -> type:
 
 
 #: the grid tape's operation kinds of the series, and their numpy functions (given the op's arg)
-KINDS = ("hermite", "mehler", "mehler_err", "mean", "mean_err")
-HEAD_KINDS = {MehlerValue: "mehler", MehlerError: "mehler_err", Mean: "mean", MeanError: "mean_err"}
+KINDS = ("hermite", "mehler", "mehler_err", "mean", "mean_err", "mehler_slope", "mehler_curve", "mean_curve")
+HEAD_KINDS = {MehlerValue: "mehler", MehlerError: "mehler_err", Mean: "mean", MeanError: "mean_err",
+              MehlerSlope: "mehler_slope", MehlerCurve: "mehler_curve", MeanCurve: "mean_curve"}
