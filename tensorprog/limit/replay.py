@@ -226,7 +226,9 @@ class Builder:
         magnitude = sp.Abs(value, evaluate=False)
         slopes = self.slopes(note.trace.F, list(names))
         if note.trace.error != 0:                # the series' stated error, a formula of its own
-            self.absolute[k] = self.sub(note.trace.error, names)
+            # |·|: the batch's formula is a bound's, but its symbols' assumptions (an off-diagonal c_i_j is
+            # declared positive=False, i.e. ≤ 0) let sympy write |c| as −c
+            self.absolute[k] = sp.Abs(self.sub(note.trace.error, names), evaluate=False)
             own = [self.absolute[k], sp.Float(4 * OP_ROUNDING) * magnitude]
         else:
             diag = [sp.Abs(cov[(i, i)], evaluate=False) for i in range(note.size)]
@@ -256,11 +258,11 @@ class Builder:
             return None
         out = {}
         for n in names:
-            parts = [sp.Abs(sp.diff(G, n))]
+            parts = [sp.Abs(sp.diff(G, n), evaluate=False)]
             for h, d in stand.items():
                 outer = sp.diff(G, d)
                 if outer != 0:
-                    parts.append(sp.Abs(outer) * head_slope(h, n))
+                    parts.append(sp.Mul(sp.Abs(outer, evaluate=False), head_slope(h, n), evaluate=False))
             total = sp.Add(*parts).xreplace({d: h for h, d in stand.items()})
             out[n] = total
         return out
@@ -338,6 +340,11 @@ def polynomial_like(expr: sp.Expr) -> bool:
     return True
 
 
+def absolute(expr: sp.Expr) -> sp.Expr:
+    """|expr| as the tape evaluates it (never sympy's rewriting through the symbols' assumptions)."""
+    return abs(expr) if expr.is_Number else sp.Abs(expr, evaluate=False)
+
+
 def positive(expr: sp.Expr) -> sp.Expr:
     """|P|⁺: a sum or product with each leaf replaced by its absolute value."""
     if expr.is_Add or expr.is_Mul:
@@ -356,7 +363,7 @@ def head_slope(head: sp.Expr, n: sp.Symbol) -> sp.Expr:
         A = head.args[0]
         a = A.args[0]
         da = sp.diff(a, n)
-        return 0 if da == 0 else MeanCurve(A) / (2 * sp.Abs(a)) * sp.Abs(da)
+        return 0 if da == 0 else MeanCurve(A) / (2 * absolute(a)) * absolute(da)
     A, B, rho = head.args[:3]
     if not (isinstance(A, HermiteRow) and isinstance(B, HermiteRow)):
         raise Unreplayable(f"{head} is not over packed rows")
@@ -365,11 +372,11 @@ def head_slope(head: sp.Expr, n: sp.Symbol) -> sp.Expr:
     out = []
     dc, da, db = sp.diff(c, n), sp.diff(a, n), sp.diff(b, n)
     if dc != 0:
-        out.append(MehlerSlope(A, B, rho) / sp.sqrt(sp.Abs(a * b)) * sp.Abs(dc))
+        out.append(MehlerSlope(A, B, rho) / sp.sqrt(absolute(a * b)) * absolute(dc))
     if da != 0:
-        out.append(MehlerCurve(A, B, rho) / (2 * sp.Abs(a)) * sp.Abs(da))
+        out.append(MehlerCurve(A, B, rho) / (2 * absolute(a)) * absolute(da))
     if db != 0:
-        out.append(MehlerCurve(B, A, rho) / (2 * sp.Abs(b)) * sp.Abs(db))
+        out.append(MehlerCurve(B, A, rho) / (2 * absolute(b)) * absolute(db))
     return sp.Add(*out)
 
 
