@@ -23,7 +23,7 @@ EPS = np.finfo(float).eps
 Fn = Callable[[np.ndarray], np.ndarray]
 #: the rounding of one coefficient α̃_k = Σ_i F_i G_ki, relative to √S = ‖F‖ (|α̃_k| ≤ ‖F‖‖G_k‖, ‖G_k‖ ≈ 1):
 #: measured against the same rule in 80-bit floats, ≤ 1.3 ε√S over k ≤ 256 and variances 0.3–2 for tanh
-COEFF_ROUNDING = 8 * EPS
+COEFF_ROUNDING = 2 * EPS
 #: the rounding of S̃ = Σ_i F_i² relative to S (a sum of positive terms; measured ≤ 1 ε)
 SQUARE_ROUNDING = 4 * EPS
 
@@ -168,7 +168,7 @@ def coefficients(fn: Fn, variances: Sequence[float], K: int, h: float | None = N
     alpha, S, coarse, S1 = _rule(fn, a, K, h)
     rounding = COEFF_ROUNDING * np.sqrt(S)
     quad = np.sqrt(np.sum((alpha - coarse) ** 2, axis=1))
-    err = quad + 2 * rounding * np.sqrt(K + 1)         # ℓ2 over k ≤ K (the engine's Cauchy–Schwarz bound)
+    err = quad + 16 * EPS * np.sqrt(S) * np.sqrt(K + 1)     # ℓ2 over k ≤ K (the engine's Cauchy–Schwarz bound)
     kept = np.sum(alpha ** 2, axis=1)
     # T(K) = S − Σ_{k≤K} α_k²: the computed difference, S's quadrature error, the coefficients'
     # (|Σα² − Σα̃²| ≤ 2‖α̃‖e + e² for their quadrature error e) and the rounding of two sums of size S
