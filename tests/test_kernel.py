@@ -195,7 +195,12 @@ def test_replay_agrees_with_the_batch_compile(data, monkeypatch):
     slow = tp.kernel(TEMPLATE, data, L=4, b1=0.1)
     for name in ("nngp", "ntk"):
         assert np.max(np.abs(fast.outputs[name].mean - slow.outputs[name].mean)) < 1e-13
-        assert np.allclose(fast.outputs[name].error, slow.outputs[name].error, rtol=1e-6, atol=0)
+        # the replay propagates each expectation's error through the later layers (first order,
+        # limit/replay.py); the batch compile sums them with unit weight: the same order, not the same bits
+        ratio = fast.outputs[name].error / slow.outputs[name].error
+        assert 0.1 < ratio.min() and ratio.max() < 10, (ratio.min(), ratio.max())
+        assert np.all(np.abs(fast.outputs[name].mean - slow.outputs[name].mean)
+                      <= fast.outputs[name].error + slow.outputs[name].error)
         assert fast.outputs[name].method == slow.outputs[name].method == "exact"
     pmod.REPLAYS.clear()
 

@@ -24,9 +24,9 @@ over the distinct entries c_n of its layout and the numbers s a polynomial P res
 every term made positive).  An output is such a P, plus VALUE_ROUNDING·|value|.  The series' slopes
 are bounded per cell by Price's theorem (∂/∂c E φ(u)ψ(v) = E φ′ψ′, ∂/∂a = ½ E φ″ψ, as Mehler series:
 :func:`..symbolic.mehler.mehler_slope`, :func:`..symbolic.mehler.mehler_curve`, ``mean_curve``);
-products and polynomial closed forms by sympy's derivative.  A closed form with other functions
-(e.g. the ReLU arc-cosine kernel, whose derivative in c is 0/0 at ρ = ±1 as written) keeps unit
-sensitivity: its own error is added as it is (not propagated).  This is first order: the remainder is
+products and closed forms (the ReLU arc-cosine kernel: finite off ρ = ±1, whose pairs are classes
+of their own) by sympy's derivative.  A form whose derivative has a Dirac mass or a step keeps unit
+sensitivity to each entry: err(E_k) = own_k + Σ_n err(C_n).  This is first order: the remainder is
 ½ Σ |∂²F| err² — with errors ≤ 1e-10 and the second derivatives of the kernels O(1) (Stein: E φ⁗ψ
 and the like), below 1e-20, and not charged.
 
@@ -46,6 +46,7 @@ import sympy as sp
 from sympy.core.operations import AssocOp
 
 from ..symbolic.grid import GridTape, Workspace
+from ..symbolic.heads import Delta
 from ..symbolic.mehler import HermiteRow, Mean, MeanCurve, MehlerCurve, MehlerSlope, MehlerValue
 from .accuracy import VALUE_ROUNDING
 from .ledger import ROUNDING
@@ -233,13 +234,13 @@ class Builder:
         else:
             diag = [sp.Abs(cov[(i, i)], evaluate=False) for i in range(note.size)]
             own = [sp.Float(ROUNDING) * sp.Add(magnitude, largest(diag), evaluate=False)]
-        if slopes is None:                        # unit sensitivity (module doc): nothing propagated
-            terms = own
+        raw = {}
+        for ij, how in note.trace.layout.items():
+            if how[0] != "const" and how[1] not in raw:
+                raw[how[1]] = note.cov[ij]
+        if slopes is None:                        # unit sensitivity to each entry (module doc)
+            terms = own + [self.error_of(raw[n]) for n in names]
         else:
-            raw = {}
-            for ij, how in note.trace.layout.items():
-                if how[0] != "const" and how[1] not in raw:
-                    raw[how[1]] = note.cov[ij]
             terms = own + [sp.Mul(self.sub(slopes[n], names), self.error_of(raw[n]), evaluate=False)
                            for n in names if slopes[n] != 0]
         self.errors[k] = sp.Add(*terms, evaluate=False) if len(terms) > 1 else terms[0]
@@ -247,18 +248,20 @@ class Builder:
 
     def slopes(self, F: sp.Expr, names: Sequence[sp.Symbol]) -> dict[sp.Symbol, sp.Expr] | None:
         """{c_n: a bound on |∂F/∂c_n|} for the layout symbols of a recorded form F, as expressions
-        of them; None if F has functions whose derivative the tape should not evaluate (module doc).
+        of them; None if F's derivative is not a function the tape evaluates (a kink's Dirac mass
+        or step, an unknown function's derivative: module doc).
         The series heads' slopes by :func:`head_slope` (chain rule through each head: F as a function
         of its explicit symbols and of the heads' values)."""
         heads = [h for h in sp.preorder_traversal(F) if isinstance(h, (MehlerValue, Mean))]
         heads = list(dict.fromkeys(heads))
         stand = {h: sp.Dummy(f"h{i}") for i, h in enumerate(heads)}
         G = F.xreplace(stand)
-        if not polynomial_like(G):
-            return None
         out = {}
         for n in names:
-            parts = [sp.Abs(sp.diff(G, n), evaluate=False)]
+            explicit = sp.diff(G, n)
+            if explicit.has(sp.Derivative, sp.Subs, sp.DiracDelta, Delta, sp.Heaviside, sp.Piecewise):
+                return None
+            parts = [sp.Abs(explicit, evaluate=False)]
             for h, d in stand.items():
                 outer = sp.diff(G, d)
                 if outer != 0:
