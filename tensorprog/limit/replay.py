@@ -18,10 +18,12 @@ around it, or ROUNDING·(|E| + max_i Cᵢᵢ) for a closed form — and by what 
 entries make of it: the entries Cᵢⱼ are polynomials in earlier expectations (and the initial entries,
 rounded: INPUT_ROUNDING), so their errors enter E_k through F_k's slopes:
 
-    err(E_k) = own_k + Σ_n |∂F_k/∂c_n| · err(C_n),   err(P) = Σ_s |∂P/∂s| · err(s) + OP_ROUNDING·ops(P)·|P|⁺
+    err(E_k) = own_k + Σ_n |∂F_k/∂c_n| · err(C_n),   err(P) = Σ_s |∂P/∂s| · err(s) + rnd(P)
 
-over the distinct entries c_n of its layout and the numbers s a polynomial P rests on (|P|⁺: P with
-every term made positive).  An output is such a P, plus VALUE_ROUNDING·|value|.  The series' slopes
+over the distinct entries c_n of its layout and the numbers s a polynomial P rests on; rnd(P) bounds
+the rounding of evaluating P (:func:`rounding`: n − 1 roundings of a sum of n terms, k − 1 of a
+product of k factors, each relative to the magnitude |·|⁺ of what it adds or multiplies).  An output
+is such a P, plus VALUE_ROUNDING·|value|.  The series' slopes
 are bounded per cell by Price's theorem (∂/∂c E φ(u)ψ(v) = E φ′ψ′, ∂/∂a = ½ E φ″ψ, as Mehler series:
 :func:`..symbolic.mehler.mehler_slope`, :func:`..symbolic.mehler.mehler_curve`, ``mean_curve``);
 products and closed forms (the ReLU arc-cosine kernel: finite off ρ = ±1, whose pairs are classes
@@ -55,7 +57,7 @@ EPS = float(np.finfo(float).eps)
 #: the rounding of an initial covariance entry var1·q + b1 (q = ξᵀξ'/d summed in float64), relative
 #: to its scale (√(ab) for the pair's entry): the Gram entries of inputs of small d
 INPUT_ROUNDING = 4 * EPS
-#: the rounding of one operation of a polynomial of the recurrence, relative to |P|⁺ (module doc)
+#: the rounding of one operation of a polynomial of the recurrence, relative to its magnitude (module doc)
 OP_ROUNDING = EPS
 
 
@@ -230,7 +232,7 @@ class Builder:
             # |·|: the batch's formula is a bound's, but its symbols' assumptions (an off-diagonal c_i_j is
             # declared positive=False, i.e. ≤ 0) let sympy write |c| as −c
             self.absolute[k] = sp.Abs(self.sub(note.trace.error, names), evaluate=False)
-            own = [self.absolute[k], sp.Float(4 * OP_ROUNDING) * magnitude]
+            own = [self.absolute[k]] + ([self.sub(r, names)] if (r := self.form_rounding(note.trace.F)) != 0 else [])
         else:
             diag = [sp.Abs(cov[(i, i)], evaluate=False) for i in range(note.size)]
             own = [sp.Float(ROUNDING) * sp.Add(magnitude, largest(diag), evaluate=False)]
@@ -270,9 +272,20 @@ class Builder:
             out[n] = total
         return out
 
+    @staticmethod
+    def form_rounding(F: sp.Expr) -> sp.Expr:
+        """The rounding of the arithmetic around a recorded form's series heads (a product c·E φψ:
+        one rounding; the heads' own in their stated errors), as an expression of its symbols."""
+        heads = list(dict.fromkeys(h for h in sp.preorder_traversal(F) if isinstance(h, (MehlerValue, Mean))))
+        stand = {h: sp.Dummy(f"h{i}") for i, h in enumerate(heads)}
+        G = F.xreplace(stand)
+        if not polynomial_like(G):              # other functions: the closed form's charge covers it
+            return sp.Integer(0)
+        return rounding(G).xreplace({d: h for h, d in stand.items()})
+
     def error_of(self, expr: sp.Expr) -> sp.Expr:
         """err(P) of the module doc for a polynomial P of batch symbols (a covariance entry, an
-        output): Σ_s |∂P/∂s|·err(s) + OP_ROUNDING·ops(P)·|P|⁺, as an expression of the inputs."""
+        output): Σ_s |∂P/∂s|·err(s) + rnd(P), as an expression of the inputs."""
         if expr.is_number:
             return sp.Integer(0)
         if not polynomial_like(expr):
@@ -282,9 +295,9 @@ class Builder:
             err = self.symbol_error(s)
             if err != 0:
                 terms.append(sp.Mul(sp.Abs(self.sub(sp.diff(expr, s)), evaluate=False), err, evaluate=False))
-        ops = sp.count_ops(expr)
-        if ops:
-            terms.append(sp.Float(OP_ROUNDING * ops) * self.sub(positive(expr)))
+        r = rounding(expr)
+        if r != 0:
+            terms.append(self.sub(r))
         return sp.Add(*terms, evaluate=False) if len(terms) > 1 else terms[0] if terms else sp.Integer(0)
 
     def symbol_error(self, sym: sp.Symbol) -> sp.Expr:
@@ -346,6 +359,28 @@ def polynomial_like(expr: sp.Expr) -> bool:
 def absolute(expr: sp.Expr) -> sp.Expr:
     """|expr| as the tape evaluates it (never sympy's rewriting through the symbols' assumptions)."""
     return abs(expr) if expr.is_Number else sp.Abs(expr, evaluate=False)
+
+
+def rounding(expr: sp.Expr) -> sp.Expr:
+    """A bound on the rounding of evaluating a sum/product expression from exact leaves (the leaves'
+    own errors are counted apart): a sum of n terms adds (n − 1)·ε·Σ|t|⁺ to its terms' roundings, a
+    product of k factors (k − 1)·ε·|P|⁺ plus each factor's rounding times the others' magnitude, an
+    integer power x^m (|m| − 1)·ε·|P|⁺ (first order in ε)."""
+    eps = sp.Float(OP_ROUNDING)
+    if expr.is_Add:
+        parts = [rounding(a) for a in expr.args]
+        parts.append(eps * (len(expr.args) - 1) * positive(expr))
+        return sp.Add(*[p for p in parts if p != 0])
+    if expr.is_Mul:
+        parts = [eps * (len(expr.args) - 1) * positive(expr)]
+        for i, a in enumerate(expr.args):
+            r = rounding(a)
+            if r != 0:
+                parts.append(r * positive(sp.Mul(*(expr.args[:i] + expr.args[i + 1:]))))
+        return sp.Add(*parts)
+    if expr.is_Pow and expr.exp.is_Integer and abs(int(expr.exp)) > 1:
+        return eps * (abs(int(expr.exp)) - 1) * positive(expr)
+    return sp.Integer(0)
 
 
 def positive(expr: sp.Expr) -> sp.Expr:

@@ -286,7 +286,27 @@ def packed_sum(A: np.ndarray, B: np.ndarray, rho: np.ndarray, tol: float) -> tup
 R_A0, R_A1, R_N2, R_L1, R_W2, R_S0, R_S1, R_S2, R_C0, R_C1, R_C2 = range(11)
 
 
+#: the last few :func:`row_numbers` results, by the identity of the packed array (a tape's block
+#: asks for them in each of a series' error, slope and curve operations)
+_RECENT_ROWS: OrderedDict = OrderedDict()
+
+
 def row_numbers(A: np.ndarray) -> np.ndarray:
+    """:func:`compute_row_numbers` of A, remembered by A's identity (and kept alive with it, so the
+    identity stays its own) for the last few arrays."""
+    key = (id(A), A.shape)
+    got = _RECENT_ROWS.get(key)
+    if got is not None and got[0] is A:
+        _RECENT_ROWS.move_to_end(key)
+        return got[1]
+    out = compute_row_numbers(A)
+    _RECENT_ROWS[key] = (A, out)
+    while len(_RECENT_ROWS) > 32:
+        _RECENT_ROWS.popitem(last=False)
+    return out
+
+
+def compute_row_numbers(A: np.ndarray) -> np.ndarray:
     """Per packed row (…, W) the numbers of the per-cell bounds (…, 11), from α_0 … α_K:
     |α₀|, |α₁|, ‖α_{≥2}‖₂, ‖α_{≥2}‖₁, ‖(√k α_k)_{k≥2}‖ (the plain series x_k = α_k); then for
     x_k = √(k+1) α_{k+1} (the ρ-derivative, :func:`mehler_slope`) and x_k = √((k+1)(k+2)) α_{k+2}
