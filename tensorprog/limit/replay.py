@@ -14,7 +14,8 @@ input and only the rest once per pair.
 
 The errors.  An expectation E_k = F_k(C) errs by its own error — the series' stated error (truncation,
 coefficients, the rounding of its sum: :mod:`..symbolic.mehler`) plus the rounding of the products
-around it, or ROUNDING·(|E| + max_i Cᵢᵢ) for a closed form — and by what the errors of its covariance
+around it, the rounding of its arithmetic for a polynomial closed form (E xy = c), or
+ROUNDING·(|E| + max_i Cᵢᵢ) for another closed form — and by what the errors of its covariance
 entries make of it: the entries Cᵢⱼ are polynomials in earlier expectations (and the initial entries,
 rounded: INPUT_ROUNDING), so their errors enter E_k through F_k's slopes:
 
@@ -49,7 +50,7 @@ from sympy.core.operations import AssocOp
 
 from ..symbolic.grid import GridTape, Workspace
 from ..symbolic.heads import Delta
-from ..symbolic.mehler import HermiteRow, Mean, MeanCurve, MehlerCurve, MehlerSlope, MehlerValue
+from ..symbolic.mehler import DiagonalSlope, HermiteRow, Mean, MeanCurve, MehlerCurve, MehlerSlope, MehlerValue
 from .accuracy import VALUE_ROUNDING
 from .ledger import ROUNDING
 
@@ -233,6 +234,8 @@ class Builder:
             # declared positive=False, i.e. ≤ 0) let sympy write |c| as −c
             self.absolute[k] = sp.Abs(self.sub(note.trace.error, names), evaluate=False)
             own = [self.absolute[k]] + ([self.sub(r, names)] if (r := self.form_rounding(note.trace.F)) != 0 else [])
+        elif polynomial_like(note.trace.F):       # a polynomial of the entries (E xy = c): its arithmetic
+            own = [self.sub(rounding(note.trace.F), names)]
         else:
             diag = [sp.Abs(cov[(i, i)], evaluate=False) for i in range(note.size)]
             own = [sp.Float(ROUNDING) * sp.Add(magnitude, largest(diag), evaluate=False)]
@@ -396,7 +399,8 @@ def head_slope(head: sp.Expr, n: sp.Symbol) -> sp.Expr:
     """A bound on |∂H/∂c_n| for a series head H of a recorded form (:mod:`..symbolic.mehler`):
     Mean(A(a)): MeanCurve(A)/(2a)·|∂a/∂c_n|; MehlerValue(A(a), B(b), ρ): with c = ρ√(ab),
     MehlerSlope/√(ab)·|∂c/∂c_n| + MehlerCurve(A, B, ρ)/(2a)·|∂a/∂c_n| + MehlerCurve(B, A, ρ)/(2b)·|∂b/∂c_n|
-    (Price's theorem in the entries a, b, c of the pair's covariance)."""
+    (Price's theorem in the entries a, b, c of the pair's covariance); on the diagonal (the same row
+    and ρ ≡ 1: u ≡ v) DiagonalSlope(A)/(2a)·|∂a/∂c_n|, the signed derivative of E φ(√a z)²."""
     if isinstance(head, Mean):
         A = head.args[0]
         a = A.args[0]
@@ -406,6 +410,9 @@ def head_slope(head: sp.Expr, n: sp.Symbol) -> sp.Expr:
     if not (isinstance(A, HermiteRow) and isinstance(B, HermiteRow)):
         raise Unreplayable(f"{head} is not over packed rows")
     a, b = A.args[0], B.args[0]
+    if A == B and (rho == 1 or sp.simplify(rho - 1) == 0):     # u ≡ v: the diagonal S(a) = E φ(√a z)²
+        da = sp.diff(a, n)
+        return 0 if da == 0 else DiagonalSlope(A) / (2 * absolute(a)) * absolute(da)
     c = rho * sp.sqrt(a * b)
     out = []
     dc, da, db = sp.diff(c, n), sp.diff(a, n), sp.diff(b, n)

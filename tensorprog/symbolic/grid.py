@@ -36,8 +36,8 @@ import sympy as sp
 
 from .evaluate import HEADS_BY_NAME, as_expr, constant_value, head_function
 from .heads import Delta
-from .mehler import (HEAD_KINDS, HermiteRow, T, mean_curve, mean_error, mean_value, mehler_curve, mehler_error,
-                     mehler_slope, mehler_value, pack)
+from .mehler import (HEAD_KINDS, HermiteRow, T, diagonal_slope, mean_curve, mean_error, mean_value, mehler_curve,
+                     mehler_error, mehler_slope, mehler_value, pack)
 
 CONST, ROW, COL, CELL = 0, 1, 2, 3          # bit flags: ROW | COL = CELL
 #: the operations regrouped by space (associative and commutative), and their neutral elements
@@ -51,9 +51,9 @@ NEUTRAL = {"add": 0.0, "mul": 1.0}
 SERIES_FUNCTIONS: dict[str, Callable] = {"mehler": mehler_value, "mehler_err": mehler_error,
                                          "mean": mean_value, "mean_err": mean_error,
                                          "mehler_slope": mehler_slope, "mehler_curve": mehler_curve,
-                                         "mean_curve": mean_curve}
+                                         "mean_curve": mean_curve, "diagonal_slope": diagonal_slope}
 SERIES_ARITY = {"hermite": 1, "mehler": 4, "mehler_err": 4, "mean": 1, "mean_err": 1,
-                "mehler_slope": 3, "mehler_curve": 3, "mean_curve": 1}
+                "mehler_slope": 3, "mehler_curve": 3, "mean_curve": 1, "diagonal_slope": 1}
 
 
 @dataclass(frozen=True, eq=False)
