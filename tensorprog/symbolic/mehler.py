@@ -231,14 +231,14 @@ def levels(K: int) -> list[int]:
 def pack(fn: Fn, K: int, h: float, a: np.ndarray) -> np.ndarray:
     """The packed coefficients of φ = fn at the variances ``a`` (any shape; computed once per
     distinct value): shape a.shape + (W,), [α_0 … α_K, T(L) for each level L of :func:`levels`,
-    S = E φ², its error, δ, ‖α̃‖, K] (:func:`coefficients`, at the recorded step h; δ the error of
-    each coefficient, ``Coefficients.sup``)."""
+    S = E φ², its error, δ, ‖α̃‖, the numbers of :func:`compute_row_numbers`, K] (:func:`coefficients`,
+    at the recorded step h; δ the error of each coefficient, ``Coefficients.sup``)."""
     a = np.asarray(a, dtype=float)
     ua, inv = np.unique(a.ravel(), return_inverse=True)
     c = coefficients(fn, ua, K, h)
     tails = [c.truncate(L).tail if L < K else c.tail for L in levels(K)]
     out = np.concatenate([c.alpha, np.stack(tails, 1), c.square[:, None], c.square_err[:, None],
-                          c.sup[:, None], c.norm[:, None],
+                          c.sup[:, None], c.norm[:, None], compute_row_numbers(c.alpha),
                           np.full((len(ua), 1), float(K))], axis=1)
     return out[inv].reshape(a.shape + (out.shape[1],))
 
@@ -288,37 +288,28 @@ def packed_sum(A: np.ndarray, B: np.ndarray, rho: np.ndarray, tol: float) -> tup
 R_A0, R_A1, R_N2, R_L1, R_W2, R_S0, R_S1, R_S2, R_C0, R_C1, R_C2 = range(11)
 
 
-#: the last few :func:`row_numbers` results, by the identity of the packed array (a tape's block
-#: asks for them in each of a series' error, slope and curve operations)
-_RECENT_ROWS: OrderedDict = OrderedDict()
-
-
 def row_numbers(A: np.ndarray) -> np.ndarray:
-    """:func:`compute_row_numbers` of A, remembered by A's identity (and kept alive with it, so the
-    identity stays its own) for the last few arrays."""
-    key = (id(A), A.shape)
-    got = _RECENT_ROWS.get(key)
-    if got is not None and got[0] is A:
-        _RECENT_ROWS.move_to_end(key)
-        return got[1]
-    out = compute_row_numbers(A)
-    _RECENT_ROWS[key] = (A, out)
-    while len(_RECENT_ROWS) > 32:
-        _RECENT_ROWS.popitem(last=False)
-    return out
+    """The :func:`compute_row_numbers` of a packed row (…, W), stored in it by :func:`pack`."""
+    K = int(np.ravel(A[..., -1])[0])
+    start = K + 5 + len(levels(K))
+    return A[..., start:start + ROW_NUMBERS]
 
 
-def compute_row_numbers(A: np.ndarray) -> np.ndarray:
-    """Per packed row (…, W) the numbers of the per-cell bounds (…, 11), from α_0 … α_K:
+#: how many numbers :func:`compute_row_numbers` gives per row
+ROW_NUMBERS = 11
+
+
+def compute_row_numbers(alpha: np.ndarray) -> np.ndarray:
+    """Per row of coefficients α_0 … α_K (…, K+1) the numbers of the per-cell bounds (…, 11):
     |α₀|, |α₁|, ‖α_{≥2}‖₂, ‖α_{≥2}‖₁, ‖(√k α_k)_{k≥2}‖ (the plain series x_k = α_k); then for
     x_k = √(k+1) α_{k+1} (the ρ-derivative, :func:`mehler_slope`) and x_k = √((k+1)(k+2)) α_{k+2}
     (the variance derivative, :func:`mehler_curve`) |x₀|, |x₁|, ‖x_{≥2}‖₂.  Computed once per
-    distinct row (a row block is (R, 1, W): R rows, not R·C cells)."""
-    K = int(np.ravel(A[..., -1])[0])
-    al = A[..., :K + 1]
+    distinct variance, when the row is packed (:func:`pack`)."""
+    al = alpha
+    K = al.shape[-1] - 1
     k = np.arange(K + 1, dtype=float)
     sq = al * al
-    out = np.empty(A.shape[:-1] + (11,))
+    out = np.empty(al.shape[:-1] + (ROW_NUMBERS,))
     out[..., R_A0], out[..., R_A1] = np.abs(al[..., 0]), np.abs(al[..., 1])
     out[..., R_N2] = np.sqrt(np.sum(sq[..., 2:], axis=-1))
     out[..., R_L1] = np.sum(np.abs(al[..., 2:]), axis=-1)
@@ -495,7 +486,9 @@ def mean_value(A: np.ndarray, out=None) -> np.ndarray:
 
 def mean_error(A: np.ndarray, out=None) -> np.ndarray:
     """The error of α_0: the coefficients' error estimate δ (per coefficient)."""
-    return A[..., -3] if out is None else np.copyto(out, A[..., -3]) or out
+    K = int(np.ravel(A[..., -1])[0])
+    e = A[..., K + 3 + len(levels(K))]
+    return e if out is None else np.copyto(out, e) or out
 
 
 class HermiteRow(sp.Function):
