@@ -195,7 +195,16 @@ def test_replay_agrees_with_the_batch_compile(data, monkeypatch):
     slow = tp.kernel(TEMPLATE, data, L=4, b1=0.1)
     for name in ("nngp", "ntk"):
         assert np.max(np.abs(fast.outputs[name].mean - slow.outputs[name].mean)) < 1e-13
-        assert np.allclose(fast.outputs[name].error, slow.outputs[name].error, rtol=1e-6, atol=0)
+        # the replay propagates each expectation's error through the later layers (first order,
+        # limit/replay.py); the batch compile sums them with unit weight: the same order, not the same bits
+        assert np.all(fast.outputs[name].error < 10 * slow.outputs[name].error)
+        assert np.all(np.abs(fast.outputs[name].mean - slow.outputs[name].mean)
+                      <= fast.outputs[name].error + slow.outputs[name].error)
+    # and the replay's (smaller, where slopes are small) error still covers the independent recursion
+    # (up to the float64 reference's own rounding, 16ε relative)
+    for name, ref in zip(("nngp", "ntk"), relu_nngp_ntk(data @ data.T / data.shape[1] + 0.1, 4, 2.0, 1.0, snap=True)):
+        miss = np.abs(fast.outputs[name].mean - ref) - fast.outputs[name].error
+        assert np.all(miss <= 16 * np.finfo(float).eps * np.abs(ref)), miss.max()
         assert fast.outputs[name].method == slow.outputs[name].method == "exact"
     pmod.REPLAYS.clear()
 

@@ -11,7 +11,8 @@ import pytest
 import sympy as sp
 
 from tensorprog.symbolic.grid import CELL, COL, CONST, ROW, GridTape, derived_spaces, regroup
-from tensorprog.symbolic.mehler import Mean, MehlerError, MehlerValue, T, hermite_head
+from tensorprog.symbolic.mehler import (DiagonalSlope, Mean, MeanCurve, MehlerCurve, MehlerError, MehlerSlope, MehlerValue,
+                                        T, diagonal_slope, hermite_head, mean_curve, mehler_curve, mehler_slope, pack)
 from tensorprog.symbolic.tape import Tape
 
 from test_grid import CELLS, COLS, EXPRESSIONS, ROWS, SHARED, SYMBOLS, inputs
@@ -85,6 +86,25 @@ def test_series_pass_keeps_hermite_a_row_operation_and_rejects_a_cell_variance()
         assert np.array_equal(g, w)
     with pytest.raises(ValueError, match="depends on the pair"):
         GridTape.of(Tape.compile([Mean(H(c))], [a, b, c]), (1, 1, 1))
+
+
+def test_error_heads_of_the_replay_are_tape_operations():
+    """The heads a replay's propagated error is written in (limit/replay.py): |x| and the series'
+    slopes, evaluated as the numpy functions of symbolic/mehler.py and kept by a JSON round trip."""
+    a, b, c = sp.symbols("a b c", real=True)
+    H = hermite_head(sp.tanh(T), 32, 0.05)
+    rho = c / sp.sqrt(a * b)
+    exprs = [sp.Abs(c - a, evaluate=False), MehlerSlope(H(a), H(b), rho), MehlerCurve(H(a), H(b), rho),
+             MeanCurve(H(a)), DiagonalSlope(H(a))]
+    tape = Tape.compile(exprs, [a, b, c])
+    A, B, C = np.array([0.5, 1.2]), np.array([0.7, 1.3]), np.array([0.1, -0.6])
+    PA, PB = pack(np.tanh, 32, 0.05, A), pack(np.tanh, 32, 0.05, B)
+    r = C / np.sqrt(A * B)
+    want = [np.abs(C - A), mehler_slope(PA, PB, r), mehler_curve(PA, PB, r), mean_curve(PA), diagonal_slope(PA)]
+    again = Tape.from_json(json.loads(json.dumps(tape.to_json())))
+    for t in (tape, again):
+        for g, w in zip(t(A, B, C), want):
+            assert np.array_equal(g, w)
 
 
 def test_plain_tape_json_round_trip():

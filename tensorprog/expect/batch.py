@@ -112,7 +112,7 @@ def _symbolic_cov(covs: np.ndarray) -> tuple[sp.Matrix, dict, dict]:
             # x ≡ y (Cov = Var) stay visible to the closed form
             tied = next(((c, s) for c, v in values.items() for s in (1, -1) if _same(v, col, s)), None)
             if tied is None:
-                tied = (sp.Symbol(f"c_{i}_{j}", positive=(i == j), real=True), 1)
+                tied = (sp.Symbol(f"c_{i}_{j}", positive=True if i == j else None, real=True), 1)
                 values[tied[0]] = col
             layout[(i, j)] = ("sym",) + tied
             S[i, j] = S[j, i] = tied[1] * tied[0]
@@ -398,7 +398,7 @@ def _renamed(form: ClosedFormTrace, block: list[int], layout: dict) -> tuple[sp.
             layout[(I, J)] = how
             continue
         if how[1] not in names:
-            names[how[1]] = sp.Symbol(f"c_{I}_{J}", positive=(I == J), real=True)
+            names[how[1]] = sp.Symbol(f"c_{I}_{J}", positive=True if I == J else None, real=True)
         layout[(I, J)] = ("sym", names[how[1]], how[2])
     return form.F.xreplace(names), form.error.xreplace(names)
 

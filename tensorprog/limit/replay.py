@@ -8,12 +8,32 @@ stated error as a formula beside it, :mod:`..symbolic.mehler`), each Cᵢⱼ = �
 in earlier numbers.  Chained, the outputs are one numeric tape (:mod:`..symbolic.tape`) of the
 initial covariance entries of a pair — a = Σ₀₀ (its first input's variance), b = Σ₁₁ (the
 second's), c = Σ₀₁ — each closed form walked onto it with its symbols bound to the slots of the
-numbers they stand for (:class:`Builder`); :class:`Replay` holds it (and the errors: float
-rounding ROUNDING·(|E| + max_i Cᵢᵢ) per expectation, summed over what each output rests on, plus
-VALUE_ROUNDING·|value|, as in the compile) as one :class:`..symbolic.grid.GridTape`, where
-everything that depends on a alone (or b alone) —
+numbers they stand for (:class:`Builder`); :class:`Replay` holds it (and the errors, propagated to
+first order: below) as one :class:`..symbolic.grid.GridTape`, where everything that depends on a
+alone (or b alone) —
 an input's variance chain through the layers, most of the error charges — is computed once per
 input and only the rest once per pair.
+
+The errors.  An expectation E_k = F_k(C) errs by its own error — the series' stated error (truncation,
+coefficients, the rounding of its sum: :mod:`..symbolic.mehler`) plus the rounding of the products
+around it, the rounding of its arithmetic for a polynomial closed form (E xy = c), or
+ROUNDING·(|E| + max_i Cᵢᵢ) for another closed form — and by what the errors of its covariance
+entries make of it: the entries Cᵢⱼ are polynomials in earlier expectations (and the initial entries,
+rounded: INPUT_ROUNDING), so their errors enter E_k through F_k's slopes:
+
+    err(E_k) = own_k + Σ_n |∂F_k/∂c_n| · err(C_n),   err(P) = Σ_s |∂P/∂s| · err(s) + rnd(P)
+
+over the distinct entries c_n of its layout and the numbers s a polynomial P rests on; rnd(P) bounds
+the rounding of evaluating P (:func:`rounding`: n − 1 roundings of a sum of n terms, k − 1 of a
+product of k factors, each relative to the magnitude |·|⁺ of what it adds or multiplies).  An output
+is such a P, plus VALUE_ROUNDING·|value|.  The series' slopes
+are bounded per cell by Price's theorem (∂/∂c E φ(u)ψ(v) = E φ′ψ′, ∂/∂a = ½ E φ″ψ, as Mehler series:
+:func:`..symbolic.mehler.mehler_slope`, :func:`..symbolic.mehler.mehler_curve`, ``mean_curve``);
+products and closed forms (the ReLU arc-cosine kernel: finite off ρ = ±1, whose pairs are classes
+of their own) by sympy's derivative.  A form whose derivative has a Dirac mass or a step keeps unit
+sensitivity to each entry: err(E_k) = own_k + Σ_n err(C_n).  This is first order: the remainder is
+½ Σ |∂²F| err² — with errors ≤ 1e-10 and the second derivatives of the kernels O(1) (Stein: E φ⁗ψ
+and the like), below 1e-20, and not charged.
 
 The record is valid for other covariances when the compile would have made the same decisions:
 the batch agreed on the numbers it took as constants, the covariance entries it tied (x ≡ y:
@@ -31,10 +51,18 @@ import numpy as np
 import sympy as sp
 
 from ..symbolic.grid import GridTape, Workspace
-from ..symbolic.mehler import Mean, MehlerValue
+from ..symbolic.heads import Delta
+from ..symbolic.mehler import DiagonalSlope, HermiteRow, Mean, MeanCurve, MehlerCurve, MehlerSlope, MehlerValue
 from ..symbolic.tape import Builder as TapeBuilder
 from .accuracy import VALUE_ROUNDING
 from .ledger import ROUNDING
+
+EPS = float(np.finfo(float).eps)
+#: the rounding of an initial covariance entry var1·q + b1 (q = ξᵀξ'/d summed in float64), relative
+#: to its scale (√(ab) for the pair's entry): the Gram entries of inputs of small d
+INPUT_ROUNDING = 4 * EPS
+#: the rounding of one operation of a polynomial of the recurrence, relative to its magnitude (module doc)
+OP_ROUNDING = EPS
 
 
 @dataclass(frozen=True)
@@ -150,13 +178,15 @@ class Builder:
         self.scope = Scope(self.resolved, self.batch.values)
         self.placeholders: dict[int, sp.Dummy] = {}               # slot -> its placeholder
         self.slots: dict[sp.Symbol, int] = {}                     # placeholder -> slot
-        self.estimate: dict[int, tuple[sp.Expr, tuple]] = {}     # k -> (value, error terms)
+        self.estimate: dict[int, tuple[sp.Expr, sp.Expr]] = {}   # k -> (value, error)
         self.memo: dict[int, tuple[sp.Basic, int]] = {}          # compiled expressions' nodes -> slots
         self.glue: dict[int, tuple[sp.Basic, int]] = {}          # placeholder expressions' nodes -> slots
         self.constants: list[tuple[sp.Expr, float]] = []
         self.ties: list[tuple[sp.Expr, sp.Expr, int]] = []
         self.absolute: dict[int, sp.Expr] = {}                  # k -> the stated error of a series
         self.smooth = True                                       # every form is smooth_form so far
+        self.errors: dict[int, sp.Expr] = {}                    # k -> err(E_k), propagated (module doc)
+        self.symbol_errors: dict[sp.Symbol, sp.Expr] = {}
 
     def replay(self, names: Sequence[str]) -> Replay:
         for sym, source in self.made.sources.items():
@@ -168,13 +198,11 @@ class Builder:
         for name in names:
             var = outputs[name]
             value = self.sub(self.compiled.c[var])
-            parts = [term for k in sorted(self.compiled.deps[var]) for term in self.source(("estimate", k), error=True)]
-            charged = (sp.Mul(sp.Float(ROUNDING), sp.Add(*parts, evaluate=False), evaluate=False)
-                       if parts else sp.Integer(0))
+            for k in sorted(self.compiled.deps[var]):
+                self.source(("estimate", k))
             values.append(value)
-            stated = [self.absolute[k] for k in sorted(self.compiled.deps[var]) if k in self.absolute]
-            errors.append(sp.Add(charged, sp.Float(VALUE_ROUNDING) * sp.Abs(value, evaluate=False), *stated,
-                                 evaluate=False))
+            errors.append(sp.Add(self.error_of(self.compiled.c[var]),
+                                 sp.Float(VALUE_ROUNDING) * sp.Abs(value, evaluate=False), evaluate=False))
         varying = self.varying()
         consts = [(e, v) for e, v in self.constants if not self.settled(e, v, varying)]
         checks = [e for e, _ in consts]
@@ -207,8 +235,8 @@ class Builder:
         return out
 
     def source(self, source: tuple, error: bool = False):
-        """The expression of a recorded number: an input entry, or an estimate's value (or the
-        terms of its error charge)."""
+        """The expression of a recorded number: an input entry, or an estimate's value (or its
+        propagated error, a placeholder)."""
         if source[0] == "input":
             _, g, i, j = source
             if g != self.group or max(i, j) > 1:
@@ -226,11 +254,10 @@ class Builder:
             self.inputs[key] = sp.Symbol(f"s_{key[0]}_{key[1]}_{key[2]}", real=True)
         return self.inputs[key]
 
-    def expectation(self, k: int) -> tuple[sp.Expr, tuple[sp.Expr, sp.Expr]]:
-        """(value, charge) of estimate k: F over its forms' covariance, and its error in units of
-        ROUNDING, |F| + max_i |Cᵢᵢ|, as its two terms (the error of an output is ROUNDING·Σ charges
-        + VALUE_ROUNDING·|value|; the terms of all charges are summed flat, so that the tape can add the
-        terms of one input before the pairs' — :mod:`..symbolic.grid`)."""
+    def expectation(self, k: int) -> tuple[sp.Expr, sp.Expr]:
+        """(value, error) of estimate k: F over its forms' covariance, and err(E_k) of the module
+        doc (its own error and its covariance entries' errors through F's slopes), each the
+        placeholder of its slot."""
         note = self.made.notes.get(k)
         est = self.compiled.estimates[k]
         if note is None or est.method not in ("exact", "series"):
@@ -246,11 +273,100 @@ class Builder:
                 self.ties.append((names[how[1]], cov[ij], how[2]))
         self.smooth = self.smooth and smooth_form(note.trace.F, tuple(names))
         value = self.sub(note.trace.F, names)
+        magnitude = sp.Abs(value, evaluate=False)
+        slopes = self.slopes(note.trace.F, list(names))
         if note.trace.error != 0:                # the series' stated error, a formula of its own
-            self.absolute[k] = self.sub(note.trace.error, names)
-        diag = [sp.Abs(cov[(i, i)], evaluate=False) for i in range(note.size)]
-        scale = self.largest(diag)
-        return value, (sp.Abs(value, evaluate=False), scale)             # × ROUNDING: its error
+            # |·|: the batch's formula is a bound's, but its symbols' assumptions could let sympy write |c|
+            # as −c (an off-diagonal c_i_j once declared positive=False, i.e. ≤ 0: expect/batch.py)
+            self.absolute[k] = sp.Abs(self.sub(note.trace.error, names), evaluate=False)
+            own = [self.absolute[k]] + ([self.sub(r, names)] if (r := self.form_rounding(note.trace.F)) != 0 else [])
+        elif polynomial_like(note.trace.F):       # a polynomial of the entries (E xy = c): its arithmetic
+            own = [self.sub(rounding(note.trace.F), names)]
+        else:
+            diag = [sp.Abs(cov[(i, i)], evaluate=False) for i in range(note.size)]
+            own = [sp.Float(ROUNDING) * sp.Add(magnitude, self.largest(diag), evaluate=False)]
+        raw = {}
+        for ij, how in note.trace.layout.items():
+            if how[0] != "const" and how[1] not in raw:
+                raw[how[1]] = note.cov[ij]
+        if slopes is None:                        # unit sensitivity to each entry (module doc)
+            terms = own + [self.error_of(raw[n]) for n in names]
+        else:
+            terms = own + [sp.Mul(self.sub(slopes[n], names), self.error_of(raw[n]), evaluate=False)
+                           for n in names if slopes[n] != 0]
+        total = sp.Add(*terms, evaluate=False) if len(terms) > 1 else terms[0]
+        self.errors[k] = self.placeholder(self.slot(total))     # on the tape once: later errors name it
+        return value, self.errors[k]
+
+    def slopes(self, F: sp.Expr, names: Sequence[sp.Symbol]) -> dict[sp.Symbol, sp.Expr] | None:
+        """{c_n: a bound on |∂F/∂c_n|} for the layout symbols of a recorded form F, as expressions
+        of them; None if F's derivative is not a function the tape evaluates (a kink's Dirac mass
+        or step, an unknown function's derivative: module doc).
+        The series heads' slopes by :func:`head_slope` (chain rule through each head: F as a function
+        of its explicit symbols and of the heads' values)."""
+        heads = [h for h in sp.preorder_traversal(F) if isinstance(h, (MehlerValue, Mean))]
+        heads = list(dict.fromkeys(heads))
+        stand = {h: sp.Dummy(f"h{i}") for i, h in enumerate(heads)}
+        G = F.xreplace(stand)
+        out = {}
+        for n in names:
+            explicit = sp.diff(G, n)
+            if explicit.has(sp.Derivative, sp.Subs, sp.DiracDelta, Delta, sp.Heaviside, sp.Piecewise):
+                return None
+            parts = [sp.Abs(explicit, evaluate=False)]
+            for h, d in stand.items():
+                outer = sp.diff(G, d)
+                if outer != 0:
+                    parts.append(sp.Mul(sp.Abs(outer, evaluate=False), head_slope(h, n), evaluate=False))
+            total = sp.Add(*parts).xreplace({d: h for h, d in stand.items()})
+            out[n] = total
+        return out
+
+    @staticmethod
+    def form_rounding(F: sp.Expr) -> sp.Expr:
+        """The rounding of the arithmetic around a recorded form's series heads (a product c·E φψ:
+        one rounding; the heads' own in their stated errors), as an expression of its symbols."""
+        heads = list(dict.fromkeys(h for h in sp.preorder_traversal(F) if isinstance(h, (MehlerValue, Mean))))
+        stand = {h: sp.Dummy(f"h{i}") for i, h in enumerate(heads)}
+        G = F.xreplace(stand)
+        if not polynomial_like(G):              # other functions: the closed form's charge covers it
+            return sp.Integer(0)
+        return rounding(G).xreplace({d: h for h, d in stand.items()})
+
+    def error_of(self, expr: sp.Expr) -> sp.Expr:
+        """err(P) of the module doc for a polynomial P of batch symbols (a covariance entry, an
+        output): Σ_s |∂P/∂s|·err(s) + rnd(P), as an expression of the inputs."""
+        if expr.is_number:
+            return sp.Integer(0)
+        if not polynomial_like(expr):
+            raise Unreplayable(f"{expr} is not a polynomial of the recorded numbers")
+        terms = []
+        for s in sorted(expr.free_symbols & self.made.sources.keys(), key=sp.default_sort_key):
+            err = self.symbol_error(s)
+            if err != 0:
+                terms.append(sp.Mul(sp.Abs(self.sub(sp.diff(expr, s)), evaluate=False), err, evaluate=False))
+        r = rounding(expr)
+        if r != 0:
+            terms.append(self.sub(r))
+        return sp.Add(*terms, evaluate=False) if len(terms) > 1 else terms[0] if terms else sp.Integer(0)
+
+    def symbol_error(self, sym: sp.Symbol) -> sp.Expr:
+        """err of a batch symbol: an initial entry's rounding (INPUT_ROUNDING·scale), or an
+        estimate's err(E_k)."""
+        if sym not in self.symbol_errors:
+            source = self.made.sources[sym]
+            if source[0] == "input":
+                _, g, i, j = source
+                if i == j:
+                    err = sp.Float(INPUT_ROUNDING) * sp.Abs(self.input(g, i, i), evaluate=False)
+                else:
+                    err = sp.Float(INPUT_ROUNDING) * sp.sqrt(sp.Abs(self.input(g, i, i) * self.input(g, j, j),
+                                                                     evaluate=False))
+            else:
+                self.source(source)
+                err = self.errors[source[1]]
+            self.symbol_errors[sym] = err
+        return self.symbol_errors[sym]
 
     def sub(self, expr: sp.Expr, extra: Mapping[sp.Symbol, sp.Expr] | None = None) -> sp.Expr:
         """The placeholder of ``expr`` walked onto the tape, its batch symbols (and ``extra``
@@ -293,3 +409,76 @@ def smooth_form(F: sp.Expr, symbols: tuple) -> bool:
         F = F.xreplace({h: sp.Dummy() for h in heads})
     return bool(F.is_polynomial(*symbols))
 
+def polynomial_like(expr: sp.Expr) -> bool:
+    """Only sums, products, powers, numbers and symbols (whose derivatives the tape evaluates
+    everywhere the expression is finite)."""
+    for node in sp.preorder_traversal(expr):
+        if not (node.is_Add or node.is_Mul or node.is_Pow or node.is_Number or node.is_Symbol):
+            return False
+    return True
+
+
+def absolute(expr: sp.Expr) -> sp.Expr:
+    """|expr| as the tape evaluates it (never sympy's rewriting through the symbols' assumptions)."""
+    return abs(expr) if expr.is_Number else sp.Abs(expr, evaluate=False)
+
+
+def rounding(expr: sp.Expr) -> sp.Expr:
+    """A bound on the rounding of evaluating a sum/product expression from exact leaves (the leaves'
+    own errors are counted apart): a sum of n terms adds (n − 1)·ε·Σ|t|⁺ to its terms' roundings, a
+    product of k factors (k − 1)·ε·|P|⁺ plus each factor's rounding times the others' magnitude, an
+    integer power x^m (|m| − 1)·ε·|P|⁺ (first order in ε)."""
+    eps = sp.Float(OP_ROUNDING)
+    if expr.is_Add:
+        parts = [rounding(a) for a in expr.args]
+        parts.append(eps * (len(expr.args) - 1) * positive(expr))
+        return sp.Add(*[p for p in parts if p != 0])
+    if expr.is_Mul:
+        parts = [eps * (len(expr.args) - 1) * positive(expr)]
+        for i, a in enumerate(expr.args):
+            r = rounding(a)
+            if r != 0:
+                parts.append(r * positive(sp.Mul(*(expr.args[:i] + expr.args[i + 1:]))))
+        return sp.Add(*parts)
+    if expr.is_Pow and expr.exp.is_Integer and abs(int(expr.exp)) > 1:
+        return eps * (abs(int(expr.exp)) - 1) * positive(expr)
+    return sp.Integer(0)
+
+
+def positive(expr: sp.Expr) -> sp.Expr:
+    """|P|⁺: a sum or product with each leaf replaced by its absolute value."""
+    if expr.is_Add or expr.is_Mul:
+        return expr.func(*[positive(a) for a in expr.args])
+    if expr.is_Number:
+        return abs(expr)
+    return sp.Abs(expr, evaluate=False)
+
+
+def head_slope(head: sp.Expr, n: sp.Symbol) -> sp.Expr:
+    """A bound on |∂H/∂c_n| for a series head H of a recorded form (:mod:`..symbolic.mehler`):
+    Mean(A(a)): MeanCurve(A)/(2a)·|∂a/∂c_n|; MehlerValue(A(a), B(b), ρ): with c = ρ√(ab),
+    MehlerSlope/√(ab)·|∂c/∂c_n| + MehlerCurve(A, B, ρ)/(2a)·|∂a/∂c_n| + MehlerCurve(B, A, ρ)/(2b)·|∂b/∂c_n|
+    (Price's theorem in the entries a, b, c of the pair's covariance); on the diagonal (the same row
+    and ρ ≡ 1: u ≡ v) DiagonalSlope(A)/(2a)·|∂a/∂c_n|, the signed derivative of E φ(√a z)²."""
+    if isinstance(head, Mean):
+        A = head.args[0]
+        a = A.args[0]
+        da = sp.diff(a, n)
+        return 0 if da == 0 else MeanCurve(A) / (2 * absolute(a)) * absolute(da)
+    A, B, rho = head.args[:3]
+    if not (isinstance(A, HermiteRow) and isinstance(B, HermiteRow)):
+        raise Unreplayable(f"{head} is not over packed rows")
+    a, b = A.args[0], B.args[0]
+    if A == B and (rho == 1 or sp.simplify(rho - 1) == 0):     # u ≡ v: the diagonal S(a) = E φ(√a z)²
+        da = sp.diff(a, n)
+        return 0 if da == 0 else DiagonalSlope(A) / (2 * absolute(a)) * absolute(da)
+    c = rho * sp.sqrt(a * b)
+    out = []
+    dc, da, db = sp.diff(c, n), sp.diff(a, n), sp.diff(b, n)
+    if dc != 0:
+        out.append(MehlerSlope(A, B, rho) / sp.sqrt(absolute(a * b)) * absolute(dc))
+    if da != 0:
+        out.append(MehlerCurve(A, B, rho) / (2 * absolute(a)) * absolute(da))
+    if db != 0:
+        out.append(MehlerCurve(B, A, rho) / (2 * absolute(b)) * absolute(db))
+    return sp.Add(*out)

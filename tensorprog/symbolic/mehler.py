@@ -21,6 +21,13 @@ import sympy as sp
 
 EPS = np.finfo(float).eps
 Fn = Callable[[np.ndarray], np.ndarray]
+#: the rounding of one coefficient α̃_k = Σ_i F_i G_ki, relative to √S = ‖F‖ (|α̃_k| ≤ ‖F‖‖G_k‖, ‖G_k‖ ≈ 1).
+#: Against the same rule in 80-bit floats (φ = tanh, SiLU, their squares and their derivatives' squares;
+#: K = 8, 64, 256; variances 0.002–4): max_k |α̃_k − α_k| ≤ 3.1 ε√S, and the stated
+#: δ = max_k |α̃_k − α̃'_k| + this (the rule at 2h differs by its own rounding) ≥ 1.8× it everywhere
+COEFF_ROUNDING = 2 * EPS
+#: the rounding of S̃ = Σ_i F_i² relative to S (measured as above: ≤ 3.5 ε)
+SQUARE_ROUNDING = 4 * EPS
 
 
 #: the rule's half-width: beyond |z| = T, pdf(z)·h_k(z)·φ is below 1e-18 (|h_k(z)| e^{−z²/4} ≤ 1)
@@ -57,13 +64,15 @@ class Coefficients:
     ``alpha`` (V, K+1): α̃_k for each variance; ``tail`` (V,): an upper estimate of
     T(K) = Σ_{k>K} α_k²; ``err`` (V,): of ‖α − α̃‖₂ (k ≤ K); ``norm`` (V,): ‖α̃‖₂ (≤ √(E φ²) + err);
     ``square`` (V,): E φ(√a z)² (the diagonal of E φψ when φ = ψ); ``square_err`` (V,): its error
-    estimate (the rule at step 2h, plus rounding)."""
+    estimate (the rule at step 2h, plus rounding); ``sup`` (V,): of max_k |α_k − α̃_k| (the rule at
+    step 2h, plus :data:`COEFF_ROUNDING`·√S: what the grid tape's per-cell bound uses)."""
     alpha: np.ndarray
     tail: np.ndarray
     err: np.ndarray
     norm: np.ndarray
     square: np.ndarray
     square_err: np.ndarray
+    sup: np.ndarray | None = None
 
     @property
     def K(self) -> int:
@@ -76,7 +85,7 @@ class Coefficients:
         extra = np.sqrt(np.sum(drop ** 2, axis=1))
         tail = (np.sqrt(self.tail) + extra + self.err) ** 2
         return Coefficients(self.alpha[:, :K + 1], tail, self.err, np.sqrt(np.sum(self.alpha[:, :K + 1] ** 2, 1)),
-                            self.square, self.square_err)
+                            self.square, self.square_err, self.sup)
 
 
 @dataclass(frozen=True)
@@ -166,13 +175,17 @@ def coefficients(fn: Fn, variances: Sequence[float], K: int, h: float | None = N
     a = np.asarray(variances, dtype=float).ravel()
     h = step_for(K, float(a.max(initial=0.0))) if h is None else h
     alpha, S, coarse, S1 = _rule(fn, a, K, h)
-    rounding = 16 * EPS * np.sqrt(S) * np.sqrt(K + 1)
-    err = np.sqrt(np.sum((alpha - coarse) ** 2, axis=1)) + rounding
+    rounding = COEFF_ROUNDING * np.sqrt(S)
+    quad = np.sqrt(np.sum((alpha - coarse) ** 2, axis=1))
+    err = quad + 16 * EPS * np.sqrt(S) * np.sqrt(K + 1)     # ℓ2 over k ≤ K (the engine's Cauchy–Schwarz bound)
     kept = np.sum(alpha ** 2, axis=1)
     # T(K) = S − Σ_{k≤K} α_k²: the computed difference, S's quadrature error, the coefficients'
-    # (|Σα² − Σα̃²| ≤ 2‖α̃‖e + e²) and the rounding of two sums of size S
-    tail = np.clip(S - kept, 0.0, None) + np.abs(S - S1) + 2 * err * np.sqrt(kept) + err ** 2 + 16 * EPS * S
-    return Coefficients(alpha, tail, err, np.sqrt(kept), S, np.abs(S - S1) + 16 * EPS * S)
+    # (|Σα² − Σα̃²| ≤ 2‖α̃‖e + e² for their quadrature error e) and the rounding of two sums of size S
+    # (S̃ and Σα̃² are sums of the same weighted values F: S̃ − Σα̃² = ‖F − its projection‖² ≥ 0 up to
+    # the rounding of F Gᵀ, a few ε·S — not 2‖α̃‖·√(K+1)·(rounding of one coefficient))
+    tail = np.clip(S - kept, 0.0, None) + np.abs(S - S1) + 2 * quad * np.sqrt(kept) + quad ** 2 + 16 * EPS * S
+    sup = np.max(np.abs(alpha - coarse), axis=1, initial=0.0) + rounding
+    return Coefficients(alpha, tail, err, np.sqrt(kept), S, np.abs(S - S1) + SQUARE_ROUNDING * S, sup)
 
 
 def derivative(coef: Coefficients, variances: Sequence[float]) -> np.ndarray:
@@ -214,6 +227,11 @@ AIM = 1e-3
 #: the truncation's share of that aim: a cell sums to the order whose truncation bound is below
 #: SHARE·AIM·tol (a few terms more than the aim needs keep the stated error near the rounding floor)
 SHARE = 0.1
+#: a cell's truncation bound is also at most TIGHT·ε·‖α̃‖‖β̃‖ (:func:`orders`): below the rounding of
+#: its sum (:func:`stated_errors`), so that the stated error stays within a small factor of the
+#: actual one (tests/test_series_bounds.py) — a few terms more than the aim alone asks
+TIGHT = 4.0
+LOG_TIGHT = float(np.log(TIGHT * EPS))
 #: the truncation levels of a packed row (those below its K, and K), at which it stores its tails:
 #: a cell's order L is bounded with the tail of the largest level ≤ L (:func:`orders`)
 LEVELS = (8, 16, 32, 64, 128, 256, 512)
@@ -227,7 +245,8 @@ def levels(K: int) -> list[int]:
 def pack(fn: Fn, K: int, h: float, a: np.ndarray) -> np.ndarray:
     """The packed coefficients of φ = fn at the variances ``a`` (any shape; computed once per
     distinct value): shape a.shape + (W,), [α_0 … α_K, T(L) for each level L of :func:`levels`,
-    S = E φ², its error, e, ‖α̃‖, K] (:func:`coefficients`, at the recorded step h; the tails of the
+    S = E φ², its error, δ, ‖α̃‖, the numbers of :func:`compute_row_numbers`, K] (:func:`coefficients`,
+    at the recorded step h; δ the error of each coefficient, ``Coefficients.sup``; the tails of the
     levels below K as :meth:`Coefficients.truncate` states them)."""
     a = np.asarray(a, dtype=float)
     ua, inv = np.unique(a.ravel(), return_inverse=True)
@@ -235,7 +254,7 @@ def pack(fn: Fn, K: int, h: float, a: np.ndarray) -> np.ndarray:
     beyond = np.cumsum((c.alpha ** 2)[:, ::-1], axis=1)[:, ::-1]      # Σ_{k ≥ j} α_k²
     tails = [(np.sqrt(c.tail) + np.sqrt(beyond[:, L + 1]) + c.err) ** 2 if L < K else c.tail for L in levels(K)]
     out = np.concatenate([c.alpha, np.stack(tails, 1), c.square[:, None], c.square_err[:, None],
-                          c.err[:, None], c.norm[:, None],
+                          c.sup[:, None], c.norm[:, None], compute_row_numbers(c.alpha),
                           np.full((len(ua), 1), float(K))], axis=1)
     return out[inv].reshape(a.shape + (out.shape[1],))
 
@@ -270,12 +289,16 @@ class PackCache:
 def packed_sum(A: np.ndarray, B: np.ndarray, rho: np.ndarray, tol: float) -> tuple[np.ndarray, np.ndarray]:
     """(Σ_{k≤L} ρ^k α_k β_k, its stated error) for packed rows A and columns B (broadcasting) and ρ,
     each cell to its own order L (:func:`orders`: the smallest whose truncation bound meets
-    ``tol``·max(1, ‖α̃‖‖β̃‖)·:data:`AIM`·:data:`SHARE` at its ρ, K where none does), summed by Horner
-    (:func:`horner_sums`); the rounding of Horner's sum bounded by 2(L+2)ε‖α̃‖‖β̃‖ (Cauchy–Schwarz,
-    |ρ| ≤ 1).  A cell at ρ = 1 whose row and column are the same (one function at one variance:
-    u = v) takes the 1-D rule's E φ² and its error instead (no truncation there: the diagonal of a
-    kernel agrees with its own variances, :func:`diagonal`).  A cell's bits depend on its own ρ, row
-    and column alone (not on the block it is computed in)."""
+    ``tol``·max(1, ‖α̃‖‖β̃‖)·:data:`AIM`·:data:`SHARE` and :data:`TIGHT`·ε·‖α̃‖‖β̃‖ at its ρ, K where
+    none does), summed by Horner
+    (:func:`horner_sums`).  The stated error (:func:`stated_errors`) is that truncation bound (the
+    tail from the cell's own order), the coefficients' errors weighted by the other side's
+    Σ|ρ|^k|β_k| and the rounding of the sum, each bounded per cell through the first terms and a
+    norm of the rest (:func:`weighted`): it follows |ρ| down to 0.  A cell at ρ = 1 whose row and
+    column are the same (one function at one variance: u = v) takes the 1-D rule's E φ² and its
+    error instead (no truncation there: the diagonal of a kernel agrees with its own variances,
+    :func:`diagonal`).  A cell's bits depend on its own ρ, row and column alone (not on the block it
+    is computed in)."""
     K = int(np.ravel(A[..., -1])[0])
     shape = np.broadcast_shapes(A.shape[:-1], B.shape[:-1], np.shape(rho))
     cells = max(1, int(np.prod(shape)))
@@ -285,15 +308,103 @@ def packed_sum(A: np.ndarray, B: np.ndarray, rho: np.ndarray, tol: float) -> tup
     same = diagonal_cells(A, B, rho, shape)
     order, log_trunc = orders(A, B, rho, tol, K, shape, same)
     value = horner_sums(A, B, rho, order, shape)
-    err = stated_errors(A, B, K, order, log_trunc, shape)
+    err = stated_errors(A, B, K, order, log_trunc, rho, shape)
     diagonal(A, B, rho, same, shape, value, err)
     return value.reshape(shape), err.reshape(shape)
 
 
 def packed_columns(K: int) -> tuple[int, int, int, int]:
-    """(first tail, S, e, ‖α̃‖): the positions in a packed row of order K (:func:`pack`)."""
+    """(first tail, S, δ, ‖α̃‖): the positions in a packed row of order K (:func:`pack`; δ the error
+    of each coefficient; the :func:`row_numbers` follow ‖α̃‖)."""
     nl = len(levels(K))
     return K + 1, K + 1 + nl, K + 3 + nl, K + 4 + nl
+
+
+# ---------------------------------------------------------------------------------------------
+# per-cell bounds from a few numbers per row: Σ_k |ρ|^k |x_k y_k| ≤ |x₀y₀| + |ρ||x₁y₁| + ρ²‖x_{≥2}‖‖y_{≥2}‖
+
+#: the columns of :func:`row_numbers`
+R_A0, R_A1, R_N2, R_L1, R_W2, R_S0, R_S1, R_S2, R_C0, R_C1, R_C2 = range(11)
+
+
+def row_numbers(A: np.ndarray) -> np.ndarray:
+    """The :func:`compute_row_numbers` of a packed row (…, W), stored in it by :func:`pack`."""
+    K = int(np.ravel(A[..., -1])[0])
+    start = K + 5 + len(levels(K))
+    return A[..., start:start + ROW_NUMBERS]
+
+
+#: how many numbers :func:`compute_row_numbers` gives per row
+ROW_NUMBERS = 11
+
+
+def compute_row_numbers(alpha: np.ndarray) -> np.ndarray:
+    """Per row of coefficients α_0 … α_K (…, K+1) the numbers of the per-cell bounds (…, 11):
+    |α₀|, |α₁|, ‖α_{≥2}‖₂, ‖α_{≥2}‖₁, ‖(√k α_k)_{k≥2}‖ (the plain series x_k = α_k); then for
+    x_k = √(k+1) α_{k+1} (the ρ-derivative, :func:`mehler_slope`) and x_k = √((k+1)(k+2)) α_{k+2}
+    (the variance derivative, :func:`mehler_curve`) |x₀|, |x₁|, ‖x_{≥2}‖₂.  Computed once per
+    distinct variance, when the row is packed (:func:`pack`)."""
+    al = alpha
+    K = al.shape[-1] - 1
+    k = np.arange(K + 1, dtype=float)
+    sq = al * al
+    out = np.empty(al.shape[:-1] + (ROW_NUMBERS,))
+    out[..., R_A0], out[..., R_A1] = np.abs(al[..., 0]), np.abs(al[..., 1])
+    out[..., R_N2] = np.sqrt(np.sum(sq[..., 2:], axis=-1))
+    out[..., R_L1] = np.sum(np.abs(al[..., 2:]), axis=-1)
+    out[..., R_W2] = np.sqrt(np.sum(k[2:] * sq[..., 2:], axis=-1))
+    out[..., R_S0], out[..., R_S1] = np.abs(al[..., 1]), np.sqrt(2.0) * np.abs(al[..., 2])
+    out[..., R_S2] = np.sqrt(np.sum(k[3:] * sq[..., 3:], axis=-1))
+    out[..., R_C0], out[..., R_C1] = np.sqrt(2.0) * np.abs(al[..., 2]), np.sqrt(6.0) * np.abs(al[..., 3])
+    out[..., R_C2] = np.sqrt(np.sum(k[4:] * (k[4:] - 1) * sq[..., 4:], axis=-1))
+    return out
+
+
+def weighted(x0, x1, x2, y0, y1, y2, r: np.ndarray) -> np.ndarray:
+    """A bound on Σ_k |ρ|^k |x_k y_k| (r = |ρ| ≤ 1) from |x₀|, |x₁|, ‖x_{≥2}‖ and the same of y:
+    |x₀y₀| + r|x₁y₁| + r²‖x_{≥2}‖‖y_{≥2}‖ (Cauchy–Schwarz on the rest).  Exact to O(ρ²) as ρ → 0,
+    and at ρ = 1 within the Cauchy–Schwarz factor of the sum."""
+    return x0 * y0 + r * (x1 * y1) + (r * r) * (x2 * y2)
+
+
+def mehler_slope(A: np.ndarray, B: np.ndarray, rho: np.ndarray, out=None) -> np.ndarray:
+    """A bound on |∂/∂ρ Σ_k ρ^k α_k β_k| = |Σ_k ρ^k (k+1) α_{k+1} β_{k+1}| per cell (:func:`weighted`
+    with x_k = √(k+1) α_{k+1}, y_k = √(k+1) β_{k+1}).  With ρ = c/√(ab): |∂E/∂c| ≤ this/√(ab)
+    (Price's theorem: ∂E φ(u)ψ(v)/∂c = E φ′(u)ψ′(v)).  From the packed coefficients (the part of
+    the sum beyond K is below the truncation target, relative: a sensitivity only weights errors)."""
+    a, b = row_numbers(A), row_numbers(B)
+    r = np.abs(np.clip(rho, -1.0, 1.0))
+    got = weighted(a[..., R_S0], a[..., R_S1], a[..., R_S2], b[..., R_S0], b[..., R_S1], b[..., R_S2], r)
+    return got if out is None else np.copyto(out, np.broadcast_to(got, out.shape)) or out
+
+
+def mehler_curve(A: np.ndarray, B: np.ndarray, rho: np.ndarray, out=None) -> np.ndarray:
+    """A bound on |Σ_k ρ^k √((k+1)(k+2)) α_{k+2} β_k| per cell: 2a·|∂E/∂a| at fixed c, a the
+    variance of A's function (Price: ∂E φ(u)ψ(v)/∂a = ½ E φ″(u)ψ(v), and E φ″(√a z) h_k(z) =
+    √((k+1)(k+2)) α_{k+2}/a); B's variance by swapping the arguments."""
+    a, b = row_numbers(A), row_numbers(B)
+    r = np.abs(np.clip(rho, -1.0, 1.0))
+    got = weighted(a[..., R_C0], a[..., R_C1], a[..., R_C2], b[..., R_A0], b[..., R_A1], b[..., R_N2], r)
+    return got if out is None else np.copyto(out, np.broadcast_to(got, out.shape)) or out
+
+
+def diagonal_slope(A: np.ndarray, out=None) -> np.ndarray:
+    """2a·|dS/da| of S(a) = E φ(√a z)² = Σ_k α_k(a)², the value of a kernel's diagonal cell, as a
+    function of its one variance (u ≡ v): with dα_k/da = (√((k+1)(k+2)) α_{k+2} + k α_k)/(2a),
+    2a·dS/da = 2 Σ_k (k α_k² + √((k+1)(k+2)) α_k α_{k+2}) (= a·E (φ²)″: signed, the terms cancel
+    where Price's E φ′² and E φφ″ do), from the packed coefficients."""
+    K = int(np.ravel(A[..., -1])[0])
+    al = A[..., :K + 1]
+    k = np.arange(K + 1, dtype=float)
+    cross = np.sqrt((k[:-2] + 1) * (k[:-2] + 2)) * al[..., :-2] * al[..., 2:]
+    got = 2 * np.abs(np.sum(k * al * al, axis=-1) + np.sum(cross, axis=-1))
+    return got if out is None else np.copyto(out, got) or out
+
+
+def mean_curve(A: np.ndarray, out=None) -> np.ndarray:
+    """2a·|d E f(√a z)/da| = √2 |α_2| of a packed row (d/da E f = ½ E f″ = α_2/(√2 a), Stein)."""
+    got = np.sqrt(2.0) * np.abs(A[..., 2])
+    return got if out is None else np.copyto(out, got) or out
 
 
 class Operand:
@@ -339,7 +450,8 @@ def orders(A: np.ndarray, B: np.ndarray, rho: np.ndarray, tol: float, K: int, sh
            skip: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per cell (flat), the order L of its sum and the logarithm of its truncation bound
     |ρ|^{L+1}·√(T_α(L′) T_β(L′)), L′ the largest stored level ≤ L (T is decreasing, so T(L′)
-    bounds T(L)): L is the smallest order whose bound meets g = tol·max(1, ‖α̃‖‖β̃‖)·AIM·SHARE —
+    bounds T(L)): L is the smallest order whose bound meets g = min(tol·max(1, ‖α̃‖‖β̃‖)·AIM·SHARE,
+    TIGHT·ε·‖α̃‖‖β̃‖) —
     with the tails of level n, L = max(L_n, ⌈(½log T_α + ½log T_β − log g)/(−log|ρ|)⌉ − 1) if that
     is below the next level — or K where none meets it; above :data:`HORNER_TOP`, rounded up to
     one of :data:`COARSE_ORDERS` (or K).  ``skip``: cells given the first level (the diagonal's,
@@ -353,10 +465,10 @@ def orders(A: np.ndarray, B: np.ndarray, rho: np.ndarray, tol: float, K: int, sh
         np.subtract(0.0, nlr, out=nlr)                        # −log|ρ| ≥ +0 (+∞ at ρ = 0)
         ln_a, ln_b = np.log(a.grid(n0)), np.log(b.grid(n0))
         base = float(np.log(tol * AIM * SHARE))
-        if np.max(ln_a, initial=-np.inf) + np.max(ln_b, initial=-np.inf) <= 0:
-            log_goal = np.broadcast_to(base, len(rho))          # ‖α̃‖‖β̃‖ ≤ 1 everywhere
-        else:
-            log_goal = spread(np.maximum(ln_a + ln_b, 0.0) + base, shape)
+        scale = np.maximum(ln_a + ln_b, -700.0)                # log ‖α̃‖‖β̃‖ (a zero row: no goal below e^-700)
+        # the smaller of the aim's goal and TIGHT ulps of the scale: a stated error within a small
+        # factor of the sum's own rounding (:func:`stated_errors`), not of the aim
+        log_goal = spread(np.minimum(np.maximum(scale, 0.0) + base, scale + LOG_TIGHT), shape)
         half_a = [0.5 * np.log(a.grid(t0 + n)) for n in range(len(ls))]
         half_b = [0.5 * np.log(b.grid(t0 + n)) for n in range(len(ls))]
         h = spread(np.add(half_a[first], half_b[first]), shape)
@@ -461,20 +573,48 @@ def power_sums(alpha: np.ndarray, beta: np.ndarray, rho: np.ndarray) -> np.ndarr
     return powers.sum(axis=1)
 
 
+def pairwise_roundings(n: np.ndarray) -> np.ndarray:
+    """A bound on the roundings a term meets in numpy's pairwise sum of n terms (relative to Σ|t|, first
+    order): below 8 terms a loop (n − 1); up to 128, eight interleaved loops of ⌈n/8⌉ − 1 additions, the
+    eight results in three levels and up to 7 leftover terms after them; above, halves one level more."""
+    n = np.asarray(n, dtype=float)
+    small = np.minimum(n - 1.0, np.ceil(n / 8.0) + 9.0)
+    big = 26.0 + np.ceil(np.log2(np.maximum(n, 128.0) / 128.0)) + 1.0
+    return np.where(n <= 128, np.maximum(small, 0.0), big)
+
+
 def stated_errors(A: np.ndarray, B: np.ndarray, K: int, order: np.ndarray, log_trunc: np.ndarray,
-                  shape: tuple) -> np.ndarray:
-    """The stated error per cell (flat): the truncation bound exp(``log_trunc``) (widened by 1e-12
-    for the rounding of its logarithms), the coefficients' e_α‖β̃‖ + ‖α̃‖e_β + e_α e_β, and Horner's
-    rounding 2(L+2)ε‖α̃‖‖β̃‖."""
-    _, _, e0, n0 = packed_columns(K)
+                  rho: np.ndarray, shape: tuple) -> np.ndarray:
+    """The stated error per cell (flat), at the cell's own order L and r = |ρ|:
+
+    * the truncation bound exp(``log_trunc``) = r^{L+1}·√(T_α(L′) T_β(L′)) (:func:`orders`: the
+      tails of the largest stored level L′ ≤ L, never those of K), widened by 1e-12 for the
+      rounding of its logarithms;
+    * the coefficients' errors (δ per coefficient, packed column of :func:`packed_columns`):
+      |Σ_{k≤L} ρ^k (α_kβ_k − α̃_kβ̃_k)| ≤ δ_α Σ|ρ|^k|β̃_k| + δ_β Σ|ρ|^k|α̃_k| + (L+1)δ_αδ_β, the sums
+      by |β₀| + r|β₁| + r²‖β_{≥2}‖₁;
+    * the rounding of the sum (:func:`horner_sums`): term k meets one product, then k products by ρ
+      and k + 1 additions in Horner's loop; a term above :data:`HORNER_TOP` instead its power's
+      roundings, two products and the pairwise sum (:func:`pairwise_roundings` of L − HORNER_TOP
+      terms), then the loop's 2(HORNER_TOP + 1): ≤ (2k + 2 + P) roundings either way, i.e.
+      ε·((2 + P)·Σ|ρ|^k|α_kβ_k| + 2·Σ k|ρ|^k|α_kβ_k|), both sums by :func:`weighted`."""
+    _, _, e0, _ = packed_columns(K)
+    r0 = K + 5 + len(levels(K))                        # the first of the row numbers
     a, b = Operand(A, shape), Operand(B, shape)
-    ea, na, eb, nb = a.grid(e0), a.grid(n0), b.grid(e0), b.grid(n0)
+    x, y = (lambda j: a.grid(r0 + j)), (lambda j: b.grid(r0 + j))
+    r = np.abs(rho).reshape(shape)
+    L = order.reshape(shape)
+    P = pairwise_roundings(np.arange(K + 1) - HORNER_TOP)[L]
+    da, db = a.grid(e0), b.grid(e0)
     with np.errstate(over="ignore", invalid="ignore"):
         err = np.exp(np.maximum(log_trunc, -700.0)) * (1 + 1e-12)
-        coef = ea * (nb + eb) + na * eb
-        rounding = (2 * EPS) * (na * nb)
-    err += spread(coef, shape)
-    err += (order + 2.0) * spread(rounding, shape)
+        wa = x(R_A0) + r * (x(R_A1) + r * x(R_L1))
+        wb = y(R_A0) + r * (y(R_A1) + r * y(R_L1))
+        coef = da * wb + db * wa + (L + 1.0) * (da * db)
+        m0 = weighted(x(R_A0), x(R_A1), x(R_N2), y(R_A0), y(R_A1), y(R_N2), r)
+        m1 = r * (x(R_A1) * y(R_A1)) + (r * r) * (x(R_W2) * y(R_W2))
+        coef += EPS * ((2.0 + P) * m0 + 2.0 * m1)
+    err += coef.reshape(-1)
     return err
 
 
@@ -502,7 +642,7 @@ def diagonal(A: np.ndarray, B: np.ndarray, rho: np.ndarray, cells: np.ndarray, s
     error, in place.  With c_k = α_k² ≥ 0, f(ρ) = Σ ρ^k c_k is increasing and
     0 ≤ f(1) − f(ρ) = Σ (1 − ρ^k) c_k ≤ (1 − ρ)·Σ_{k≤L} k c_k + T(L) for every level L (1 − ρ^k ≤ k(1 − ρ),
     and ≤ 1): the least of these (0 at ρ = 1) joins S's own error, with the coefficients' error in
-    Σ k c_k (≤ L(2‖α̃‖e + e²))."""
+    Σ k c_k (≤ L(2‖α̃‖e + e²), e = √(K+1)·δ)."""
     if not len(cells):
         return
     a = Operand(A, shape)
@@ -511,9 +651,9 @@ def diagonal(A: np.ndarray, B: np.ndarray, rho: np.ndarray, cells: np.ndarray, s
     K = int(a[0, -1])
     ls = levels(K)
     t0, s0, e0, n0 = packed_columns(K)
-    weighted = np.cumsum(np.arange(K + 1) * a[:, :K + 1] ** 2, axis=1)
-    e, n = a[:, e0], a[:, n0]
-    gap = np.min([d * (weighted[:, L] + L * (2 * n * e + e * e)) + a[:, t0 + m] for m, L in enumerate(ls)], axis=0)
+    moments = np.cumsum(np.arange(K + 1) * a[:, :K + 1] ** 2, axis=1)
+    e, n = a[:, e0] * np.sqrt(K + 1), a[:, n0]            # ‖α − α̃‖₂ ≤ √(K+1)·δ
+    gap = np.min([d * (moments[:, L] + L * (2 * n * e + e * e)) + a[:, t0 + m] for m, L in enumerate(ls)], axis=0)
     value[cells] = a[:, s0]
     err[cells] = a[:, s0 + 1] + np.where(d > 0, gap, 0.0)
 
@@ -575,8 +715,10 @@ def mean_value(A: np.ndarray, out=None) -> np.ndarray:
 
 
 def mean_error(A: np.ndarray, out=None) -> np.ndarray:
-    """The error of α_0: the coefficients' error estimate e."""
-    return A[..., -3] if out is None else np.copyto(out, A[..., -3]) or out
+    """The error of α_0: the coefficients' error estimate δ (per coefficient)."""
+    K = int(np.ravel(A[..., -1])[0])
+    e = A[..., K + 3 + len(levels(K))]
+    return e if out is None else np.copyto(out, e) or out
 
 
 #: the symbol of every φ in a HermiteRow spec
@@ -622,6 +764,26 @@ class MehlerError(sp.Function):
     nargs = 4
 
 
+class MehlerSlope(sp.Function):
+    """MehlerSlope(A, B, ρ): a bound on |∂/∂ρ Σ_k ρ^k α_k β_k| (:func:`mehler_slope`)."""
+    nargs = 3
+
+
+class MehlerCurve(sp.Function):
+    """MehlerCurve(A, B, ρ): a bound on 2a·|∂E/∂a| at fixed covariance (:func:`mehler_curve`)."""
+    nargs = 3
+
+
+class DiagonalSlope(sp.Function):
+    """DiagonalSlope(A): 2a·|dS/da| of the diagonal value S = E φ(√a z)² (:func:`diagonal_slope`)."""
+    nargs = 1
+
+
+class MeanCurve(sp.Function):
+    """MeanCurve(A): 2a·|d Mean(A)/da| (:func:`mean_curve`)."""
+    nargs = 1
+
+
 class Mean(sp.Function):
     """Mean(A): E φ(√a z) = α_0 of packed coefficients."""
     nargs = 1
@@ -633,7 +795,10 @@ class MeanError(sp.Function):
 
 
 #: the grid tape's operation kinds of the series, and their numpy functions (given the op's arg)
-KINDS = ("hermite", "mehler", "mehler_err", "mean", "mean_err")
-HEAD_KINDS = {MehlerValue: "mehler", MehlerError: "mehler_err", Mean: "mean", MeanError: "mean_err"}
+KINDS = ("hermite", "mehler", "mehler_err", "mean", "mean_err", "mehler_slope", "mehler_curve", "mean_curve",
+         "diagonal_slope")
+HEAD_KINDS = {MehlerValue: "mehler", MehlerError: "mehler_err", Mean: "mean", MeanError: "mean_err",
+              MehlerSlope: "mehler_slope", MehlerCurve: "mehler_curve", MeanCurve: "mean_curve",
+              DiagonalSlope: "diagonal_slope"}
 #: the kinds whose functions take the tape's :class:`SumCache` (``sums=``)
 SUMMED = frozenset({"mehler", "mehler_err"})

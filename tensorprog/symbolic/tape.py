@@ -32,8 +32,8 @@ import sympy as sp
 from scipy import special as sps
 
 from .heads import Delta, SYMPY_TO_NUMPY
-from .mehler import (HEAD_KINDS, SUMMED, HermiteRow, PackCache, SumCache, T, mean_error, mean_value, mehler_error,
-                     mehler_value)
+from .mehler import (HEAD_KINDS, SUMMED, HermiteRow, PackCache, SumCache, T, diagonal_slope, mean_curve, mean_error,
+                     mean_value, mehler_curve, mehler_error, mehler_slope, mehler_value)
 
 # ---- function heads ------------------------------------------------------------------------------
 
@@ -111,8 +111,11 @@ NEUTRAL = {"add": 0.0, "mul": 1.0}
 #: coefficients per variance (never folded into a constant: its value is an array); the others
 #: read packed rows and columns
 SERIES_FUNCTIONS: dict[str, Callable] = {"mehler": mehler_value, "mehler_err": mehler_error,
-                                         "mean": mean_value, "mean_err": mean_error}
-SERIES_ARITY = {"hermite": 1, "mehler": 4, "mehler_err": 4, "mean": 1, "mean_err": 1}
+                                         "mean": mean_value, "mean_err": mean_error,
+                                         "mehler_slope": mehler_slope, "mehler_curve": mehler_curve,
+                                         "mean_curve": mean_curve, "diagonal_slope": diagonal_slope}
+SERIES_ARITY = {"hermite": 1, "mehler": 4, "mehler_err": 4, "mean": 1, "mean_err": 1,
+                "mehler_slope": 3, "mehler_curve": 3, "mean_curve": 1, "diagonal_slope": 1}
 
 
 class Op(NamedTuple):

@@ -341,8 +341,10 @@ def block_values(spec: LimitSpec, block: Block, rows: tuple[int, int], diag: np.
             values[name][target] = v
             errors[name][target] = e
         code = np.where((code == REST) & ~valid, -1, code)       # the rest where the record fails
-        if rest.replay.smooth:                                    # x ≡ y too, where the record holds
-            code = np.where((code == SAME) & valid, REST, code)
+        # x ≡ y stays its own class even where a smooth replay holds there (Replay.smooth): the pair
+        # replay's first-order error sums Price's three slopes in absolute value, and along the
+        # diagonal (a ≡ b ≡ c) that compounds through the layers (160× the x ≡ y record's signed
+        # slope, DiagonalSlope, at depth 10: limit/replay.py)
     for c in (SAME, OPPOSITE, PARALLEL, REST if rest is None else -1):
         where = np.nonzero(code == c)
         if len(where[0]):

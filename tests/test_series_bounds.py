@@ -1,0 +1,81 @@
+"""The stated errors of dataset kernels by the Mehler series are honest and tight (issue 25).
+
+Against an 80-bit reference (bench/series_reference.py: the layer recursion with every Gaussian
+expectation by the trapezoidal rule in np.longdouble, its own error ~1e-19): every sampled pair's
+stated error covers the actual error, and is at most 100× max(actual, ε·max(|value|, √(K_ii K_jj)))
+(an error below one ulp of the entry's scale cannot be resolved in float64: the series sums terms of
+that size, and an entry small by cancellation is computed to ulps of its terms, not of itself).
+Also: the per-cell slope bounds of the series (Price's theorem) bound the true derivatives, and
+follow them to within a small factor.
+"""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tensorprog as tp
+from tensorprog.symbolic.mehler import coefficients, mehler_curve, mehler_slope, pack, step_for
+
+ROOT = Path(__file__).resolve().parent.parent
+EPS = np.finfo(float).eps
+
+
+def reference_module():
+    spec = importlib.util.spec_from_file_location("series_reference", ROOT / "bench" / "series_reference.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(autouse=True)
+def no_store(monkeypatch, tmp_path):
+    monkeypatch.setenv("TENSORPROG_CACHE_DIR", str(tmp_path))      # nothing recorded before
+
+
+@pytest.mark.parametrize("act,depth", [("tanh", 3), ("silu", 2)])
+def test_stated_error_covers_and_is_tight(act, depth):
+    X = np.random.default_rng(1).standard_normal((12, 6))
+    r = tp.kernel(str(ROOT / "programs" / "kernels" / f"{act}_mlp.tp"), X, L=depth, var=1.5, var1=1.5, b1=0.1,
+                  tol=1e-10)
+    pairs = [(0, 0), (3, 3), (0, 1), (2, 7), (4, 9), (5, 11), (6, 8), (10, 11)]
+    ref, ref_err = reference_module().mlp_kernels(X, pairs, depth, 1.5, 1.5, 0.1, act)
+    assert float(ref_err.max()) < 1e-17
+    for n, name in enumerate(("nngp", "ntk")):
+        got = np.array([r.outputs[name].mean[i, j] for i, j in pairs], dtype=np.longdouble)
+        stated = np.array([r.outputs[name].error[i, j] for i, j in pairs])
+        actual = np.abs(got - ref[:, n]).astype(float) + ref_err[:, n].astype(float)
+        assert np.all(actual <= stated), (name, actual, stated)
+        # one ulp of the entry's scale √(K_ii K_jj) (Cauchy–Schwarz: the series' terms α_kβ_k are of that
+        # size, and so is the rounding of their sum): an entry small by cancellation is not resolved below it
+        scale = np.array([np.sqrt(abs(r.outputs[name].mean[i, i] * r.outputs[name].mean[j, j])) for i, j in pairs])
+        ratio = stated / np.maximum(actual, EPS * np.maximum(np.abs(ref[:, n].astype(float)), scale))
+        assert ratio.max() <= 100, (name, ratio)
+
+
+def derivative_series(phi_coef, psi_coef, rho, shift_a: int, shift_b: int, weight) -> float:
+    """Σ_k ρ^k w_k α_{k+shift_a} β_{k+shift_b} with the given weights (from coefficients to high order)."""
+    n = min(phi_coef.shape[0] - shift_a, psi_coef.shape[0] - shift_b)
+    k = np.arange(n)
+    return float(np.sum(rho ** k * weight(k) * phi_coef[shift_a:shift_a + n] * psi_coef[shift_b:shift_b + n]))
+
+
+@pytest.mark.parametrize("fn", [np.tanh, lambda t: t / (1 + np.exp(-t))])
+def test_slope_bounds_cover_the_derivatives(fn):
+    a, b = 0.8, 1.7
+    K = 128
+    h = step_for(K, 2 * b)
+    A, B = pack(fn, K, h, np.array([a])), pack(fn, K, h, np.array([b]))
+    ca, cb = coefficients(fn, [a], K, h).alpha[0], coefficients(fn, [b], K, h).alpha[0]
+    for rho in (-0.95, -0.3, 0.0, 0.05, 0.6, 0.999):
+        # ∂/∂ρ Σ ρ^k α_k β_k = Σ ρ^k (k+1) α_{k+1} β_{k+1}; 2a ∂E/∂a = Σ ρ^k √((k+1)(k+2)) α_{k+2} β_k
+        slope = derivative_series(ca, cb, rho, 1, 1, lambda k: k + 1.0)
+        curve_a = derivative_series(ca, cb, rho, 2, 0, lambda k: np.sqrt((k + 1.0) * (k + 2.0)))
+        curve_b = derivative_series(cb, ca, rho, 2, 0, lambda k: np.sqrt((k + 1.0) * (k + 2.0)))
+        got = [float(mehler_slope(A, B, np.array([rho]))[0]), float(mehler_curve(A, B, np.array([rho]))[0]),
+               float(mehler_curve(B, A, np.array([rho]))[0])]
+        for true, bound in zip((slope, curve_a, curve_b), got):
+            assert abs(true) <= bound * (1 + 1e-12) + 1e-15
+            assert bound <= 5 * abs(true) + 1e-3 * max(got), (rho, true, bound)
