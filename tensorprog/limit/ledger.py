@@ -21,19 +21,15 @@ from ..expect.budget import Budget
 from ..expect.engine import Estimate, Law, expect
 from ..expect.forms import to_forms
 from ..expect.shapes import Shapes
-from ..symbolic import functions as fnsym
 from ..symbolic.dag import distinct_nodes
 from ..symbolic.heads import Delta
 from .batch import Batch, BatchEstimate
+from .params_expect import at_values, closed_form, number_at
 from .finiteness import Finiteness
 from .hypotheses import Hypotheses
 from .indices import IndexSet
 from .accuracy import VALUE_ROUNDING
 from .result import LimitValue, summarize
-
-#: closed forms in param symbols larger than this (sympy operation count) become numbers
-MAX_SYMBOLIC_OPS = 80
-
 
 def scalar_limit(value: sp.Expr, estimates: Sequence[Estimate], *, symbolic: bool,
                  params: Mapping[sp.Symbol, float], batch: Batch | None,
@@ -94,10 +90,12 @@ class Ledger:
         self.laws: dict[sp.Symbol, Law] = {}
         self.estimates: list[Estimate] = []
         self._cache: dict[sp.Expr, int] = {}
+        #: the estimates with no closed form in the params (what rests on them takes the numbers route)
+        self.numbers = IndexSet()
         #: the non-zero covariances as floats (or arrays (P,) over a batch), {g: {h: Cov(g, h)}}, while
         #: they are all numbers (then expectations go by linear forms)
         self.cov_number: dict[sp.Symbol, dict[sp.Symbol, float | np.ndarray]] | None = \
-            None if symbolic or self.param_values else {}
+            None if symbolic and not self.param_values else {}
         self.shapes = Shapes()
         self.form_cov: dict[tuple[frozenset, frozenset], float | np.ndarray] = {}   # Cov of two linear forms
 
@@ -118,6 +116,8 @@ class Ledger:
         """A covariance as a float, or as the batch's array (P,); None if it is symbolic."""
         if self.batch is not None:
             return self.batch.array(value)
+        if self.param_values:                  # params as leaves: the number at their values
+            return number_at(value, self.param_values)
         return float(value) if value.is_number else None
 
     def add_law(self, sym: sp.Symbol, law: Law) -> None:
@@ -131,7 +131,8 @@ class Ledger:
         Records the estimate in ``deps`` (the error budget of what uses it) and
         returns its value as sympy (the closed form in symbolic mode)."""
         if expr not in self._cache:
-            self._cache[expr] = self._expect_forms(expr, where, deps) if self.cov_number is not None else \
+            self._cache[expr] = self._expect_params(expr, where, deps) if self.param_values else \
+                self._expect_forms(expr, where, deps) if self.cov_number is not None else \
                 self._expect_batch(expr, where) if self.batch else self._expect(expr, where)
         index = self._cache[expr]
         deps.add(index)
@@ -156,11 +157,10 @@ class Ledger:
 
     def _expect(self, expr: sp.Expr, where: ir.Eqn) -> int:
         syms = sorted(expr.free_symbols, key=sp.default_sort_key)
-        gauss = [s for s in syms if s not in self.laws and s not in self.param_values]
+        gauss = [s for s in syms if s not in self.laws]
         cov = sp.Matrix(len(gauss), len(gauss), lambda i, j: self.cov.get((gauss[i], gauss[j]), 0))
         laws = {s: self.laws[s] for s in syms if s in self.laws}
-        return self._record(expr, where, lambda: self._expect_params(expr, gauss, cov, laws) if self.param_values
-                            else expect(expr, gauss, cov, laws, exact=True, budget=self.budget))
+        return self._record(expr, where, lambda: expect(expr, gauss, cov, laws, exact=True, budget=self.budget))
 
     def _expect_forms(self, expr: sp.Expr, where: ir.Eqn, deps: IndexSet) -> int:
         """E[expr] over the linear forms it sees (:mod:`..expect.forms`), for numeric covariances
@@ -212,47 +212,24 @@ class Ledger:
         self.estimates.append(est)
         return len(self.estimates) - 1
 
-    def _expect_params(self, expr: sp.Expr, gauss: list[sp.Symbol], cov: sp.Matrix,
-                       laws: dict[sp.Symbol, Law]) -> Estimate:
-        """A closed form in the param symbols if there is one, else numbers at their values."""
-        symbolic = (expr.free_symbols | cov.free_symbols) & self.param_values.keys()
-        small = max([sp.count_ops(expr)] + [sp.count_ops(c) for c in cov]) < MAX_SYMBOLIC_OPS
-        if symbolic and small:
-            try:
-                est = self._expect_polynomial(expr, gauss, cov, laws)
-                if est.exact is not None and est.method == "exact" and \
-                        sp.count_ops(est.exact) < 4 * MAX_SYMBOLIC_OPS:
-                    value = complex(sp.N(est.exact.subs(self.param_values), 17))
-                    return Estimate(value.real, 0.0, "exact", est.exact)
-            except ValueError:
-                pass
-        if not symbolic:
-            return expect(expr, gauss, cov, laws, exact=True, budget=self.budget)
-        # numbers at the params' values (exact ones: rho = 0.3 -> 3/10); no closed form in the
-        # params, so nothing that rests on this expectation claims one
-        exact = {s: fnsym.constant(v, True) for s, v in self.param_values.items()}
-        est = expect(expr.subs(exact), gauss, cov.subs(exact), laws, exact=True, budget=self.budget)
-        return dataclasses.replace(est, exact=None)
-
-    def _expect_polynomial(self, expr: sp.Expr, gauss: list[sp.Symbol], cov: sp.Matrix,
-                           laws: dict[sp.Symbol, Law]) -> Estimate:
-        """E[expr] with param symbols in ``expr`` as constants: expr = Σ_k p^k f_k(Z) (a polynomial
-        in the params, ValueError otherwise), E[expr] = Σ_k p^k E[f_k] (the closed form only when
-        every E[f_k] has one)."""
-        params = sorted(expr.free_symbols & self.param_values.keys(), key=sp.default_sort_key)
-        if not params:
-            return expect(expr, gauss, cov, laws, exact=True, budget=self.budget)
-        try:
-            poly = sp.Poly(expr, *params)
-        except sp.PolynomialError as err:
-            raise ValueError(f"not a polynomial in the params: {err}") from None
-        total = sp.Integer(0)
-        for powers, coeff in poly.terms():
-            est = expect(coeff, gauss, cov, laws, exact=True, budget=self.budget)
-            if est.exact is None or est.method != "exact":
-                raise ValueError("no closed form")
-            total += sp.Mul(*[q ** k for q, k in zip(params, powers)]) * est.exact
-        return Estimate(float(sp.N(total.subs(self.param_values), 17)), 0.0, "exact", total)
+    def _expect_params(self, expr: sp.Expr, where: ir.Eqn, deps: IndexSet) -> int:
+        """``--symbolic`` with params as leaves: a closed form in them (:mod:`.params_expect`), else
+        (none, too large, or resting on an expectation without one) the numbers at the params'
+        values by the linear-form route, with no closed form claimed."""
+        if not deps.bits & self.numbers.bits:
+            est = closed_form(expr, [s for s in sorted({n for n in distinct_nodes(expr) if n.is_Symbol},
+                                                       key=sp.default_sort_key)
+                                     if s not in self.laws and s not in self.param_values],
+                              lambda a, b: self.cov.get((a, b), 0), self.laws, self.param_values, self.budget)
+            if est is not None:
+                index = self._record(expr, where, lambda: est)
+                if est.exact is None:
+                    self.numbers.add(index)
+                return index
+        index = self._expect_forms(at_values(expr, self.param_values), where, deps)
+        self.estimates[index] = dataclasses.replace(self.estimates[index], exact=None)
+        self.numbers.add(index)
+        return index
 
     # ---- results
     def error_sum(self, deps: IndexSet):
