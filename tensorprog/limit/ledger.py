@@ -40,6 +40,8 @@ def scalar_limit(value: sp.Expr, estimates: Sequence[Estimate], *, symbolic: boo
     if batch is not None:
         return batch.summarize(value, estimates)
     out = summarize(value, estimates, symbolic, dict(params))
+    if params and any(e.exact is None for e in estimates):     # a number at the params: no closed form
+        out = replace(out, exact=None)
     if propagated is None:
         return out
     return LimitValue(out.value, propagated + VALUE_ROUNDING * (abs(out.value) + 1), out.method, out.exact)

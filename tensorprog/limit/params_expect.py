@@ -32,6 +32,12 @@ from ..symbolic.evaluate import evaluate
 MAX_TREE = 1200
 #: integrands with more distinct sub-expressions than this go straight to the numbers route
 MAX_DAG = 400
+#: covariances in the params with more distinct entries in the params than this, or a function
+#: head over more Gaussians than MAX_GAUSSIANS_IN_HEAD (relu(Ẑ^{Wh} + Ẑ^{Ux} + b)), go to the
+#: numbers route: the engine's symbolic linear algebra (conditioning, reducing a basis) takes
+#: seconds to minutes beyond them
+MAX_COV_ATOMS = 8
+MAX_GAUSSIANS_IN_HEAD = 2
 
 
 def tree_size(expr: sp.Basic, most: int) -> int:
@@ -159,6 +165,9 @@ def closed_form(expr: sp.Expr, gaussians: Sequence[sp.Symbol], cov: Callable[[sp
     in_expr = sorted(atoms.value, key=sp.default_sort_key)
     matrix = sp.Matrix(len(gaussians), len(gaussians), lambda i, j: _entry(cov(gaussians[i], gaussians[j]),
                                                                             atoms, i == j))
+    in_cov = {e for e in matrix if e.is_Symbol}
+    if len(in_cov) > MAX_COV_ATOMS or (in_cov and gaussians_in_a_head(reduced, gaussians) > MAX_GAUSSIANS_IN_HEAD):
+        return None
     if not atoms.value:
         return expect(reduced, gaussians, matrix, laws, exact=True, budget=budget)
     try:
@@ -177,6 +186,17 @@ def closed_form(expr: sp.Expr, gaussians: Sequence[sp.Symbol], cov: Callable[[sp
     value = complex(sp.N(total.xreplace({a: sp.Float(v, 17) for a, v in atoms.value.items()}), 17)).real
     form = atoms.restore(total)
     return Estimate(value, 0.0, "exact", form if tree_size(form, MAX_TREE) <= MAX_TREE else None)
+
+
+def gaussians_in_a_head(expr: sp.Expr, gaussians: Sequence[sp.Symbol]) -> int:
+    """The most Gaussians under one function head of ``expr`` (relu(a + b) has 2)."""
+    under: dict[sp.Basic, frozenset] = {}
+    most, gaussian = 0, set(gaussians)
+    for node in _post_order(expr):
+        under[node] = frozenset({node} & gaussian).union(*(under[a] for a in node.args))
+        if isinstance(node, sp.Function):
+            most = max(most, len(under[node]))
+    return most
 
 
 def _entry(value: sp.Expr, atoms: Atoms, diagonal: bool) -> sp.Expr:
