@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -158,8 +157,6 @@ def test_symbolic_cli_on_a_shipped_program_with_an_ntk_formula():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(os.environ.get("TENSORPROG_SYMBOLIC_ALL") != "1",
-                    reason="minutes each since params stay symbols (issue 23): set TENSORPROG_SYMBOLIC_ALL=1")
 @pytest.mark.parametrize("name", ["golikov_ntk_erf", "golikov_ntk_relu"])
 def test_symbolic_golikov_ntk_programs_compile(name):
     proc = subprocess.run([sys.executable, "-m", "tensorprog", "compile", "--symbolic", f"programs/{name}.tp",

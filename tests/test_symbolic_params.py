@@ -4,7 +4,6 @@ with params as leaves changes no number."""
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 
 import numpy as np
@@ -107,19 +106,27 @@ def test_traced_lowering_changes_no_number():
         assert program._traced().leaves is not None
 
 
-PROGRAMS = sorted(str(p.relative_to(ROOT)) for p in [*ROOT.glob("programs/*.tp"), *ROOT.glob("programs/kernels/*.tp")])
-#: a fast subset for the default run (a few seconds each); the rest runs on request only
-#: (TENSORPROG_SYMBOLIC_ALL=1 python -m pytest -m slow tests/test_symbolic_params.py): several programs
-#: take minutes each symbolically (cond_kernel, dmft_tanh_depth3 > 300 s on the loaded 2-core machine),
-#: which the CI's time limit cannot hold
+#: dmft_tanh_depth3 (T = 5 training steps of a tanh network) is left out: its numeric compile, which
+#: the test compares with, takes over 10 minutes even at T = 1 (its limit is taken by particles,
+#: tests/test_dmft_program.py)
+PROGRAMS = sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("programs/**/*.tp")
+                  if p.name != "dmft_tanh_depth3.tp")
+#: a fast subset for the default run (a few seconds each); every shipped program runs under
+#: ``-m slow`` (CI runs ``python -m pytest -m slow`` after the default suite; the whole list takes
+#: about 3 CPU minutes, ``bench/symbolic_programs.py`` times each)
 FAST = {"programs/relu_nngp.tp", "programs/marchenko_pastur.tp", "programs/erf_arcsine.tp",
         "programs/golikov_wigner.tp", "programs/kernels/relu_mlp.tp"}
-ON_REQUEST = pytest.mark.skipif(os.environ.get("TENSORPROG_SYMBOLIC_ALL") != "1",
-                                reason="every shipped program under --symbolic: set TENSORPROG_SYMBOLIC_ALL=1")
 
 
-@pytest.mark.parametrize("path", [p if p in FAST else pytest.param(p, marks=[pytest.mark.slow, ON_REQUEST])
-                                  for p in PROGRAMS])
+#: over 60 CPU s each under --symbolic still (training programs: the numbers route's expectations
+#: over many Gaussians, with no replay store); skipped with the reason until they are fast
+TOO_SLOW = {"programs/gp4a_transformer.tp", "programs/mup_deep_train.tp", "programs/mup_train.tp",
+            "programs/mup_train_batch.tp", "programs/mup_train_curve.tp"}
+SKIP_SLOW = pytest.mark.skip(reason="over 60 CPU s under --symbolic (issue 23 item 4: not yet fast)")
+
+
+@pytest.mark.parametrize("path", [p if p in FAST else pytest.param(
+    p, marks=[pytest.mark.slow] + ([SKIP_SLOW] if p in TOO_SLOW else [])) for p in PROGRAMS])
 def test_every_shipped_program_compiles_symbolically(path):
     """--symbolic never crashes, and its values are the numeric compile's (within the errors)."""
     program = tp.load(str(ROOT / path))
@@ -128,3 +135,40 @@ def test_every_shipped_program_compiles_symbolically(path):
         a, b = symbolic.result(out.var), numeric.result(out.var)
         tol = 5 * (np.asarray(a.error) + np.asarray(b.error)) + 1e-9 * np.abs(np.asarray(b.value)) + 1e-12
         assert np.all(np.abs(np.asarray(a.value) - np.asarray(b.value)) <= tol), (path, out.name)
+
+
+SCALED = """
+param sw = 2
+param p = 0.5
+vector x ~ normal()
+matrix W ~ normal()
+h = sqrt(sw) * (W @ relu(x))
+out q = mean(h * h)
+out e = exp(p) * mean(relu(x) ** 2)
+"""
+
+
+def test_builtins_of_params_stay_symbolic():
+    """sqrt(sw) as a weight scale, exp(p) as a factor: closed forms in sw and p (E relu(x)² = 1/2)."""
+    compiled = tp.parse(SCALED).compile(symbolic=True)
+    sw, p = sp.Symbol("sw", real=True), sp.Symbol("p", real=True)
+    assert sp.simplify(exact_of(compiled, "q") - sw / 2) == 0
+    assert sp.simplify(exact_of(compiled, "e") - sp.exp(p) / 2) == 0
+    assert compiled.program.leaves.tracer.structural == set()
+
+
+def test_deep_ntk_closed_form_in_every_param_equals_numeric_compiles_elsewhere():
+    """golikov_ntk_relu at L = 3: the NNGP and NTK are closed forms in var, q11, q12, q22 (nested
+    arc-cosine kernels, shared as a DAG); at moved params they equal the numeric compile there."""
+    path = str(ROOT / "programs/golikov_ntk_relu.tp")
+    compiled = tp.load(path, L=3).compile(symbolic=True)
+    moved = {"var": 1.3, "q11": 0.9, "q12": 0.35, "q22": 1.2}
+    numeric = tp.load(path, L=3, **moved).compile()
+    for out in numeric.program.outputs:
+        form = exact_of(compiled, out.name)
+        assert form is not None, out.name
+        at = {s: moved[s.name] for s in form.free_symbols}
+        got = complex(sp.N(form.subs(at), 30)).real
+        b = numeric.result(out.var)
+        assert got == pytest.approx(b.value, rel=1e-10, abs=5 * b.error + 1e-12), out.name
+    assert {s.name for s in exact_of(compiled, "ntk").free_symbols} == set(moved)

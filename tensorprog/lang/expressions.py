@@ -268,11 +268,10 @@ class Expressions:
         if builtin is None:
             raise located(TPNameError, node, f"unknown function '{node.func}'")
         args = self.call_args(node, builtin.arity, builtin.defaults)
-        if all(isinstance(a, float) for a in args):
-            for a in args:                    # a builtin of params: a number (the params stay numbers)
-                traced.structure(a)
+        if all(isinstance(a, float) for a in args):      # a builtin of params: its sympy head of theirs
             with np.errstate(all="ignore"):
-                return self.checked_const(node, builtin.numpy(*[np.float64(a) for a in args]))
+                value = self.checked_const(node, builtin.numpy(*[np.float64(a) for a in args]))
+            return traced.called(builtin.name, args, value)
         if all(consts.is_const(a) for a in args):          # coordinatewise on list constants (data)
             for a in args:
                 traced.structure(a)

@@ -41,6 +41,7 @@ questions (the ledger's routes :func:`forms_route` and :func:`general_route` are
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
@@ -57,6 +58,7 @@ from .batch import Batch, BatchEstimate, BatchRecord, Note, estimate_source, inp
 from .haar import Arithmetic
 from .indices import IndexSet
 from .ledger import largest_variance, with_rounding
+from .params_expect import at_values, closed_form, number_at
 from .result import LimitValue, summarize
 
 if TYPE_CHECKING:
@@ -205,25 +207,52 @@ class Exact(Interpretation):
 class Params(Exact):
     """:class:`Exact` with params kept as symbols (``--symbolic``): ``covs`` {group: its covariance
     in param symbols}, ``values`` {symbol: value}.  E[expr] is a closed form in the params where
-    there is one, else a number at their values."""
+    there is one (:func:`.params_expect.closed_form`: the integrand's covariance entries and param
+    sub-expressions as atoms), else (none, too large, or resting on an expectation without one) a
+    number at their values by the linear-form route, with no closed form claimed; a scalar resting
+    on such a number claims none either."""
 
     def __init__(self, covs: Mapping[int, sp.Matrix], values: Mapping[sp.Symbol, float]) -> None:
         self.covs = dict(covs)
         self.params = dict(values)
+        #: the estimates with no closed form in the params (what rests on them takes the numbers route)
+        self.numbers = IndexSet()
 
     def initial_cov(self, group: int, spec) -> Callable[[int, int], sp.Expr]:
         if group in self.covs:
             return lambda i, j: self.covs[group][i, j]
         return super().initial_cov(group, spec)
 
-    def closed_form(self, ledger: Ledger, expr: sp.Expr, gauss: list[sp.Symbol], cov: sp.Matrix,
-                    laws: Mapping) -> Estimate:
+    def covariance_number(self, value: sp.Expr) -> float | None:
+        """A covariance at the params' values (the linear-form route of the numbers)."""
+        return number_at(value, self.params) if self.params else None
+
+    def expect(self, ledger: Ledger, expr: sp.Expr, where: ir.Eqn, deps: IndexSet) -> int:
         if not self.params:
-            return super().closed_form(ledger, expr, gauss, cov, laws)
-        return ledger._expect_params(expr, gauss, cov, laws)   # to move to limit/params_expect.py
+            return super().expect(ledger, expr, where, deps)
+        if not deps.bits & self.numbers.bits:
+            gauss = [s for s in sorted({n for n in distinct_nodes(expr) if n.is_Symbol}, key=sp.default_sort_key)
+                     if s not in ledger.laws and s not in self.params]
+            est = closed_form(expr, gauss, lambda a, b: ledger.cov.get((a, b), 0), ledger.laws, self.params,
+                              ledger.budget)
+            if est is not None:
+                index = ledger.record(expr, where, lambda: est)
+                if est.exact is None:
+                    self.numbers.add(index)
+                return index
+        index = forms_route(ledger, at_values(expr, self.params), where, deps)
+        ledger.estimates[index] = replace(ledger.estimates[index], exact=None)
+        self.numbers.add(index)
+        return index
 
     def point(self, value):
         return value.subs(self.params) if self.params and isinstance(value, sp.Basic) else value
+
+    def summarize(self, value: sp.Expr, estimates: Sequence, propagated: float | None = None) -> LimitValue:
+        out = super().summarize(value, estimates, propagated)
+        if self.params and any(e.exact is None for e in estimates):    # a number at the params
+            out = replace(out, exact=None)
+        return out
 
 
 class Batched(Interpretation):

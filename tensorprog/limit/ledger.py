@@ -9,8 +9,6 @@ scalars f(c) has Σ_a |∂f/∂c_a|·err(c_a) instead (:meth:`Ledger.propagated_
 """
 from __future__ import annotations
 
-import dataclasses
-
 from dataclasses import replace
 from typing import TYPE_CHECKING, Callable, Mapping
 
@@ -20,9 +18,8 @@ import sympy as sp
 from .. import ir
 from ..errors import TPValueError
 from ..expect.budget import Budget
-from ..expect.engine import Estimate, Law, expect
+from ..expect.engine import Estimate, Law
 from ..expect.shapes import Shapes
-from ..symbolic import functions as fnsym
 from ..symbolic.heads import Delta
 from .batch import BatchEstimate
 from .finiteness import Finiteness
@@ -32,10 +29,6 @@ from .result import LimitValue
 
 if TYPE_CHECKING:
     from .interpret import Interpretation
-
-#: closed forms in param symbols larger than this (sympy operation count) become numbers
-MAX_SYMBOLIC_OPS = 80
-
 
 #: float64 rounding charged to every expectation evaluated in floating point, relative to its value
 #: and to the variances it was computed from: the inputs carry their own rounding, and the errors of
@@ -78,7 +71,6 @@ class Ledger:
         becomes a number, by which route E[·] is taken, what the recurrence writes for it."""
         self.program, self.budget, self.interpretation = program, budget, interpretation
         self.hypotheses, self.finiteness = hypotheses, finiteness
-        self.param_values = dict(interpretation.params)   # for _expect_params (to move to limit/params_expect.py)
         self.cov: dict[tuple[sp.Symbol, sp.Symbol], sp.Expr] = {}
         self.laws: dict[sp.Symbol, Law] = {}
         self.estimates: list[Estimate] = []
@@ -151,48 +143,6 @@ class Ledger:
         self.hypotheses.budget(where, est, self.budget)
         self.estimates.append(est)
         return len(self.estimates) - 1
-
-    def _expect_params(self, expr: sp.Expr, gauss: list[sp.Symbol], cov: sp.Matrix,
-                       laws: dict[sp.Symbol, Law]) -> Estimate:
-        """A closed form in the param symbols if there is one, else numbers at their values."""
-        symbolic = (expr.free_symbols | cov.free_symbols) & self.param_values.keys()
-        small = max([sp.count_ops(expr)] + [sp.count_ops(c) for c in cov]) < MAX_SYMBOLIC_OPS
-        if symbolic and small:
-            try:
-                est = self._expect_polynomial(expr, gauss, cov, laws)
-                if est.exact is not None and est.method == "exact" and \
-                        sp.count_ops(est.exact) < 4 * MAX_SYMBOLIC_OPS:
-                    value = complex(sp.N(est.exact.subs(self.param_values), 17))
-                    return Estimate(value.real, 0.0, "exact", est.exact)
-            except ValueError:
-                pass
-        if not symbolic:
-            return expect(expr, gauss, cov, laws, exact=True, budget=self.budget)
-        # numbers at the params' values (exact ones: rho = 0.3 -> 3/10); no closed form in the
-        # params, so nothing that rests on this expectation claims one
-        exact = {s: fnsym.constant(v, True) for s, v in self.param_values.items()}
-        est = expect(expr.subs(exact), gauss, cov.subs(exact), laws, exact=True, budget=self.budget)
-        return dataclasses.replace(est, exact=None)
-
-    def _expect_polynomial(self, expr: sp.Expr, gauss: list[sp.Symbol], cov: sp.Matrix,
-                           laws: dict[sp.Symbol, Law]) -> Estimate:
-        """E[expr] with param symbols in ``expr`` as constants: expr = Σ_k p^k f_k(Z) (a polynomial
-        in the params, ValueError otherwise), E[expr] = Σ_k p^k E[f_k] (the closed form only when
-        every E[f_k] has one)."""
-        params = sorted(expr.free_symbols & self.param_values.keys(), key=sp.default_sort_key)
-        if not params:
-            return expect(expr, gauss, cov, laws, exact=True, budget=self.budget)
-        try:
-            poly = sp.Poly(expr, *params)
-        except sp.PolynomialError as err:
-            raise ValueError(f"not a polynomial in the params: {err}") from None
-        total = sp.Integer(0)
-        for powers, coeff in poly.terms():
-            est = expect(coeff, gauss, cov, laws, exact=True, budget=self.budget)
-            if est.exact is None or est.method != "exact":
-                raise ValueError("no closed form")
-            total += sp.Mul(*[q ** k for q, k in zip(params, powers)]) * est.exact
-        return Estimate(float(sp.N(total.subs(self.param_values), 17)), 0.0, "exact", total)
 
     # ---- results
     def error_sum(self, deps: IndexSet):

@@ -5,7 +5,7 @@ number the compiler reads (a matrix's σ², an initial group's covariance, a dim
 of a function tree) carries its expression in the params.  The compiler in symbolic mode reads
 those expressions instead of the numbers, so the recurrence, and every closed form the
 expectation engine finds, is a function of the params.  A param stays a number where it decides
-the structure (a loop bound, an index, a comparison, a builtin of constants, a law's df or
+the structure (a loop bound, an index, a comparison, a builtin of list constants, a law's df or
 mean) or where the compiler's rule depends on its value (the variance of a Haar-orthogonal
 matrix, of a non-Gaussian initial law): :func:`symbolic_covariances` records those as structural.
 """
@@ -51,7 +51,7 @@ def symbolic_notes(compiled) -> tuple[str, ...]:
         if fixed:
             notes.append(f"{program.file}: note [symbolic]: param{'s' if len(fixed) > 1 else ''} "
                          f"{', '.join(fixed)} set{'' if len(fixed) > 1 else 's'} the program's structure "
-                         "(a loop bound, an index, a comparison, a builtin of constants, a law's df or mean): "
+                         "(a loop bound, an index, a comparison, a builtin of list constants, a law's df or mean): "
                          "kept as numbers")
     numeric = [o.name for o in program.outputs if compiled.result(o.var).exact is None]
     if numeric:

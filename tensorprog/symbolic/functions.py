@@ -15,6 +15,7 @@ replaces shared sub-expressions by variables (:class:`tensorprog.lang.diff.DiffS
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Callable
 
 import sympy as sp
@@ -40,8 +41,14 @@ def to_sympy(fn: ir.Fn, leaf: Callable[[int], sp.Expr], exact: bool = False) -> 
 
 
 def constant(value: float, exact: bool) -> sp.Expr:
-    """A number as sympy: integers stay integers; with ``exact``, short decimals become rationals."""
-    if float(value).is_integer() and abs(value) < 2**53:
+    """A number as sympy: integers stay integers; with ``exact``, short decimals become rationals
+    (by ``nsimplify``, ~0.1 s a number: remembered per value)."""
+    return _constant(float(value), bool(exact))
+
+
+@lru_cache(maxsize=4096)
+def _constant(value: float, exact: bool) -> sp.Expr:
+    if value.is_integer() and abs(value) < 2**53:
         return sp.Integer(int(value))
     if exact:
         guess = sp.nsimplify(float(value), [sp.pi], tolerance=1e-15)

@@ -2,11 +2,11 @@
 
 ``tpc compile --symbolic`` lowers the program with every number-valued param a :class:`Traced`:
 a Python float (the lowering computes with its value, unchanged) that carries ``expr``, a sympy
-expression in the param symbols.  Constant folding (``a op b``), negation, list constants and
-their indexing carry the expression along; a list constant of traced items is a
+expression in the param symbols.  Constant folding (``a op b``), negation, builtins of scalars (their sympy
+heads: ``sqrt(sw)``), list constants and their indexing carry the expression along; a list constant of traced items is a
 :class:`TracedArray` (its ``exprs``, an object array beside the numbers).  Where a param decides
-the program's *structure* (a loop bound, an index, a comparison, a builtin of constants without
-a sympy head) the lowering records it as structural: it stays a number everywhere
+the program's *structure* (a loop bound, an index, a comparison, a builtin of list constants) the
+lowering records it as structural: it stays a number everywhere
 (:func:`structural_params`).
 
 The leaves the compiler reads (a matrix's σ², an initial group's covariance, a dim ratio, a
@@ -115,6 +115,15 @@ def combine(op: Callable, a: Any, b: Any, result: Any) -> Any:
     else:
         expr = op(ea, eb)
     return wrap(result, expr)
+
+
+def called(name: str, args: list, result: Any) -> Any:
+    """The folded ``result`` of the builtin ``name`` on scalar ``args``, carrying its sympy head of
+    the arguments' expressions (``sqrt(sw)``, ``exp(p)``) when one of them is traced."""
+    if all(expr_of(a) is None for a in args) or np.ndim(result) != 0:
+        return result
+    from .heads import HEADS
+    return Traced(float(result), HEADS[name](*[either(a) for a in args]))
 
 
 def negated(value: Any, result: Any) -> Any:
