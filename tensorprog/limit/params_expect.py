@@ -201,5 +201,6 @@ def gaussians_in_a_head(expr: sp.Expr, gaussians: Sequence[sp.Symbol]) -> int:
 
 def _entry(value: sp.Expr, atoms: Atoms, diagonal: bool) -> sp.Expr:
     """A covariance entry: itself if a number, else its atom."""
-    value = sp.sympify(value) if not isinstance(value, sp.Basic) else value
+    if not isinstance(value, sp.Basic):           # a plain number (the ledger's 0 for no covariance)
+        value = sp.Integer(value) if isinstance(value, int) else sp.Float(value)
     return value if value.is_number else atoms.of(value, variance=diagonal)
