@@ -207,7 +207,8 @@ def map_tasks(scheduler: object, shared: object, func: Callable[[Any, Any], Any]
     lost = ("scheduler: lost the Dask scheduler ({}); kernel tiles written so far stay, and a rerun "
             "resumes")
     try:
-        with quiet_dask("distributed.client", unraisable=False):   # its reconnection notes: see `lost`
+        # the client's reconnection notes and its batched comm's "closed" trace: see `lost`
+        with quiet_dask("distributed.client", unraisable=False), quiet_dask("distributed.batched", unraisable=False):
             while pending:
                 wait_for_workers(client, scheduler)
                 remote = client.scatter([shared], broadcast=True, hash=False)
