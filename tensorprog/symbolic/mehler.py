@@ -583,6 +583,12 @@ def pairwise_roundings(n: np.ndarray) -> np.ndarray:
     return np.where(n <= 128, np.maximum(small, 0.0), big)
 
 
+#: the unit roundoff of float64: a rounding to nearest errs by at most this relative to its result
+UNIT = EPS / 2
+#: the roundings that form a cell's ρ = c·a^{−1/2}·b^{−1/2} on the tape (:func:`stated_errors`)
+RHO_ROUNDINGS = 6.0
+
+
 def stated_errors(A: np.ndarray, B: np.ndarray, K: int, order: np.ndarray, log_trunc: np.ndarray,
                   rho: np.ndarray, shape: tuple) -> np.ndarray:
     """The stated error per cell (flat), at the cell's own order L and r = |ρ|:
@@ -593,11 +599,22 @@ def stated_errors(A: np.ndarray, B: np.ndarray, K: int, order: np.ndarray, log_t
     * the coefficients' errors (δ per coefficient, packed column of :func:`packed_columns`):
       |Σ_{k≤L} ρ^k (α_kβ_k − α̃_kβ̃_k)| ≤ δ_α Σ|ρ|^k|β̃_k| + δ_β Σ|ρ|^k|α̃_k| + (L+1)δ_αδ_β, the sums
       by |β₀| + r|β₁| + r²‖β_{≥2}‖₁;
-    * the rounding of the sum (:func:`horner_sums`): term k meets one product, then k products by ρ
-      and k + 1 additions in Horner's loop; a term above :data:`HORNER_TOP` instead its power's
-      roundings, two products and the pairwise sum (:func:`pairwise_roundings` of L − HORNER_TOP
-      terms), then the loop's 2(HORNER_TOP + 1): ≤ (2k + 2 + P) roundings either way, i.e.
-      ε·((2 + P)·Σ|ρ|^k|α_kβ_k| + 2·Σ k|ρ|^k|α_kβ_k|), both sums by :func:`weighted`."""
+    * the rounding of the sum (:func:`horner_sums`), each rounding at most the unit roundoff
+      u = ε/2 relative to its result (round to nearest): term k ≤ :data:`HORNER_TOP` meets one
+      product (α_kβ_k), then k products by ρ and k + 1 additions in Horner's loop, 2k + 2 roundings;
+      a term above it its power's k − HORNER_TOP − 2 (a cumulative product), two products, the
+      pairwise sum's P (:func:`pairwise_roundings` of L − HORNER_TOP terms), then the loop's
+      2(HORNER_TOP + 1): k + HORNER_TOP + 2 + P ≤ 2k + 2 + P.  First order (γ_n = nu/(1 − nu) ≤
+      nu(1 + 1e-12) for n ≤ 10⁴):
+      u·(2·Σ_k |ρ|^k|α_kβ_k| + 2·Σ_k k|ρ|^k|α_kβ_k| + P·Σ_{k>HORNER_TOP} |ρ|^k|α_kβ_k|), the first two
+      sums by :func:`weighted`, the last by r^{HORNER_TOP+1}‖α_{≥2}‖‖β_{≥2}‖ (Cauchy–Schwarz; P = 0
+      for L ≤ HORNER_TOP).  P counts only for the terms that meet the pairwise sum: charged on the
+      whole Σ|ρ|^k|α_kβ_k| it made the bound of a cell at |ρ| ≈ 0.9 (L ≥ 48) 4× its rounding;
+    * the rounding of ρ itself: the tape forms ρ = c·a^{−1/2}·b^{−1/2} (:mod:`..expect.batch`'s
+      c·(ab)^{−1/2}, regrouped by space: each inverse square root a square root and a division, then
+      two products), so ρ̃ = ρ(1 + θ), |θ| ≤ :data:`RHO_ROUNDINGS`·u, and ρ̃^k = ρ^k(1 + kθ) to first
+      order: :data:`RHO_ROUNDINGS`·u·Σ_k k|ρ|^k|α_kβ_k| (the errors of a, b and c themselves are the
+      replay's, through the slopes: :mod:`..limit.replay`)."""
     _, _, e0, _ = packed_columns(K)
     r0 = K + 5 + len(levels(K))                        # the first of the row numbers
     a, b = Operand(A, shape), Operand(B, shape)
@@ -613,7 +630,10 @@ def stated_errors(A: np.ndarray, B: np.ndarray, K: int, order: np.ndarray, log_t
         coef = da * wb + db * wa + (L + 1.0) * (da * db)
         m0 = weighted(x(R_A0), x(R_A1), x(R_N2), y(R_A0), y(R_A1), y(R_N2), r)
         m1 = r * (x(R_A1) * y(R_A1)) + (r * r) * (x(R_W2) * y(R_W2))
-        coef += EPS * ((2.0 + P) * m0 + 2.0 * m1)
+        rnd = 2.0 * m0 + (2.0 + RHO_ROUNDINGS) * m1
+        if np.any(P):
+            rnd += P * (r ** (HORNER_TOP + 1) * (x(R_N2) * y(R_N2)))
+        coef += (UNIT * (1 + 1e-12)) * rnd
     err += coef.reshape(-1)
     return err
 
