@@ -594,8 +594,9 @@ def stated_errors(A: np.ndarray, B: np.ndarray, K: int, order: np.ndarray, log_t
     """The stated error per cell (flat), at the cell's own order L and r = |ρ|:
 
     * the truncation bound exp(``log_trunc``) = r^{L+1}·√(T_α(L′) T_β(L′)) (:func:`orders`: the
-      tails of the largest stored level L′ ≤ L, never those of K), widened by 1e-12 for the
-      rounding of its logarithms;
+      tails of the largest stored level L′ ≤ L, never those of K), or where L is not a level the
+      smaller r^{L+1}·√(T_α(L) T_β(L)) at the cell's own order (:func:`own_tails`), widened by 1e-12
+      for the rounding of its logarithms;
     * the coefficients' errors (δ per coefficient, packed column of :func:`packed_columns`):
       |Σ_{k≤L} ρ^k (α_kβ_k − α̃_kβ̃_k)| ≤ δ_α Σ|ρ|^k|β̃_k| + δ_β Σ|ρ|^k|α̃_k| + (L+1)δ_αδ_β, the sums
       by |β₀| + r|β₁| + r²‖β_{≥2}‖₁;
@@ -624,7 +625,7 @@ def stated_errors(A: np.ndarray, B: np.ndarray, K: int, order: np.ndarray, log_t
     P = pairwise_roundings(np.arange(K + 1) - HORNER_TOP)[L]
     da, db = a.grid(e0), b.grid(e0)
     with np.errstate(over="ignore", invalid="ignore"):
-        err = np.exp(np.maximum(log_trunc, -700.0)) * (1 + 1e-12)
+        err = np.exp(np.maximum(own_tails(a, b, rho, order, log_trunc, K), -700.0)) * (1 + 1e-12)
         wa = x(R_A0) + r * (x(R_A1) + r * x(R_L1))
         wb = y(R_A0) + r * (y(R_A1) + r * y(R_L1))
         coef = da * wb + db * wa + (L + 1.0) * (da * db)
@@ -636,6 +637,34 @@ def stated_errors(A: np.ndarray, B: np.ndarray, K: int, order: np.ndarray, log_t
         coef += (UNIT * (1 + 1e-12)) * rnd
     err += coef.reshape(-1)
     return err
+
+
+def own_tails(a: Operand, b: Operand, rho: np.ndarray, order: np.ndarray, log_trunc: np.ndarray,
+              K: int) -> np.ndarray:
+    """``log_trunc`` (per cell, flat: :func:`orders`), at the cells whose order L is not a stored level
+    the least of it and log r^{L+1}·√(T_α(L) T_β(L)) with T(L) ≤ (√T(K) + ‖α̃_{L<k≤K}‖₂ + √(K+1)·δ)²:
+    Σ_{k>L} α_k² is the tail beyond K plus the kept coefficients beyond L, whose errors are at most
+    δ each, so ‖α_{L<k≤K}‖₂ ≤ ‖α̃_{L<k≤K}‖₂ + √(K+1)·δ (Minkowski).  The stored level L′ < L bounds
+    T(L) too, but loosely (T(16) for a cell summed to order 31).  The order is not changed: only the
+    stated bound of the sum :func:`horner_sums` already took."""
+    cells = np.flatnonzero(~np.isin(order, levels(K)))
+    if not len(cells):
+        return log_trunc
+    t0, _, e0, _ = packed_columns(K)
+    last = t0 + len(levels(K)) - 1                         # T(K)
+    L = order[cells]
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        got = (L + 1.0) * np.log(np.abs(rho[cells]))
+        for side in (a, b):
+            under = side.under(cells)
+            rows, at = np.unique(under, return_inverse=True)
+            kept = side.rows[rows]
+            beyond = np.cumsum(kept[:, K:0:-1] ** 2, axis=1)         # [:, m] = Σ_{k ≥ K−m} α̃_k²
+            norm = np.sqrt(beyond[at, K - L - 1])                    # ‖α̃_{L<k≤K}‖₂
+            got += np.log(np.sqrt(kept[at, last]) + norm + np.sqrt(K + 1.0) * kept[at, e0])
+        out = log_trunc.copy()
+        out[cells] = np.fmin(log_trunc[cells], got)
+    return out
 
 
 def diagonal_cells(A: np.ndarray, B: np.ndarray, rho: np.ndarray, shape: tuple) -> np.ndarray:
