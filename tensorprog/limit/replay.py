@@ -27,7 +27,9 @@ over the distinct entries c_n of its layout and the numbers s a polynomial P res
 the rounding of evaluating P (:func:`rounding`: n − 1 roundings of a sum of n terms, k − 1 of a
 product of k factors, each at most the unit roundoff u = ε/2 relative to the magnitude |·|⁺ of what
 it adds or multiplies).  An output
-is such a P, plus VALUE_ROUNDING·|value|.  The series' slopes
+is such a P: its error bounds the tape's value as written (the estimates' errors cover their values as
+the tape computed them, rnd(P) the arithmetic after; no further rounding such as the compile's
+VALUE_ROUNDING·|value|, which counted it twice).  The series' slopes
 are bounded per cell by Price's theorem (∂/∂c E φ(u)ψ(v) = E φ′ψ′, ∂/∂a = ½ E φ″ψ, as Mehler series:
 :func:`..symbolic.mehler.mehler_slope`, :func:`..symbolic.mehler.mehler_curve`, ``mean_curve``);
 products and closed forms (the ReLU arc-cosine kernel: finite off ρ = ±1, whose pairs are classes
@@ -55,7 +57,6 @@ from ..symbolic.grid import GridTape, Workspace
 from ..symbolic.heads import Delta
 from ..symbolic.mehler import DiagonalSlope, HermiteRow, Mean, MeanCurve, MehlerCurve, MehlerSlope, MehlerValue
 from ..symbolic.tape import Builder as TapeBuilder
-from .accuracy import VALUE_ROUNDING
 from .ledger import ROUNDING
 
 EPS = float(np.finfo(float).eps)
@@ -203,8 +204,7 @@ class Builder:
             for k in sorted(self.compiled.deps[var]):
                 self.source(("estimate", k))
             values.append(value)
-            errors.append(sp.Add(self.error_of(self.compiled.c[var]),
-                                 sp.Float(VALUE_ROUNDING) * sp.Abs(value, evaluate=False), evaluate=False))
+            errors.append(self.error_of(self.compiled.c[var]))      # its rounding is rnd(P): module doc
         varying = self.varying()
         consts = [(e, v) for e, v in self.constants if not self.settled(e, v, varying)]
         checks = [e for e, _ in consts]

@@ -324,7 +324,7 @@ def packed_columns(K: int) -> tuple[int, int, int, int]:
 # per-cell bounds from a few numbers per row: Σ_k |ρ|^k |x_k y_k| ≤ |x₀y₀| + |ρ||x₁y₁| + ρ²‖x_{≥2}‖‖y_{≥2}‖
 
 #: the columns of :func:`row_numbers`
-R_A0, R_A1, R_N2, R_L1, R_W2, R_S0, R_S1, R_S2, R_C0, R_C1, R_C2 = range(11)
+R_A0, R_A1, R_N2, R_L1, R_W2, R_S0, R_S1, R_S2, R_C0, R_C1, R_C2, R_N3, R_S3, R_C3 = range(14)
 
 
 def row_numbers(A: np.ndarray) -> np.ndarray:
@@ -335,15 +335,16 @@ def row_numbers(A: np.ndarray) -> np.ndarray:
 
 
 #: how many numbers :func:`compute_row_numbers` gives per row
-ROW_NUMBERS = 11
+ROW_NUMBERS = 14
 
 
 def compute_row_numbers(alpha: np.ndarray) -> np.ndarray:
     """Per row of coefficients α_0 … α_K (…, K+1) the numbers of the per-cell bounds (…, 11):
     |α₀|, |α₁|, ‖α_{≥2}‖₂, ‖α_{≥2}‖₁, ‖(√k α_k)_{k≥2}‖ (the plain series x_k = α_k); then for
     x_k = √(k+1) α_{k+1} (the ρ-derivative, :func:`mehler_slope`) and x_k = √((k+1)(k+2)) α_{k+2}
-    (the variance derivative, :func:`mehler_curve`) |x₀|, |x₁|, ‖x_{≥2}‖₂.  Computed once per
-    distinct variance, when the row is packed (:func:`pack`)."""
+    (the variance derivative, :func:`mehler_curve`) |x₀|, |x₁|, ‖x_{≥2}‖₂; then ‖x_{≥3}‖₂ of the
+    three (the signed bounds of :func:`signed_weighted`).  Computed once per distinct variance, when
+    the row is packed (:func:`pack`)."""
     al = alpha
     K = al.shape[-1] - 1
     k = np.arange(K + 1, dtype=float)
@@ -357,6 +358,9 @@ def compute_row_numbers(alpha: np.ndarray) -> np.ndarray:
     out[..., R_S2] = np.sqrt(np.sum(k[3:] * sq[..., 3:], axis=-1))
     out[..., R_C0], out[..., R_C1] = np.sqrt(2.0) * np.abs(al[..., 2]), np.sqrt(6.0) * np.abs(al[..., 3])
     out[..., R_C2] = np.sqrt(np.sum(k[4:] * (k[4:] - 1) * sq[..., 4:], axis=-1))
+    out[..., R_N3] = np.sqrt(np.sum(sq[..., 3:], axis=-1))
+    out[..., R_S3] = np.sqrt(np.sum(k[4:] * sq[..., 4:], axis=-1))
+    out[..., R_C3] = np.sqrt(np.sum(k[5:] * (k[5:] - 1) * sq[..., 5:], axis=-1))
     return out
 
 
@@ -367,24 +371,51 @@ def weighted(x0, x1, x2, y0, y1, y2, r: np.ndarray) -> np.ndarray:
     return x0 * y0 + r * (x1 * y1) + (r * r) * (x2 * y2)
 
 
+SQRT2, SQRT3, SQRT6, SQRT12 = (float(np.sqrt(v)) for v in (2.0, 3.0, 6.0, 12.0))
+
+
+def order_of(A: np.ndarray) -> int:
+    """K of packed rows (their last column)."""
+    return int(np.ravel(A[..., -1])[0])
+
+
+def signed_weighted(x0, x1, x2, x3, y0, y1, y2, y3, rho: np.ndarray) -> np.ndarray:
+    """A bound on |Σ_k ρ^k x_k y_k| (|ρ| ≤ 1) from the signed x₀, x₁, x₂ (and y's) and ‖x_{≥3}‖₂:
+    |x₀y₀ + ρx₁y₁ + ρ²x₂y₂| + |ρ|³‖x_{≥3}‖‖y_{≥3}‖ (Cauchy–Schwarz on the rest), the first part
+    widened by 8u·(|x₀y₀| + |ρx₁y₁| + ρ²|x₂y₂|) for its own rounding (and its factors' √2, √3, …).  Where the first terms cancel
+    (SiLU's E φ″ψ: √2α₂β₀ against ρ²√12α₄β₂) this is the derivative to within the rest's bound, where
+    :func:`weighted` adds them in absolute value (2.9× at ρ = 0.9); the callers take the smaller."""
+    r = np.abs(rho)
+    t0, t1, t2 = x0 * y0, rho * (x1 * y1), (rho * rho) * (x2 * y2)
+    first = np.abs(t0 + t1 + t2) + (8 * UNIT) * (np.abs(t0) + np.abs(t1) + np.abs(t2))
+    return first + (r * r * r) * (x3 * y3)
+
+
 def mehler_slope(A: np.ndarray, B: np.ndarray, rho: np.ndarray, out=None) -> np.ndarray:
-    """A bound on |∂/∂ρ Σ_k ρ^k α_k β_k| = |Σ_k ρ^k (k+1) α_{k+1} β_{k+1}| per cell (:func:`weighted`
-    with x_k = √(k+1) α_{k+1}, y_k = √(k+1) β_{k+1}).  With ρ = c/√(ab): |∂E/∂c| ≤ this/√(ab)
+    """A bound on |∂/∂ρ Σ_k ρ^k α_k β_k| = |Σ_k ρ^k (k+1) α_{k+1} β_{k+1}| per cell (the smaller of
+    :func:`weighted` and :func:`signed_weighted` with x_k = √(k+1) α_{k+1}, y_k = √(k+1) β_{k+1}).  With ρ = c/√(ab): |∂E/∂c| ≤ this/√(ab)
     (Price's theorem: ∂E φ(u)ψ(v)/∂c = E φ′(u)ψ′(v)).  From the packed coefficients (the part of
     the sum beyond K is below the truncation target, relative: a sensitivity only weights errors)."""
     a, b = row_numbers(A), row_numbers(B)
-    r = np.abs(np.clip(rho, -1.0, 1.0))
-    got = weighted(a[..., R_S0], a[..., R_S1], a[..., R_S2], b[..., R_S0], b[..., R_S1], b[..., R_S2], r)
+    r = np.clip(rho, -1.0, 1.0)
+    got = weighted(a[..., R_S0], a[..., R_S1], a[..., R_S2], b[..., R_S0], b[..., R_S1], b[..., R_S2], np.abs(r))
+    if order_of(A) >= 4:
+        got = np.minimum(got, signed_weighted(A[..., 1], SQRT2 * A[..., 2], SQRT3 * A[..., 3], a[..., R_S3],
+                                              B[..., 1], SQRT2 * B[..., 2], SQRT3 * B[..., 3], b[..., R_S3], r))
     return got if out is None else np.copyto(out, np.broadcast_to(got, out.shape)) or out
 
 
 def mehler_curve(A: np.ndarray, B: np.ndarray, rho: np.ndarray, out=None) -> np.ndarray:
     """A bound on |Σ_k ρ^k √((k+1)(k+2)) α_{k+2} β_k| per cell: 2a·|∂E/∂a| at fixed c, a the
     variance of A's function (Price: ∂E φ(u)ψ(v)/∂a = ½ E φ″(u)ψ(v), and E φ″(√a z) h_k(z) =
-    √((k+1)(k+2)) α_{k+2}/a); B's variance by swapping the arguments."""
+    √((k+1)(k+2)) α_{k+2}/a); B's variance by swapping the arguments.  The smaller of :func:`weighted`
+    and :func:`signed_weighted` with x_k = √((k+1)(k+2)) α_{k+2}, y_k = β_k."""
     a, b = row_numbers(A), row_numbers(B)
-    r = np.abs(np.clip(rho, -1.0, 1.0))
-    got = weighted(a[..., R_C0], a[..., R_C1], a[..., R_C2], b[..., R_A0], b[..., R_A1], b[..., R_N2], r)
+    r = np.clip(rho, -1.0, 1.0)
+    got = weighted(a[..., R_C0], a[..., R_C1], a[..., R_C2], b[..., R_A0], b[..., R_A1], b[..., R_N2], np.abs(r))
+    if order_of(A) >= 4:
+        got = np.minimum(got, signed_weighted(SQRT2 * A[..., 2], SQRT6 * A[..., 3], SQRT12 * A[..., 4], a[..., R_C3],
+                                              B[..., 0], B[..., 1], B[..., 2], b[..., R_N3], r))
     return got if out is None else np.copyto(out, np.broadcast_to(got, out.shape)) or out
 
 
@@ -599,7 +630,7 @@ def stated_errors(A: np.ndarray, B: np.ndarray, K: int, order: np.ndarray, log_t
       for the rounding of its logarithms;
     * the coefficients' errors (δ per coefficient, packed column of :func:`packed_columns`):
       |Σ_{k≤L} ρ^k (α_kβ_k − α̃_kβ̃_k)| ≤ δ_α Σ|ρ|^k|β̃_k| + δ_β Σ|ρ|^k|α̃_k| + (L+1)δ_αδ_β, the sums
-      by |β₀| + r|β₁| + r²‖β_{≥2}‖₁;
+      by |β₀| + r|β₁| + r²|β₂| + r³‖β_{≥3}‖₁ (:func:`third_on`);
     * the rounding of the sum (:func:`horner_sums`), each rounding at most the unit roundoff
       u = ε/2 relative to its result (round to nearest): term k ≤ :data:`HORNER_TOP` meets one
       product (α_kβ_k), then k products by ρ and k + 1 additions in Horner's loop, 2k + 2 roundings;
@@ -626,8 +657,8 @@ def stated_errors(A: np.ndarray, B: np.ndarray, K: int, order: np.ndarray, log_t
     da, db = a.grid(e0), b.grid(e0)
     with np.errstate(over="ignore", invalid="ignore"):
         err = np.exp(np.maximum(own_tails(a, b, rho, order, log_trunc, K), -700.0)) * (1 + 1e-12)
-        wa = x(R_A0) + r * (x(R_A1) + r * x(R_L1))
-        wb = y(R_A0) + r * (y(R_A1) + r * y(R_L1))
+        wa = x(R_A0) + r * (x(R_A1) + r * third_on(a.grid(2), x(R_L1), r))
+        wb = y(R_A0) + r * (y(R_A1) + r * third_on(b.grid(2), y(R_L1), r))
         coef = da * wb + db * wa + (L + 1.0) * (da * db)
         m0 = weighted(x(R_A0), x(R_A1), x(R_N2), y(R_A0), y(R_A1), y(R_N2), r)
         m1 = r * (x(R_A1) * y(R_A1)) + (r * r) * (x(R_W2) * y(R_W2))
@@ -637,6 +668,15 @@ def stated_errors(A: np.ndarray, B: np.ndarray, K: int, order: np.ndarray, log_t
         coef += (UNIT * (1 + 1e-12)) * rnd
     err += coef.reshape(-1)
     return err
+
+
+def third_on(x2: np.ndarray, l1: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """|x₂| + r‖x_{≥3}‖₁ ≥ Σ_{k≥2} r^{k−2}|x_k| (r ≤ 1), from x₂ and ‖x_{≥2}‖₁: for a function of one
+    parity (tanh, tanh′) x₂ or x₃ is 0 and the plain ‖x_{≥2}‖₁ overstates the sum by 1/r on its
+    larger part.  The difference ‖x_{≥2}‖₁ − |x₂| is widened by 1e-12‖x_{≥2}‖₁ for the rounding of
+    the stored sum (at most K·u relative)."""
+    x2 = np.abs(x2)
+    return x2 + r * (np.maximum(l1 - x2, 0.0) + 1e-12 * l1)
 
 
 def own_tails(a: Operand, b: Operand, rho: np.ndarray, order: np.ndarray, log_trunc: np.ndarray,
