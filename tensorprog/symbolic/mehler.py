@@ -639,8 +639,10 @@ def stated_errors(A: np.ndarray, B: np.ndarray, K: int, order: np.ndarray, log_t
       2(HORNER_TOP + 1): k + HORNER_TOP + 2 + P ≤ 2k + 2 + P.  First order (γ_n = nu/(1 − nu) ≤
       nu(1 + 1e-12) for n ≤ 10⁴):
       u·(2·Σ_k |ρ|^k|α_kβ_k| + 2·Σ_k k|ρ|^k|α_kβ_k| + P·Σ_{k>HORNER_TOP} |ρ|^k|α_kβ_k|), the first two
-      sums by :func:`weighted`, the last by r^{HORNER_TOP+1}‖α_{≥2}‖‖β_{≥2}‖ (Cauchy–Schwarz; P = 0
-      for L ≤ HORNER_TOP).  P counts only for the terms that meet the pairwise sum: charged on the
+      sums by the terms k ≤ 1 and r²‖x_{≥2}‖‖y_{≥2}‖ (Cauchy–Schwarz: :func:`weighted`) or, where
+      smaller (a function of one parity: α₂ = 0), by k = 2 apart and r³‖x_{≥3}‖‖y_{≥3}‖ (x_k = α_k, and
+      √k α_k for the second, whose ‖·_{≥3}‖ is the slope's R_S2), the last by
+      r^{HORNER_TOP+1}‖α_{≥2}‖‖β_{≥2}‖ (P = 0 for L ≤ HORNER_TOP).  P counts only for the terms that meet the pairwise sum: charged on the
       whole Σ|ρ|^k|α_kβ_k| it made the bound of a cell at |ρ| ≈ 0.9 (L ≥ 48) 4× its rounding;
     * the rounding of ρ itself: the tape forms ρ = c·a^{−1/2}·b^{−1/2} (:mod:`..expect.batch`'s
       c·(ab)^{−1/2}, regrouped by space: each inverse square root a square root and a division, then
@@ -660,8 +662,9 @@ def stated_errors(A: np.ndarray, B: np.ndarray, K: int, order: np.ndarray, log_t
         wa = x(R_A0) + r * (x(R_A1) + r * third_on(a.grid(2), x(R_L1), r))
         wb = y(R_A0) + r * (y(R_A1) + r * third_on(b.grid(2), y(R_L1), r))
         coef = da * wb + db * wa + (L + 1.0) * (da * db)
-        m0 = weighted(x(R_A0), x(R_A1), x(R_N2), y(R_A0), y(R_A1), y(R_N2), r)
-        m1 = r * (x(R_A1) * y(R_A1)) + (r * r) * (x(R_W2) * y(R_W2))
+        t1, t2, r2 = r * (x(R_A1) * y(R_A1)), np.abs(a.grid(2) * b.grid(2)), r * r
+        m0 = x(R_A0) * y(R_A0) + t1 + r2 * np.minimum(x(R_N2) * y(R_N2), t2 + r * (x(R_N3) * y(R_N3)))
+        m1 = t1 + r2 * np.minimum(x(R_W2) * y(R_W2), 2.0 * t2 + r * (x(R_S2) * y(R_S2)))
         rnd = 2.0 * m0 + (2.0 + RHO_ROUNDINGS) * m1
         if np.any(P):
             rnd += P * (r ** (HORNER_TOP + 1) * (x(R_N2) * y(R_N2)))
