@@ -245,9 +245,10 @@ def levels(K: int) -> list[int]:
 def pack(fn: Fn, K: int, h: float, a: np.ndarray) -> np.ndarray:
     """The packed coefficients of φ = fn at the variances ``a`` (any shape; computed once per
     distinct value): shape a.shape + (W,), [α_0 … α_K, T(L) for each level L of :func:`levels`,
-    S = E φ², its error, δ, ‖α̃‖, the numbers of :func:`compute_row_numbers`, K] (:func:`coefficients`,
-    at the recorded step h; δ the error of each coefficient, ``Coefficients.sup``; the tails of the
-    levels below K as :meth:`Coefficients.truncate` states them)."""
+    S = E φ², its error, δ, ‖α̃‖, the numbers of :func:`compute_row_numbers`, √(T(L)/T(L′)) for every
+    order L = 0 … K (:func:`tail_ratios`), K] (:func:`coefficients`, at the recorded step h; δ the
+    error of each coefficient, ``Coefficients.sup``; the tails below K as :meth:`Coefficients.truncate`
+    states them: T(L) ≤ (√T(K) + ‖α̃_{L<k≤K}‖ + ‖α − α̃‖)²)."""
     a = np.asarray(a, dtype=float)
     ua, inv = np.unique(a.ravel(), return_inverse=True)
     c = coefficients(fn, ua, K, h)
@@ -255,8 +256,27 @@ def pack(fn: Fn, K: int, h: float, a: np.ndarray) -> np.ndarray:
     tails = [(np.sqrt(c.tail) + np.sqrt(beyond[:, L + 1]) + c.err) ** 2 if L < K else c.tail for L in levels(K)]
     out = np.concatenate([c.alpha, np.stack(tails, 1), c.square[:, None], c.square_err[:, None],
                           c.sup[:, None], c.norm[:, None], compute_row_numbers(c.alpha),
-                          np.full((len(ua), 1), float(K))], axis=1)
+                          tail_ratios(c, beyond, tails), np.full((len(ua), 1), float(K))], axis=1)
     return out[inv].reshape(a.shape + (out.shape[1],))
+
+
+def tail_ratios(c: Coefficients, beyond: np.ndarray, tails: list[np.ndarray]) -> np.ndarray:
+    """Per row and order L = 0 … K, √(T(L)/T(L′)) ≤ 1, L′ the largest level ≤ L (:func:`levels`; 1
+    below the first level): T(L) ≤ (√T(K) + ‖α̃_{L<k≤K}‖ + ‖α − α̃‖)², the levels' own formula at
+    every order.  A cell summed to order L whose truncation bound :func:`orders` states with the
+    tails of L′ scales it by the two sides' ratios (:func:`stated_errors`)."""
+    K = c.K
+    ls = levels(K)
+    own = np.sqrt(c.tail)[:, None] + np.concatenate([np.sqrt(beyond[:, 1:]) + c.err[:, None],
+                                                     np.zeros((len(c.tail), 1))], axis=1)
+    ref = np.ones_like(own)
+    for n, L in enumerate(ls):
+        stop = ls[n + 1] if n + 1 < len(ls) else K + 1
+        ref[:, L:stop] = np.sqrt(tails[n])[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where(ref > 0, np.minimum(own / ref, 1.0), 1.0)
+    out[:, :ls[0]] = 1.0
+    return out
 
 
 class PackCache:
@@ -381,14 +401,36 @@ def order_of(A: np.ndarray) -> int:
 
 def signed_weighted(x0, x1, x2, x3, y0, y1, y2, y3, rho: np.ndarray) -> np.ndarray:
     """A bound on |Σ_k ρ^k x_k y_k| (|ρ| ≤ 1) from the signed x₀, x₁, x₂ (and y's) and ‖x_{≥3}‖₂:
-    |x₀y₀ + ρx₁y₁ + ρ²x₂y₂| + |ρ|³‖x_{≥3}‖‖y_{≥3}‖ (Cauchy–Schwarz on the rest), the first part
-    widened by 8u·(|x₀y₀| + |ρx₁y₁| + ρ²|x₂y₂|) for its own rounding (and its factors' √2, √3, …).  Where the first terms cancel
+    |x₀y₀ + ρ(x₁y₁ + ρx₂y₂)| + |ρ|³‖x_{≥3}‖‖y_{≥3}‖ (Cauchy–Schwarz on the rest); its callers add
+    8u·(the absolute form, :func:`weighted`, ≥ |x₀y₀| + |ρx₁y₁| + ρ²|x₂y₂|) for the rounding of the
+    first part (and of its factors √2, √3, …).  Where the first terms cancel
     (SiLU's E φ″ψ: √2α₂β₀ against ρ²√12α₄β₂) this is the derivative to within the rest's bound, where
     :func:`weighted` adds them in absolute value (2.9× at ρ = 0.9); the callers take the smaller."""
     r = np.abs(rho)
-    t0, t1, t2 = x0 * y0, rho * (x1 * y1), (rho * rho) * (x2 * y2)
-    first = np.abs(t0 + t1 + t2) + (8 * UNIT) * (np.abs(t0) + np.abs(t1) + np.abs(t2))
-    return first + (r * r * r) * (x3 * y3)
+    first = rho * (x2 * y2)
+    first += x1 * y1
+    first *= rho
+    first += x0 * y0
+    np.abs(first, out=first)
+    r3 = r * r
+    r3 *= r
+    r3 *= x3 * y3
+    first += r3
+    return first
+
+
+def may_cancel(xs: Sequence[np.ndarray], ys: Sequence[np.ndarray]) -> bool:
+    """Whether the terms x_k y_k ρ^k, k ≤ 2, of some cell can have opposite signs (else
+    :func:`signed_weighted` is no smaller than :func:`weighted` and is not computed): two of them
+    not 0 somewhere, and not only k = 0 and 2 with x₀x₂ and y₀y₂ of one sign throughout (tanh's slope)."""
+    live = [bool(np.any(x) and np.any(y)) for x, y in zip(xs, ys)]
+    if sum(live) <= 1:
+        return False
+    if live == [True, False, True]:
+        sx, sy = np.sign(xs[0] * xs[2]), np.sign(ys[0] * ys[2])
+        if (np.all(sx >= 0) and np.all(sy >= 0)) or (np.all(sx <= 0) and np.all(sy <= 0)):
+            return False
+    return True
 
 
 def mehler_slope(A: np.ndarray, B: np.ndarray, rho: np.ndarray, out=None) -> np.ndarray:
@@ -399,9 +441,10 @@ def mehler_slope(A: np.ndarray, B: np.ndarray, rho: np.ndarray, out=None) -> np.
     a, b = row_numbers(A), row_numbers(B)
     r = np.clip(rho, -1.0, 1.0)
     got = weighted(a[..., R_S0], a[..., R_S1], a[..., R_S2], b[..., R_S0], b[..., R_S1], b[..., R_S2], np.abs(r))
-    if order_of(A) >= 4:
-        got = np.minimum(got, signed_weighted(A[..., 1], SQRT2 * A[..., 2], SQRT3 * A[..., 3], a[..., R_S3],
-                                              B[..., 1], SQRT2 * B[..., 2], SQRT3 * B[..., 3], b[..., R_S3], r))
+    if order_of(A) >= 4 and may_cancel([A[..., 1], A[..., 2], A[..., 3]], [B[..., 1], B[..., 2], B[..., 3]]):
+        signed = signed_weighted(A[..., 1], SQRT2 * A[..., 2], SQRT3 * A[..., 3], a[..., R_S3],
+                                 B[..., 1], SQRT2 * B[..., 2], SQRT3 * B[..., 3], b[..., R_S3], r)
+        got = np.minimum(got, signed + (8 * UNIT) * got)
     return got if out is None else np.copyto(out, np.broadcast_to(got, out.shape)) or out
 
 
@@ -413,9 +456,10 @@ def mehler_curve(A: np.ndarray, B: np.ndarray, rho: np.ndarray, out=None) -> np.
     a, b = row_numbers(A), row_numbers(B)
     r = np.clip(rho, -1.0, 1.0)
     got = weighted(a[..., R_C0], a[..., R_C1], a[..., R_C2], b[..., R_A0], b[..., R_A1], b[..., R_N2], np.abs(r))
-    if order_of(A) >= 4:
-        got = np.minimum(got, signed_weighted(SQRT2 * A[..., 2], SQRT6 * A[..., 3], SQRT12 * A[..., 4], a[..., R_C3],
-                                              B[..., 0], B[..., 1], B[..., 2], b[..., R_N3], r))
+    if order_of(A) >= 4 and may_cancel([A[..., 2], A[..., 3], A[..., 4]], [B[..., 0], B[..., 1], B[..., 2]]):
+        signed = signed_weighted(SQRT2 * A[..., 2], SQRT6 * A[..., 3], SQRT12 * A[..., 4], a[..., R_C3],
+                                 B[..., 0], B[..., 1], B[..., 2], b[..., R_N3], r)
+        got = np.minimum(got, signed + (8 * UNIT) * got)
     return got if out is None else np.copyto(out, np.broadcast_to(got, out.shape)) or out
 
 
@@ -625,12 +669,12 @@ def stated_errors(A: np.ndarray, B: np.ndarray, K: int, order: np.ndarray, log_t
     """The stated error per cell (flat), at the cell's own order L and r = |ρ|:
 
     * the truncation bound exp(``log_trunc``) = r^{L+1}·√(T_α(L′) T_β(L′)) (:func:`orders`: the
-      tails of the largest stored level L′ ≤ L, never those of K), or where L is not a level the
-      smaller r^{L+1}·√(T_α(L) T_β(L)) at the cell's own order (:func:`own_tails`), widened by 1e-12
-      for the rounding of its logarithms;
+      tails of the largest stored level L′ ≤ L, never those of K) scaled to the tails at the cell's
+      own order, r^{L+1}·√(T_α(L) T_β(L)) (:func:`own_tails`), widened by 1e-12 for the rounding of
+      its logarithms and ratios;
     * the coefficients' errors (δ per coefficient, packed column of :func:`packed_columns`):
-      |Σ_{k≤L} ρ^k (α_kβ_k − α̃_kβ̃_k)| ≤ δ_α Σ|ρ|^k|β̃_k| + δ_β Σ|ρ|^k|α̃_k| + (L+1)δ_αδ_β, the sums
-      by |β₀| + r|β₁| + r²|β₂| + r³‖β_{≥3}‖₁ (:func:`third_on`);
+      |Σ_{k≤L} ρ^k (α_kβ_k − α̃_kβ̃_k)| ≤ δ_α Σ|ρ|^k|β̃_k| + δ_β Σ|ρ|^k|α̃_k| + (K+1)δ_αδ_β, the sums
+      by |β₀| + r|β₁| + r²|β₂| + r³‖β_{≥3}‖₁ (:func:`from_two`);
     * the rounding of the sum (:func:`horner_sums`), each rounding at most the unit roundoff
       u = ε/2 relative to its result (round to nearest): term k ≤ :data:`HORNER_TOP` meets one
       product (α_kβ_k), then k products by ρ and k + 1 additions in Horner's loop, 2k + 2 roundings;
@@ -639,9 +683,9 @@ def stated_errors(A: np.ndarray, B: np.ndarray, K: int, order: np.ndarray, log_t
       2(HORNER_TOP + 1): k + HORNER_TOP + 2 + P ≤ 2k + 2 + P.  First order (γ_n = nu/(1 − nu) ≤
       nu(1 + 1e-12) for n ≤ 10⁴):
       u·(2·Σ_k |ρ|^k|α_kβ_k| + 2·Σ_k k|ρ|^k|α_kβ_k| + P·Σ_{k>HORNER_TOP} |ρ|^k|α_kβ_k|), the first two
-      sums by the terms k ≤ 1 and r²‖x_{≥2}‖‖y_{≥2}‖ (Cauchy–Schwarz: :func:`weighted`) or, where
-      smaller (a function of one parity: α₂ = 0), by k = 2 apart and r³‖x_{≥3}‖‖y_{≥3}‖ (x_k = α_k, and
-      √k α_k for the second, whose ‖·_{≥3}‖ is the slope's R_S2), the last by
+      sums by the terms k ≤ 1 and r²‖x_{≥2}‖‖y_{≥2}‖ (Cauchy–Schwarz: :func:`weighted`) or, where a
+      side's α₂ is 0 throughout (one parity), r³‖x_{≥3}‖‖y_{≥3}‖ (x_k = α_k, and √k α_k for the
+      second, whose ‖·_{≥3}‖ is the slope's R_S2), the last by
       r^{HORNER_TOP+1}‖α_{≥2}‖‖β_{≥2}‖ (P = 0 for L ≤ HORNER_TOP).  P counts only for the terms that meet the pairwise sum: charged on the
       whole Σ|ρ|^k|α_kβ_k| it made the bound of a cell at |ρ| ≈ 0.9 (L ≥ 48) 4× its rounding;
     * the rounding of ρ itself: the tape forms ρ = c·a^{−1/2}·b^{−1/2} (:mod:`..expect.batch`'s
@@ -655,59 +699,70 @@ def stated_errors(A: np.ndarray, B: np.ndarray, K: int, order: np.ndarray, log_t
     x, y = (lambda j: a.grid(r0 + j)), (lambda j: b.grid(r0 + j))
     r = np.abs(rho).reshape(shape)
     L = order.reshape(shape)
-    P = pairwise_roundings(np.arange(K + 1) - HORNER_TOP)[L]
+    P = pairwise_roundings(np.arange(K + 1) - HORNER_TOP)[L] if order.max(initial=0) > HORNER_TOP else None
     da, db = a.grid(e0), b.grid(e0)
     with np.errstate(over="ignore", invalid="ignore"):
-        err = np.exp(np.maximum(own_tails(a, b, rho, order, log_trunc, K), -700.0)) * (1 + 1e-12)
-        wa = x(R_A0) + r * (x(R_A1) + r * third_on(a.grid(2), x(R_L1), r))
-        wb = y(R_A0) + r * (y(R_A1) + r * third_on(b.grid(2), y(R_L1), r))
-        coef = da * wb + db * wa + (L + 1.0) * (da * db)
-        t1, t2, r2 = r * (x(R_A1) * y(R_A1)), np.abs(a.grid(2) * b.grid(2)), r * r
-        m0 = x(R_A0) * y(R_A0) + t1 + r2 * np.minimum(x(R_N2) * y(R_N2), t2 + r * (x(R_N3) * y(R_N3)))
-        m1 = t1 + r2 * np.minimum(x(R_W2) * y(R_W2), 2.0 * t2 + r * (x(R_S2) * y(R_S2)))
+        trunc = np.exp(np.maximum(log_trunc, -700.0))
+        # a side whose α₂ is 0 throughout (one parity: tanh) starts its rest at k = 3: r³, not r²
+        za, zb = not np.any(a.grid(2)), not np.any(b.grid(2))
+        r2 = r * r
+        wa = x(R_A0) + r * (x(R_A1) + r * from_two(a.grid(2), x(R_L1), r))
+        wb = y(R_A0) + r * (y(R_A1) + r * from_two(b.grid(2), y(R_L1), r))
+        coef = da * wb + db * wa + ((K + 1.0) * da) * db            # (L + 1)δ_αδ_β ≤ (K + 1)δ_αδ_β
+        t1 = r * (x(R_A1) * y(R_A1))
+        if za or zb:
+            r2 *= r
+            m0 = x(R_A0) * y(R_A0) + t1 + r2 * (x(R_N3) * y(R_N3))
+            m1 = t1 + r2 * (x(R_S2) * y(R_S2))
+        else:
+            m0 = x(R_A0) * y(R_A0) + t1 + r2 * (x(R_N2) * y(R_N2))
+            m1 = t1 + r2 * (x(R_W2) * y(R_W2))
         rnd = 2.0 * m0 + (2.0 + RHO_ROUNDINGS) * m1
-        if np.any(P):
-            rnd += P * (r ** (HORNER_TOP + 1) * (x(R_N2) * y(R_N2)))
+        if P is not None:                             # cells summed beyond HORNER_TOP = 32: r^33 by squaring
+            high = r * r
+            for _ in range(4):
+                high *= high
+            high *= r
+            high *= x(R_N2) * y(R_N2)
+            high *= P
+            rnd += high
         coef += (UNIT * (1 + 1e-12)) * rnd
-    err += coef.reshape(-1)
-    return err
+    if not np.all(is_level(K)[order]):               # the tails at the cells' own orders
+        trunc *= own_tails(a, b, L, K).reshape(-1)
+    return trunc * (1 + 1e-12) + coef.reshape(-1)
 
 
-def third_on(x2: np.ndarray, l1: np.ndarray, r: np.ndarray) -> np.ndarray:
+def from_two(x2: np.ndarray, l1: np.ndarray, r: np.ndarray) -> np.ndarray:
     """|x₂| + r‖x_{≥3}‖₁ ≥ Σ_{k≥2} r^{k−2}|x_k| (r ≤ 1), from x₂ and ‖x_{≥2}‖₁: for a function of one
-    parity (tanh, tanh′) x₂ or x₃ is 0 and the plain ‖x_{≥2}‖₁ overstates the sum by 1/r on its
-    larger part.  The difference ‖x_{≥2}‖₁ − |x₂| is widened by 1e-12‖x_{≥2}‖₁ for the rounding of
+    parity (tanh, tanh′, SiLU beyond its linear part) x₂ or x₃ is 0, and r⁰‖x_{≥2}‖₁ overstates the
+    sum by 1/r on its larger part.  ‖x_{≥2}‖₁ − |x₂| is widened by 1e-12‖x_{≥2}‖₁ for the rounding of
     the stored sum (at most K·u relative)."""
     x2 = np.abs(x2)
     return x2 + r * (np.maximum(l1 - x2, 0.0) + 1e-12 * l1)
 
 
-def own_tails(a: Operand, b: Operand, rho: np.ndarray, order: np.ndarray, log_trunc: np.ndarray,
-              K: int) -> np.ndarray:
-    """``log_trunc`` (per cell, flat: :func:`orders`), at the cells whose order L is not a stored level
-    the least of it and log r^{L+1}·√(T_α(L) T_β(L)) with T(L) ≤ (√T(K) + ‖α̃_{L<k≤K}‖₂ + √(K+1)·δ)²:
-    Σ_{k>L} α_k² is the tail beyond K plus the kept coefficients beyond L, whose errors are at most
-    δ each, so ‖α_{L<k≤K}‖₂ ≤ ‖α̃_{L<k≤K}‖₂ + √(K+1)·δ (Minkowski).  The stored level L′ < L bounds
-    T(L) too, but loosely (T(16) for a cell summed to order 31).  The order is not changed: only the
-    stated bound of the sum :func:`horner_sums` already took."""
-    cells = np.flatnonzero(~np.isin(order, levels(K)))
-    if not len(cells):
-        return log_trunc
-    t0, _, e0, _ = packed_columns(K)
-    last = t0 + len(levels(K)) - 1                         # T(K)
-    L = order[cells]
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        got = (L + 1.0) * np.log(np.abs(rho[cells]))
-        for side in (a, b):
-            under = side.under(cells)
-            rows, at = np.unique(under, return_inverse=True)
-            kept = side.rows[rows]
-            beyond = np.cumsum(kept[:, K:0:-1] ** 2, axis=1)         # [:, m] = Σ_{k ≥ K−m} α̃_k²
-            norm = np.sqrt(beyond[at, K - L - 1])                    # ‖α̃_{L<k≤K}‖₂
-            got += np.log(np.sqrt(kept[at, last]) + norm + np.sqrt(K + 1.0) * kept[at, e0])
-        out = log_trunc.copy()
-        out[cells] = np.fmin(log_trunc[cells], got)
+@lru_cache(maxsize=64)
+def is_level(K: int) -> np.ndarray:
+    """Per order 0 … K, whether it is a stored level of a packed row of order K (:func:`levels`)."""
+    out = np.zeros(K + 1, dtype=bool)
+    out[levels(K)] = True
     return out
+
+
+def own_tails(a: Operand, b: Operand, L: np.ndarray, K: int) -> np.ndarray:
+    """Per cell (orders L on the grid), √(T_α(L)/T_α(L′))·√(T_β(L)/T_β(L′)) (:func:`tail_ratios`; 1 where
+    L is a level): the factor from the truncation bound r^{L+1}√(T_α(L′)T_β(L′)) of :func:`orders` (the
+    tails of the largest level L′ ≤ L, loose: T(16) for a cell summed to order 31) to
+    r^{L+1}√(T_α(L)T_β(L)) at the cell's own order.  The order is not changed: only the stated bound
+    of the sum :func:`horner_sums` already took."""
+    start = K + 5 + len(levels(K)) + ROW_NUMBERS          # the ratios of orders 0 … K
+    got = None
+    for side in (a, b):
+        table = np.ascontiguousarray(side.rows[:, start:start + K + 1])
+        index = np.arange(len(table)).reshape(side.lead) * (K + 1) + L
+        part = np.take(table, index)
+        got = part if got is None else np.multiply(got, part, out=got)
+    return got
 
 
 def diagonal_cells(A: np.ndarray, B: np.ndarray, rho: np.ndarray, shape: tuple) -> np.ndarray:
