@@ -401,11 +401,12 @@ def order_of(A: np.ndarray) -> int:
 
 def signed_weighted(x0, x1, x2, x3, y0, y1, y2, y3, rho: np.ndarray) -> np.ndarray:
     """A bound on |Σ_k ρ^k x_k y_k| (|ρ| ≤ 1) from the signed x₀, x₁, x₂ (and y's) and ‖x_{≥3}‖₂:
-    |x₀y₀ + ρ(x₁y₁ + ρx₂y₂)| + |ρ|³‖x_{≥3}‖‖y_{≥3}‖ (Cauchy–Schwarz on the rest); its callers add
-    8u·(the absolute form, :func:`weighted`, ≥ |x₀y₀| + |ρx₁y₁| + ρ²|x₂y₂|) for the rounding of the
-    first part (and of its factors √2, √3, …).  Where the first terms cancel
-    (SiLU's E φ″ψ: √2α₂β₀ against ρ²√12α₄β₂) this is the derivative to within the rest's bound, where
-    :func:`weighted` adds them in absolute value (2.9× at ρ = 0.9); the callers take the smaller."""
+    |x₀y₀ + ρ(x₁y₁ + ρx₂y₂)| + |ρ|³‖x_{≥3}‖‖y_{≥3}‖ (Cauchy–Schwarz on the rest), plus
+    8u·(|x₀| + |x₁| + |x₂|)(|y₀| + |y₁| + |y₂|) for the rounding of the first part (and of its factors
+    √2, √3, …).  Never above :func:`weighted` but for that rounding term (|x₂y₂| + r‖x_{≥3}‖‖y_{≥3}‖ ≤
+    ‖x_{≥2}‖‖y_{≥2}‖, Cauchy–Schwarz in two dimensions); where the first terms cancel (SiLU's E φ″ψ:
+    √2α₂β₀ against ρ²√12α₄β₂) it is the derivative to within the rest's bound, where :func:`weighted`
+    adds them in absolute value (2.9× at ρ = 0.9)."""
     r = np.abs(rho)
     first = rho * (x2 * y2)
     first += x1 * y1
@@ -416,13 +417,15 @@ def signed_weighted(x0, x1, x2, x3, y0, y1, y2, y3, rho: np.ndarray) -> np.ndarr
     r3 *= r
     r3 *= x3 * y3
     first += r3
+    first += (8 * UNIT) * ((np.abs(x0) + np.abs(x1) + np.abs(x2)) * (np.abs(y0) + np.abs(y1) + np.abs(y2)))
     return first
 
 
 def may_cancel(xs: Sequence[np.ndarray], ys: Sequence[np.ndarray]) -> bool:
-    """Whether the terms x_k y_k ρ^k, k ≤ 2, of some cell can have opposite signs (else
-    :func:`signed_weighted` is no smaller than :func:`weighted` and is not computed): two of them
-    not 0 somewhere, and not only k = 0 and 2 with x₀x₂ and y₀y₂ of one sign throughout (tanh's slope)."""
+    """Whether the terms x_k y_k ρ^k, k ≤ 2, of some cell can have opposite signs: two of them not 0
+    somewhere, and not only k = 0 and 2 with x₀x₂ and y₀y₂ of one sign throughout (tanh's slope).  Else
+    :func:`signed_weighted` gains only its finer split of the rest, and the callers take the cheaper
+    :func:`weighted`."""
     live = [bool(np.any(x) and np.any(y)) for x, y in zip(xs, ys)]
     if sum(live) <= 1:
         return False
@@ -434,32 +437,34 @@ def may_cancel(xs: Sequence[np.ndarray], ys: Sequence[np.ndarray]) -> bool:
 
 
 def mehler_slope(A: np.ndarray, B: np.ndarray, rho: np.ndarray, out=None) -> np.ndarray:
-    """A bound on |∂/∂ρ Σ_k ρ^k α_k β_k| = |Σ_k ρ^k (k+1) α_{k+1} β_{k+1}| per cell (the smaller of
-    :func:`weighted` and :func:`signed_weighted` with x_k = √(k+1) α_{k+1}, y_k = √(k+1) β_{k+1}).  With ρ = c/√(ab): |∂E/∂c| ≤ this/√(ab)
+    """A bound on |∂/∂ρ Σ_k ρ^k α_k β_k| = |Σ_k ρ^k (k+1) α_{k+1} β_{k+1}| per cell (:func:`signed_weighted`
+    where the first terms can cancel, :func:`may_cancel`, else :func:`weighted`; x_k = √(k+1) α_{k+1},
+    y_k = √(k+1) β_{k+1}).  With ρ = c/√(ab): |∂E/∂c| ≤ this/√(ab)
     (Price's theorem: ∂E φ(u)ψ(v)/∂c = E φ′(u)ψ′(v)).  From the packed coefficients (the part of
     the sum beyond K is below the truncation target, relative: a sensitivity only weights errors)."""
     a, b = row_numbers(A), row_numbers(B)
     r = np.clip(rho, -1.0, 1.0)
-    got = weighted(a[..., R_S0], a[..., R_S1], a[..., R_S2], b[..., R_S0], b[..., R_S1], b[..., R_S2], np.abs(r))
     if order_of(A) >= 4 and may_cancel([A[..., 1], A[..., 2], A[..., 3]], [B[..., 1], B[..., 2], B[..., 3]]):
-        signed = signed_weighted(A[..., 1], SQRT2 * A[..., 2], SQRT3 * A[..., 3], a[..., R_S3],
-                                 B[..., 1], SQRT2 * B[..., 2], SQRT3 * B[..., 3], b[..., R_S3], r)
-        got = np.minimum(got, signed + (8 * UNIT) * got)
+        got = signed_weighted(A[..., 1], SQRT2 * A[..., 2], SQRT3 * A[..., 3], a[..., R_S3],
+                              B[..., 1], SQRT2 * B[..., 2], SQRT3 * B[..., 3], b[..., R_S3], r)
+    else:
+        got = weighted(a[..., R_S0], a[..., R_S1], a[..., R_S2], b[..., R_S0], b[..., R_S1], b[..., R_S2], np.abs(r))
     return got if out is None else np.copyto(out, np.broadcast_to(got, out.shape)) or out
 
 
 def mehler_curve(A: np.ndarray, B: np.ndarray, rho: np.ndarray, out=None) -> np.ndarray:
     """A bound on |Σ_k ρ^k √((k+1)(k+2)) α_{k+2} β_k| per cell: 2a·|∂E/∂a| at fixed c, a the
     variance of A's function (Price: ∂E φ(u)ψ(v)/∂a = ½ E φ″(u)ψ(v), and E φ″(√a z) h_k(z) =
-    √((k+1)(k+2)) α_{k+2}/a); B's variance by swapping the arguments.  The smaller of :func:`weighted`
-    and :func:`signed_weighted` with x_k = √((k+1)(k+2)) α_{k+2}, y_k = β_k."""
+    √((k+1)(k+2)) α_{k+2}/a); B's variance by swapping the arguments.  :func:`signed_weighted` where the
+    first terms can cancel (:func:`may_cancel`), else :func:`weighted`; x_k = √((k+1)(k+2)) α_{k+2},
+    y_k = β_k."""
     a, b = row_numbers(A), row_numbers(B)
     r = np.clip(rho, -1.0, 1.0)
-    got = weighted(a[..., R_C0], a[..., R_C1], a[..., R_C2], b[..., R_A0], b[..., R_A1], b[..., R_N2], np.abs(r))
     if order_of(A) >= 4 and may_cancel([A[..., 2], A[..., 3], A[..., 4]], [B[..., 0], B[..., 1], B[..., 2]]):
-        signed = signed_weighted(SQRT2 * A[..., 2], SQRT6 * A[..., 3], SQRT12 * A[..., 4], a[..., R_C3],
-                                 B[..., 0], B[..., 1], B[..., 2], b[..., R_N3], r)
-        got = np.minimum(got, signed + (8 * UNIT) * got)
+        got = signed_weighted(SQRT2 * A[..., 2], SQRT6 * A[..., 3], SQRT12 * A[..., 4], a[..., R_C3],
+                              B[..., 0], B[..., 1], B[..., 2], b[..., R_N3], r)
+    else:
+        got = weighted(a[..., R_C0], a[..., R_C1], a[..., R_C2], b[..., R_A0], b[..., R_A1], b[..., R_N2], np.abs(r))
     return got if out is None else np.copyto(out, np.broadcast_to(got, out.shape)) or out
 
 
