@@ -8,7 +8,7 @@ that size, and an entry small by cancellation is computed to ulps of its terms, 
 Also: one series cell's stated error (the grid tape's, :func:`packed_sum`, with ρ formed from float64
 a, b, c as the tape forms it) covers E φ(u)φ(v) at those a, b, c and stays within a few ulps of the
 scale √(E φ(u)² E φ(v)²); the per-cell slope bounds of the series (Price's theorem) bound the true
-derivatives, and follow them to within a small factor.
+derivatives, and follow them to within 2× (signed in their first terms: SiLU's E φ″ψ cancels there).
 """
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ def test_slope_bounds_cover_the_derivatives(fn):
                float(mehler_curve(B, A, np.array([rho]))[0])]
         for true, bound in zip((slope, curve_a, curve_b), got):
             assert abs(true) <= bound * (1 + 1e-12) + 1e-15
-            assert bound <= 5 * abs(true) + 1e-3 * max(got), (rho, true, bound)
+            assert bound <= 2 * abs(true) + 1e-3 * max(got), (rho, true, bound)     # 4.8× before the signed form
 
 
 @pytest.mark.parametrize("act", ["tanh", "silu"])
