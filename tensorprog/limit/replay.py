@@ -25,8 +25,11 @@ rounded: INPUT_ROUNDING), so their errors enter E_k through F_k's slopes:
 
 over the distinct entries c_n of its layout and the numbers s a polynomial P rests on; rnd(P) bounds
 the rounding of evaluating P (:func:`rounding`: n − 1 roundings of a sum of n terms, k − 1 of a
-product of k factors, each relative to the magnitude |·|⁺ of what it adds or multiplies).  An output
-is such a P, plus VALUE_ROUNDING·|value|.  The series' slopes
+product of k factors, each at most the unit roundoff u = ε/2 relative to the magnitude |·|⁺ of what
+it adds or multiplies).  An output
+is such a P: its error bounds the tape's value as written (the estimates' errors cover their values as
+the tape computed them, rnd(P) the arithmetic after; no further rounding such as the compile's
+VALUE_ROUNDING·|value|, which counted it twice).  The series' slopes
 are bounded per cell by Price's theorem (∂/∂c E φ(u)ψ(v) = E φ′ψ′, ∂/∂a = ½ E φ″ψ, as Mehler series:
 :func:`..symbolic.mehler.mehler_slope`, :func:`..symbolic.mehler.mehler_curve`, ``mean_curve``);
 products and closed forms (the ReLU arc-cosine kernel: finite off ρ = ±1, whose pairs are classes
@@ -54,15 +57,15 @@ from ..symbolic.grid import GridTape, Workspace
 from ..symbolic.heads import Delta
 from ..symbolic.mehler import DiagonalSlope, HermiteRow, Mean, MeanCurve, MehlerCurve, MehlerSlope, MehlerValue
 from ..symbolic.tape import Builder as TapeBuilder
-from .accuracy import VALUE_ROUNDING
 from .ledger import ROUNDING
 
 EPS = float(np.finfo(float).eps)
 #: the rounding of an initial covariance entry var1·q + b1 (q = ξᵀξ'/d summed in float64), relative
 #: to its scale (√(ab) for the pair's entry): the Gram entries of inputs of small d
 INPUT_ROUNDING = 4 * EPS
-#: the rounding of one operation of a polynomial of the recurrence, relative to its magnitude (module doc)
-OP_ROUNDING = EPS
+#: the rounding of one operation of a polynomial of the recurrence, relative to its magnitude (module doc):
+#: the unit roundoff u = ε/2 (IEEE round to nearest: |fl(x ∘ y) − x ∘ y| ≤ u·|x ∘ y|)
+OP_ROUNDING = EPS / 2
 
 
 @dataclass(frozen=True)
@@ -201,8 +204,7 @@ class Builder:
             for k in sorted(self.compiled.deps[var]):
                 self.source(("estimate", k))
             values.append(value)
-            errors.append(sp.Add(self.error_of(self.compiled.c[var]),
-                                 sp.Float(VALUE_ROUNDING) * sp.Abs(value, evaluate=False), evaluate=False))
+            errors.append(self.error_of(self.compiled.c[var]))      # its rounding is rnd(P): module doc
         varying = self.varying()
         consts = [(e, v) for e, v in self.constants if not self.settled(e, v, varying)]
         checks = [e for e, _ in consts]
@@ -425,24 +427,54 @@ def absolute(expr: sp.Expr) -> sp.Expr:
 
 def rounding(expr: sp.Expr) -> sp.Expr:
     """A bound on the rounding of evaluating a sum/product expression from exact leaves (the leaves'
-    own errors are counted apart): a sum of n terms adds (n − 1)·ε·Σ|t|⁺ to its terms' roundings, a
-    product of k factors (k − 1)·ε·|P|⁺ plus each factor's rounding times the others' magnitude, an
-    integer power x^m (|m| − 1)·ε·|P|⁺ (first order in ε)."""
-    eps = sp.Float(OP_ROUNDING)
+    own errors are counted apart), each rounding to nearest at most u = OP_ROUNDING relative to its
+    result, first order in u: a sum of n terms adds (n − 1)·u·Σ|t|⁺ to its terms' roundings (in any
+    order of summation: each partial sum is at most Σ|t|⁺), a product of k factors (k − 1)·u·|P|⁺
+    plus each factor's rounding times the others' magnitude, a power x^m :func:`power_roundings`·u·|P|⁺
+    plus |m|·|x|^{m−1} times x's rounding; a number that float64 does not hold (a rational whose
+    denominator is not a power of 2) is rounded once where it is used."""
+    u = sp.Float(OP_ROUNDING)
     if expr.is_Add:
         parts = [rounding(a) for a in expr.args]
-        parts.append(eps * (len(expr.args) - 1) * positive(expr))
+        parts.append(u * (len(expr.args) - 1) * positive(expr))
         return sp.Add(*[p for p in parts if p != 0])
     if expr.is_Mul:
-        parts = [eps * (len(expr.args) - 1) * positive(expr)]
+        count = len(expr.args) - 1 + sum(1 for a in expr.args if inexact(a))
+        parts = [u * count * positive(expr)]
         for i, a in enumerate(expr.args):
             r = rounding(a)
             if r != 0:
                 parts.append(r * positive(sp.Mul(*(expr.args[:i] + expr.args[i + 1:]))))
         return sp.Add(*parts)
-    if expr.is_Pow and expr.exp.is_Integer and abs(int(expr.exp)) > 1:
-        return eps * (abs(int(expr.exp)) - 1) * positive(expr)
+    if expr.is_Pow and expr.exp.is_Number and expr.exp != 1:
+        base, m = expr.base, expr.exp
+        parts = [u * power_roundings(m) * positive(expr)]
+        r = rounding(base)
+        if r != 0:
+            parts.append(abs(m) * positive(base) ** (m - 1) * r)
+        return sp.Add(*parts)
+    if inexact(expr):
+        return u * abs(expr)
     return sp.Integer(0)
+
+
+def power_roundings(m: sp.Number) -> int:
+    """The roundings of x^m as the tape computes it (:func:`..symbolic.tape.exponent_function`),
+    relative to the result: x·x, 1/x and √x one each (correctly rounded), 1/√x two; another
+    exponent numpy's power (libm's pow: within one ulp, ≤ 2u), and 1/x^k one more."""
+    if m in (2, -1, sp.Rational(1, 2)):
+        return 1
+    if m == sp.Rational(-1, 2):
+        return 2
+    return 2 if m > 0 else 3
+
+
+def inexact(n: sp.Expr) -> bool:
+    """A rational number that float64 does not hold exactly (its denominator not a power of 2)."""
+    if not (n.is_Rational and not n.is_Integer):
+        return False
+    q = int(n.q)
+    return q & (q - 1) != 0
 
 
 def positive(expr: sp.Expr) -> sp.Expr:

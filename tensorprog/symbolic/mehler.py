@@ -245,9 +245,10 @@ def levels(K: int) -> list[int]:
 def pack(fn: Fn, K: int, h: float, a: np.ndarray) -> np.ndarray:
     """The packed coefficients of φ = fn at the variances ``a`` (any shape; computed once per
     distinct value): shape a.shape + (W,), [α_0 … α_K, T(L) for each level L of :func:`levels`,
-    S = E φ², its error, δ, ‖α̃‖, the numbers of :func:`compute_row_numbers`, K] (:func:`coefficients`,
-    at the recorded step h; δ the error of each coefficient, ``Coefficients.sup``; the tails of the
-    levels below K as :meth:`Coefficients.truncate` states them)."""
+    S = E φ², its error, δ, ‖α̃‖, the numbers of :func:`compute_row_numbers`, √(T(L)/T(L′)) for every
+    order L = 0 … K (:func:`tail_ratios`), K] (:func:`coefficients`, at the recorded step h; δ the
+    error of each coefficient, ``Coefficients.sup``; the tails below K as :meth:`Coefficients.truncate`
+    states them: T(L) ≤ (√T(K) + ‖α̃_{L<k≤K}‖ + ‖α − α̃‖)²)."""
     a = np.asarray(a, dtype=float)
     ua, inv = np.unique(a.ravel(), return_inverse=True)
     c = coefficients(fn, ua, K, h)
@@ -255,8 +256,27 @@ def pack(fn: Fn, K: int, h: float, a: np.ndarray) -> np.ndarray:
     tails = [(np.sqrt(c.tail) + np.sqrt(beyond[:, L + 1]) + c.err) ** 2 if L < K else c.tail for L in levels(K)]
     out = np.concatenate([c.alpha, np.stack(tails, 1), c.square[:, None], c.square_err[:, None],
                           c.sup[:, None], c.norm[:, None], compute_row_numbers(c.alpha),
-                          np.full((len(ua), 1), float(K))], axis=1)
+                          tail_ratios(c, beyond, tails), np.full((len(ua), 1), float(K))], axis=1)
     return out[inv].reshape(a.shape + (out.shape[1],))
+
+
+def tail_ratios(c: Coefficients, beyond: np.ndarray, tails: list[np.ndarray]) -> np.ndarray:
+    """Per row and order L = 0 … K, √(T(L)/T(L′)) ≤ 1, L′ the largest level ≤ L (:func:`levels`; 1
+    below the first level): T(L) ≤ (√T(K) + ‖α̃_{L<k≤K}‖ + ‖α − α̃‖)², the levels' own formula at
+    every order.  A cell summed to order L whose truncation bound :func:`orders` states with the
+    tails of L′ scales it by the two sides' ratios (:func:`stated_errors`)."""
+    K = c.K
+    ls = levels(K)
+    own = np.sqrt(c.tail)[:, None] + np.concatenate([np.sqrt(beyond[:, 1:]) + c.err[:, None],
+                                                     np.zeros((len(c.tail), 1))], axis=1)
+    ref = np.ones_like(own)
+    for n, L in enumerate(ls):
+        stop = ls[n + 1] if n + 1 < len(ls) else K + 1
+        ref[:, L:stop] = np.sqrt(tails[n])[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where(ref > 0, np.minimum(own / ref, 1.0), 1.0)
+    out[:, :ls[0]] = 1.0
+    return out
 
 
 class PackCache:
@@ -324,7 +344,7 @@ def packed_columns(K: int) -> tuple[int, int, int, int]:
 # per-cell bounds from a few numbers per row: Σ_k |ρ|^k |x_k y_k| ≤ |x₀y₀| + |ρ||x₁y₁| + ρ²‖x_{≥2}‖‖y_{≥2}‖
 
 #: the columns of :func:`row_numbers`
-R_A0, R_A1, R_N2, R_L1, R_W2, R_S0, R_S1, R_S2, R_C0, R_C1, R_C2 = range(11)
+R_A0, R_A1, R_N2, R_L1, R_W2, R_S0, R_S1, R_S2, R_C0, R_C1, R_C2, R_N3, R_S3, R_C3 = range(14)
 
 
 def row_numbers(A: np.ndarray) -> np.ndarray:
@@ -335,15 +355,16 @@ def row_numbers(A: np.ndarray) -> np.ndarray:
 
 
 #: how many numbers :func:`compute_row_numbers` gives per row
-ROW_NUMBERS = 11
+ROW_NUMBERS = 14
 
 
 def compute_row_numbers(alpha: np.ndarray) -> np.ndarray:
     """Per row of coefficients α_0 … α_K (…, K+1) the numbers of the per-cell bounds (…, 11):
     |α₀|, |α₁|, ‖α_{≥2}‖₂, ‖α_{≥2}‖₁, ‖(√k α_k)_{k≥2}‖ (the plain series x_k = α_k); then for
     x_k = √(k+1) α_{k+1} (the ρ-derivative, :func:`mehler_slope`) and x_k = √((k+1)(k+2)) α_{k+2}
-    (the variance derivative, :func:`mehler_curve`) |x₀|, |x₁|, ‖x_{≥2}‖₂.  Computed once per
-    distinct variance, when the row is packed (:func:`pack`)."""
+    (the variance derivative, :func:`mehler_curve`) |x₀|, |x₁|, ‖x_{≥2}‖₂; then ‖x_{≥3}‖₂ of the
+    three (the signed bounds of :func:`signed_weighted`).  Computed once per distinct variance, when
+    the row is packed (:func:`pack`)."""
     al = alpha
     K = al.shape[-1] - 1
     k = np.arange(K + 1, dtype=float)
@@ -357,6 +378,9 @@ def compute_row_numbers(alpha: np.ndarray) -> np.ndarray:
     out[..., R_S2] = np.sqrt(np.sum(k[3:] * sq[..., 3:], axis=-1))
     out[..., R_C0], out[..., R_C1] = np.sqrt(2.0) * np.abs(al[..., 2]), np.sqrt(6.0) * np.abs(al[..., 3])
     out[..., R_C2] = np.sqrt(np.sum(k[4:] * (k[4:] - 1) * sq[..., 4:], axis=-1))
+    out[..., R_N3] = np.sqrt(np.sum(sq[..., 3:], axis=-1))
+    out[..., R_S3] = np.sqrt(np.sum(k[4:] * sq[..., 4:], axis=-1))
+    out[..., R_C3] = np.sqrt(np.sum(k[5:] * (k[5:] - 1) * sq[..., 5:], axis=-1))
     return out
 
 
@@ -367,24 +391,80 @@ def weighted(x0, x1, x2, y0, y1, y2, r: np.ndarray) -> np.ndarray:
     return x0 * y0 + r * (x1 * y1) + (r * r) * (x2 * y2)
 
 
+SQRT2, SQRT3, SQRT6, SQRT12 = (float(np.sqrt(v)) for v in (2.0, 3.0, 6.0, 12.0))
+
+
+def order_of(A: np.ndarray) -> int:
+    """K of packed rows (their last column)."""
+    return int(np.ravel(A[..., -1])[0])
+
+
+def signed_weighted(x0, x1, x2, x3, y0, y1, y2, y3, rho: np.ndarray) -> np.ndarray:
+    """A bound on |Σ_k ρ^k x_k y_k| (|ρ| ≤ 1) from the signed x₀, x₁, x₂ (and y's) and ‖x_{≥3}‖₂:
+    |x₀y₀ + ρ(x₁y₁ + ρx₂y₂)| + |ρ|³‖x_{≥3}‖‖y_{≥3}‖ (Cauchy–Schwarz on the rest), plus
+    8u·(|x₀| + |x₁| + |x₂|)(|y₀| + |y₁| + |y₂|) for the rounding of the first part (and of its factors
+    √2, √3, …).  Never above :func:`weighted` but for that rounding term (|x₂y₂| + r‖x_{≥3}‖‖y_{≥3}‖ ≤
+    ‖x_{≥2}‖‖y_{≥2}‖, Cauchy–Schwarz in two dimensions); where the first terms cancel (SiLU's E φ″ψ:
+    √2α₂β₀ against ρ²√12α₄β₂) it is the derivative to within the rest's bound, where :func:`weighted`
+    adds them in absolute value (2.9× at ρ = 0.9)."""
+    r = np.abs(rho)
+    first = rho * (x2 * y2)
+    first += x1 * y1
+    first *= rho
+    first += x0 * y0
+    np.abs(first, out=first)
+    r3 = r * r
+    r3 *= r
+    r3 *= x3 * y3
+    first += r3
+    first += (8 * UNIT) * ((np.abs(x0) + np.abs(x1) + np.abs(x2)) * (np.abs(y0) + np.abs(y1) + np.abs(y2)))
+    return first
+
+
+def may_cancel(xs: Sequence[np.ndarray], ys: Sequence[np.ndarray]) -> bool:
+    """Whether the terms x_k y_k ρ^k, k ≤ 2, of some cell can have opposite signs: two of them not 0
+    somewhere, and not only k = 0 and 2 with x₀x₂ and y₀y₂ of one sign throughout (tanh's slope).  Else
+    :func:`signed_weighted` gains only its finer split of the rest, and the callers take the cheaper
+    :func:`weighted`."""
+    live = [bool(np.any(x) and np.any(y)) for x, y in zip(xs, ys)]
+    if sum(live) <= 1:
+        return False
+    if live == [True, False, True]:
+        sx, sy = np.sign(xs[0] * xs[2]), np.sign(ys[0] * ys[2])
+        if (np.all(sx >= 0) and np.all(sy >= 0)) or (np.all(sx <= 0) and np.all(sy <= 0)):
+            return False
+    return True
+
+
 def mehler_slope(A: np.ndarray, B: np.ndarray, rho: np.ndarray, out=None) -> np.ndarray:
-    """A bound on |∂/∂ρ Σ_k ρ^k α_k β_k| = |Σ_k ρ^k (k+1) α_{k+1} β_{k+1}| per cell (:func:`weighted`
-    with x_k = √(k+1) α_{k+1}, y_k = √(k+1) β_{k+1}).  With ρ = c/√(ab): |∂E/∂c| ≤ this/√(ab)
+    """A bound on |∂/∂ρ Σ_k ρ^k α_k β_k| = |Σ_k ρ^k (k+1) α_{k+1} β_{k+1}| per cell (:func:`signed_weighted`
+    where the first terms can cancel, :func:`may_cancel`, else :func:`weighted`; x_k = √(k+1) α_{k+1},
+    y_k = √(k+1) β_{k+1}).  With ρ = c/√(ab): |∂E/∂c| ≤ this/√(ab)
     (Price's theorem: ∂E φ(u)ψ(v)/∂c = E φ′(u)ψ′(v)).  From the packed coefficients (the part of
     the sum beyond K is below the truncation target, relative: a sensitivity only weights errors)."""
     a, b = row_numbers(A), row_numbers(B)
-    r = np.abs(np.clip(rho, -1.0, 1.0))
-    got = weighted(a[..., R_S0], a[..., R_S1], a[..., R_S2], b[..., R_S0], b[..., R_S1], b[..., R_S2], r)
+    r = np.clip(rho, -1.0, 1.0)
+    if order_of(A) >= 4 and may_cancel([A[..., 1], A[..., 2], A[..., 3]], [B[..., 1], B[..., 2], B[..., 3]]):
+        got = signed_weighted(A[..., 1], SQRT2 * A[..., 2], SQRT3 * A[..., 3], a[..., R_S3],
+                              B[..., 1], SQRT2 * B[..., 2], SQRT3 * B[..., 3], b[..., R_S3], r)
+    else:
+        got = weighted(a[..., R_S0], a[..., R_S1], a[..., R_S2], b[..., R_S0], b[..., R_S1], b[..., R_S2], np.abs(r))
     return got if out is None else np.copyto(out, np.broadcast_to(got, out.shape)) or out
 
 
 def mehler_curve(A: np.ndarray, B: np.ndarray, rho: np.ndarray, out=None) -> np.ndarray:
     """A bound on |Σ_k ρ^k √((k+1)(k+2)) α_{k+2} β_k| per cell: 2a·|∂E/∂a| at fixed c, a the
     variance of A's function (Price: ∂E φ(u)ψ(v)/∂a = ½ E φ″(u)ψ(v), and E φ″(√a z) h_k(z) =
-    √((k+1)(k+2)) α_{k+2}/a); B's variance by swapping the arguments."""
+    √((k+1)(k+2)) α_{k+2}/a); B's variance by swapping the arguments.  :func:`signed_weighted` where the
+    first terms can cancel (:func:`may_cancel`), else :func:`weighted`; x_k = √((k+1)(k+2)) α_{k+2},
+    y_k = β_k."""
     a, b = row_numbers(A), row_numbers(B)
-    r = np.abs(np.clip(rho, -1.0, 1.0))
-    got = weighted(a[..., R_C0], a[..., R_C1], a[..., R_C2], b[..., R_A0], b[..., R_A1], b[..., R_N2], r)
+    r = np.clip(rho, -1.0, 1.0)
+    if order_of(A) >= 4 and may_cancel([A[..., 2], A[..., 3], A[..., 4]], [B[..., 0], B[..., 1], B[..., 2]]):
+        got = signed_weighted(SQRT2 * A[..., 2], SQRT6 * A[..., 3], SQRT12 * A[..., 4], a[..., R_C3],
+                              B[..., 0], B[..., 1], B[..., 2], b[..., R_N3], r)
+    else:
+        got = weighted(a[..., R_C0], a[..., R_C1], a[..., R_C2], b[..., R_A0], b[..., R_A1], b[..., R_N2], np.abs(r))
     return got if out is None else np.copyto(out, np.broadcast_to(got, out.shape)) or out
 
 
@@ -583,39 +663,111 @@ def pairwise_roundings(n: np.ndarray) -> np.ndarray:
     return np.where(n <= 128, np.maximum(small, 0.0), big)
 
 
+#: the unit roundoff of float64: a rounding to nearest errs by at most this relative to its result
+UNIT = EPS / 2
+#: the roundings that form a cell's ρ = c·a^{−1/2}·b^{−1/2} on the tape (:func:`stated_errors`)
+RHO_ROUNDINGS = 6.0
+
+
 def stated_errors(A: np.ndarray, B: np.ndarray, K: int, order: np.ndarray, log_trunc: np.ndarray,
                   rho: np.ndarray, shape: tuple) -> np.ndarray:
     """The stated error per cell (flat), at the cell's own order L and r = |ρ|:
 
     * the truncation bound exp(``log_trunc``) = r^{L+1}·√(T_α(L′) T_β(L′)) (:func:`orders`: the
-      tails of the largest stored level L′ ≤ L, never those of K), widened by 1e-12 for the
-      rounding of its logarithms;
+      tails of the largest stored level L′ ≤ L, never those of K) scaled to the tails at the cell's
+      own order, r^{L+1}·√(T_α(L) T_β(L)) (:func:`own_tails`), widened by 1e-12 for the rounding of
+      its logarithms and ratios;
     * the coefficients' errors (δ per coefficient, packed column of :func:`packed_columns`):
-      |Σ_{k≤L} ρ^k (α_kβ_k − α̃_kβ̃_k)| ≤ δ_α Σ|ρ|^k|β̃_k| + δ_β Σ|ρ|^k|α̃_k| + (L+1)δ_αδ_β, the sums
-      by |β₀| + r|β₁| + r²‖β_{≥2}‖₁;
-    * the rounding of the sum (:func:`horner_sums`): term k meets one product, then k products by ρ
-      and k + 1 additions in Horner's loop; a term above :data:`HORNER_TOP` instead its power's
-      roundings, two products and the pairwise sum (:func:`pairwise_roundings` of L − HORNER_TOP
-      terms), then the loop's 2(HORNER_TOP + 1): ≤ (2k + 2 + P) roundings either way, i.e.
-      ε·((2 + P)·Σ|ρ|^k|α_kβ_k| + 2·Σ k|ρ|^k|α_kβ_k|), both sums by :func:`weighted`."""
+      |Σ_{k≤L} ρ^k (α_kβ_k − α̃_kβ̃_k)| ≤ δ_α Σ|ρ|^k|β̃_k| + δ_β Σ|ρ|^k|α̃_k| + (K+1)δ_αδ_β, the sums
+      by |β₀| + r|β₁| + r²|β₂| + r³‖β_{≥3}‖₁ (:func:`from_two`);
+    * the rounding of the sum (:func:`horner_sums`), each rounding at most the unit roundoff
+      u = ε/2 relative to its result (round to nearest): term k ≤ :data:`HORNER_TOP` meets one
+      product (α_kβ_k), then k products by ρ and k + 1 additions in Horner's loop, 2k + 2 roundings;
+      a term above it its power's k − HORNER_TOP − 2 (a cumulative product), two products, the
+      pairwise sum's P (:func:`pairwise_roundings` of L − HORNER_TOP terms), then the loop's
+      2(HORNER_TOP + 1): k + HORNER_TOP + 2 + P ≤ 2k + 2 + P.  First order (γ_n = nu/(1 − nu) ≤
+      nu(1 + 1e-12) for n ≤ 10⁴):
+      u·(2·Σ_k |ρ|^k|α_kβ_k| + 2·Σ_k k|ρ|^k|α_kβ_k| + P·Σ_{k>HORNER_TOP} |ρ|^k|α_kβ_k|), the first two
+      sums by the terms k ≤ 1 and r²‖x_{≥2}‖‖y_{≥2}‖ (Cauchy–Schwarz: :func:`weighted`) or, where a
+      side's α₂ is 0 throughout (one parity), r³‖x_{≥3}‖‖y_{≥3}‖ (x_k = α_k, and √k α_k for the
+      second, whose ‖·_{≥3}‖ is the slope's R_S2), the last by
+      r^{HORNER_TOP+1}‖α_{≥2}‖‖β_{≥2}‖ (P = 0 for L ≤ HORNER_TOP).  P counts only for the terms that meet the pairwise sum: charged on the
+      whole Σ|ρ|^k|α_kβ_k| it made the bound of a cell at |ρ| ≈ 0.9 (L ≥ 48) 4× its rounding;
+    * the rounding of ρ itself: the tape forms ρ = c·a^{−1/2}·b^{−1/2} (:mod:`..expect.batch`'s
+      c·(ab)^{−1/2}, regrouped by space: each inverse square root a square root and a division, then
+      two products), so ρ̃ = ρ(1 + θ), |θ| ≤ :data:`RHO_ROUNDINGS`·u, and ρ̃^k = ρ^k(1 + kθ) to first
+      order: :data:`RHO_ROUNDINGS`·u·Σ_k k|ρ|^k|α_kβ_k| (the errors of a, b and c themselves are the
+      replay's, through the slopes: :mod:`..limit.replay`)."""
     _, _, e0, _ = packed_columns(K)
     r0 = K + 5 + len(levels(K))                        # the first of the row numbers
     a, b = Operand(A, shape), Operand(B, shape)
     x, y = (lambda j: a.grid(r0 + j)), (lambda j: b.grid(r0 + j))
     r = np.abs(rho).reshape(shape)
     L = order.reshape(shape)
-    P = pairwise_roundings(np.arange(K + 1) - HORNER_TOP)[L]
+    P = pairwise_roundings(np.arange(K + 1) - HORNER_TOP)[L] if order.max(initial=0) > HORNER_TOP else None
     da, db = a.grid(e0), b.grid(e0)
     with np.errstate(over="ignore", invalid="ignore"):
-        err = np.exp(np.maximum(log_trunc, -700.0)) * (1 + 1e-12)
-        wa = x(R_A0) + r * (x(R_A1) + r * x(R_L1))
-        wb = y(R_A0) + r * (y(R_A1) + r * y(R_L1))
-        coef = da * wb + db * wa + (L + 1.0) * (da * db)
-        m0 = weighted(x(R_A0), x(R_A1), x(R_N2), y(R_A0), y(R_A1), y(R_N2), r)
-        m1 = r * (x(R_A1) * y(R_A1)) + (r * r) * (x(R_W2) * y(R_W2))
-        coef += EPS * ((2.0 + P) * m0 + 2.0 * m1)
-    err += coef.reshape(-1)
-    return err
+        trunc = np.exp(np.maximum(log_trunc, -700.0))
+        # a side whose α₂ is 0 throughout (one parity: tanh) starts its rest at k = 3: r³, not r²
+        za, zb = not np.any(a.grid(2)), not np.any(b.grid(2))
+        r2 = r * r
+        wa = x(R_A0) + r * (x(R_A1) + r * from_two(a.grid(2), x(R_L1), r))
+        wb = y(R_A0) + r * (y(R_A1) + r * from_two(b.grid(2), y(R_L1), r))
+        coef = da * wb + db * wa + ((K + 1.0) * da) * db            # (L + 1)δ_αδ_β ≤ (K + 1)δ_αδ_β
+        t1 = r * (x(R_A1) * y(R_A1))
+        if za or zb:
+            r2 *= r
+            m0 = x(R_A0) * y(R_A0) + t1 + r2 * (x(R_N3) * y(R_N3))
+            m1 = t1 + r2 * (x(R_S2) * y(R_S2))
+        else:
+            m0 = x(R_A0) * y(R_A0) + t1 + r2 * (x(R_N2) * y(R_N2))
+            m1 = t1 + r2 * (x(R_W2) * y(R_W2))
+        rnd = 2.0 * m0 + (2.0 + RHO_ROUNDINGS) * m1
+        if P is not None:                             # cells summed beyond HORNER_TOP = 32: r^33 by squaring
+            high = r * r
+            for _ in range(4):
+                high *= high
+            high *= r
+            high *= x(R_N2) * y(R_N2)
+            high *= P
+            rnd += high
+        coef += (UNIT * (1 + 1e-12)) * rnd
+    if not np.all(is_level(K)[order]):               # the tails at the cells' own orders
+        trunc *= own_tails(a, b, L, K).reshape(-1)
+    return trunc * (1 + 1e-12) + coef.reshape(-1)
+
+
+def from_two(x2: np.ndarray, l1: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """|x₂| + r‖x_{≥3}‖₁ ≥ Σ_{k≥2} r^{k−2}|x_k| (r ≤ 1), from x₂ and ‖x_{≥2}‖₁: for a function of one
+    parity (tanh, tanh′, SiLU beyond its linear part) x₂ or x₃ is 0, and r⁰‖x_{≥2}‖₁ overstates the
+    sum by 1/r on its larger part.  ‖x_{≥2}‖₁ − |x₂| is widened by 1e-12‖x_{≥2}‖₁ for the rounding of
+    the stored sum (at most K·u relative)."""
+    x2 = np.abs(x2)
+    return x2 + r * (np.maximum(l1 - x2, 0.0) + 1e-12 * l1)
+
+
+@lru_cache(maxsize=64)
+def is_level(K: int) -> np.ndarray:
+    """Per order 0 … K, whether it is a stored level of a packed row of order K (:func:`levels`)."""
+    out = np.zeros(K + 1, dtype=bool)
+    out[levels(K)] = True
+    return out
+
+
+def own_tails(a: Operand, b: Operand, L: np.ndarray, K: int) -> np.ndarray:
+    """Per cell (orders L on the grid), √(T_α(L)/T_α(L′))·√(T_β(L)/T_β(L′)) (:func:`tail_ratios`; 1 where
+    L is a level): the factor from the truncation bound r^{L+1}√(T_α(L′)T_β(L′)) of :func:`orders` (the
+    tails of the largest level L′ ≤ L, loose: T(16) for a cell summed to order 31) to
+    r^{L+1}√(T_α(L)T_β(L)) at the cell's own order.  The order is not changed: only the stated bound
+    of the sum :func:`horner_sums` already took."""
+    start = K + 5 + len(levels(K)) + ROW_NUMBERS          # the ratios of orders 0 … K
+    got = None
+    for side in (a, b):
+        table = np.ascontiguousarray(side.rows[:, start:start + K + 1])
+        index = np.arange(len(table)).reshape(side.lead) * (K + 1) + L
+        part = np.take(table, index)
+        got = part if got is None else np.multiply(got, part, out=got)
+    return got
 
 
 def diagonal_cells(A: np.ndarray, B: np.ndarray, rho: np.ndarray, shape: tuple) -> np.ndarray:
