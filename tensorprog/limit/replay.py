@@ -60,9 +60,11 @@ from ..symbolic.tape import Builder as TapeBuilder
 from .ledger import ROUNDING
 
 EPS = float(np.finfo(float).eps)
-#: the rounding of an initial covariance entry var1·q + b1 (q = ξᵀξ'/d summed in float64), relative
-#: to its scale (√(ab) for the pair's entry): the Gram entries of inputs of small d
-INPUT_ROUNDING = 4 * EPS
+#: the rounding of an initial covariance entry s·q + b, relative to its scale √(ab) (a = s·q_ii + b,
+#: b likewise): q = ξᵀξ'/d errs by at most 2.01·u·s⁻¹√(ab) whatever d (the tools' Gram entries are
+#: summed in extended precision: ``tools.pairs.accurate_dot``), s·q and + b by u·(s|q| + b) ≤ u√(ab)
+#: each (Cauchy–Schwarz): 4.01·u in all, u = ε/2 — charged as 4.2·u
+INPUT_ROUNDING = 2.1 * EPS
 #: the rounding of one operation of a polynomial of the recurrence, relative to its magnitude (module doc):
 #: the unit roundoff u = ε/2 (IEEE round to nearest: |fl(x ∘ y) − x ∘ y| ≤ u·|x ∘ y|)
 OP_ROUNDING = EPS / 2

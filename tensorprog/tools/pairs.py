@@ -22,7 +22,7 @@ N = 1000); clusters spread tiles over Dask workers instead.  Templates that cann
 one batch per class over the band's pairs.
 
 Every entry is computed by the same operations whichever band, block or process it falls in:
-the Gram entries are summed in one fixed order (:func:`gram_block`), and the tapes are the same
+the Gram entries are summed in one fixed order, in extended precision (:func:`accurate_dot`), and the tapes are the same
 (recorded once per template and class, kept in memory and on disk: :mod:`..limit.replay_store`);
 so a kernel computed tile by tile, out of core or on a cluster, has the bits of the in-memory one.
 Below the diagonal, the band's leading square holds unused values (the caller mirrors the
@@ -124,28 +124,83 @@ def least_exact(methods: dict[str, set[str]], warnings: list[str]) -> BandResult
 
 
 def gram(X: np.ndarray) -> np.ndarray:
-    """q = X Xᵀ / d, every entry summed over k = 0, 1, … in order (bit-equal to :func:`gram_pairs`)."""
+    """q = X Xᵀ / d, every entry as :func:`gram_block` sums it (bit-equal to :func:`gram_pairs`)."""
     return gram_block(X, np.arange(X.shape[0]), np.arange(X.shape[0]))
 
 
 def gram_block(X: np.ndarray, rows: np.ndarray | slice, cols: np.ndarray | slice) -> np.ndarray:
-    """q_ij = Σ_k X_ik X_jk / d for i in ``rows``, j in ``cols``, summed over k = 0, 1, … in
-    order, one product and one addition at a time (no BLAS): the same bits in any block."""
+    """q_ij = Σ_k X_ik X_jk / d for i in ``rows``, j in ``cols``, to within about one unit roundoff
+    of its scale √(q_ii q_jj) whatever d (:func:`accurate_dot`): the same bits in any block."""
     A, B = X[rows], X[cols]
-    q = np.multiply.outer(A[:, 0], B[:, 0])
-    for k in range(1, X.shape[1]):
-        q += np.multiply.outer(A[:, k], B[:, k])
-    q /= X.shape[1]
-    return q
+    return accurate_dot(A[:, None, :], B[None, :, :])
 
 
 def gram_pairs(X: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """q_ab = Σ_k X_ak X_bk / d for the pairs (a, b), with the bits of :func:`gram_block`."""
-    q = X[a, 0] * X[b, 0]
-    for k in range(1, X.shape[1]):
-        q += X[a, k] * X[b, k]
-    q /= X.shape[1]
-    return q
+    return accurate_dot(X[a], X[b])
+
+
+#: terms summed in one chunk of :func:`accurate_dot` (then the chunks' sums are summed)
+DOT_CHUNK = 1024
+#: whether numpy's long double is the x87 80-bit format (64-bit significand) or wider
+EXTENDED = np.finfo(np.longdouble).nmant >= 63
+
+
+def accurate_dot(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """Σ_k A[..., k] B[..., k] / d (A and B broadcast on the leading axes; d = the last axis),
+    rounded to float64 from a sum with error far below one float64 unit roundoff u = 2⁻⁵³ of
+    Σ_k |A_k B_k| / d ≤ √(q_AA q_BB) (Cauchy–Schwarz).
+
+    In 80-bit long double (unit roundoff u_L = 2⁻⁶⁴): products exact-ish (u_L each), chunks of
+    :data:`DOT_CHUNK` terms summed in order, then the chunks' sums, so the sum errs by at most
+    γ_m^L Σ|A_k B_k| with m = DOT_CHUNK + d/DOT_CHUNK ≤ 2048 for d ≤ 2²⁰: (2048 + 1)·2⁻⁶⁴ ≈ u.
+    The division by d and the final rounding to float64 add u_L and u of |q|.  So
+    |fl(q) − q| ≤ 2.01·u·√(q_AA q_BB) whatever the input dimension — where a float64 sum in order
+    errs by up to γ_d (d·u; measured 11ε at d = 784).  Where long double is only float64 (some
+    platforms), the same bound comes from compensated dot products in float64 (:func:`dot2`)."""
+    if not EXTENDED:
+        return dot2(A, B)
+    d = A.shape[-1]
+    A, B = A.astype(np.longdouble), B.astype(np.longdouble)
+    total = None
+    for k0 in range(0, d, DOT_CHUNK):
+        chunk = A[..., k0] * B[..., k0]
+        for k in range(k0 + 1, min(d, k0 + DOT_CHUNK)):
+            chunk += A[..., k] * B[..., k]
+        total = chunk if total is None else total + chunk
+    return (total / d).astype(float)
+
+
+#: Dekker's splitting constant 2²⁷ + 1 (a float64 as the sum of two 26-bit halves)
+SPLIT = 134217729.0
+
+
+def dot2(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """Σ_k A_k B_k / d by Ogita, Rump and Oishi's Dot2 (SIAM J. Sci. Comput. 26, 2005): each
+    product and each partial sum carried with its exact rounding error (Dekker's TwoProduct,
+    Knuth's TwoSum), so the result errs by at most u·|Σ| + γ_d²·Σ|A_k B_k| before the division
+    by d (one more u) — the bound :func:`accurate_dot` states, computed in float64 alone."""
+    d = A.shape[-1]
+    s = np.zeros(np.broadcast_shapes(A.shape[:-1], B.shape[:-1]))
+    c = np.zeros_like(s)
+    for k in range(d):
+        a, b = A[..., k], B[..., k]
+        p = a * b
+        ah, al = halves(a)
+        bh, bl = halves(b)
+        c += ((ah * bh - p) + ah * bl + al * bh) + al * bl          # TwoProduct: p + that = a·b
+        t = s + p
+        z = t - s
+        c += (s - (t - z)) + (p - z)                                # TwoSum: t + that = s + p
+        s = t
+    return (s + c) / d
+
+
+def halves(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(h, l) with h + l = a exactly, each with at most 26 significant bits (Dekker's split)."""
+    t = SPLIT * a
+    h = t - (t - a)
+    return h, a - h
 
 
 def classes(qii: np.ndarray, qjj: np.ndarray, qij: np.ndarray, i: np.ndarray, j: np.ndarray) -> np.ndarray:
