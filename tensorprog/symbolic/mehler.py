@@ -533,7 +533,7 @@ def horner_sums(A: np.ndarray, B: np.ndarray, rho: np.ndarray, order: np.ndarray
         high = np.flatnonzero(order > low)
         by = high[np.argsort((top - order[high]).astype(np.int16), kind="stable")]
         ia, ib, r, L = a.under(by), b.under(by), rho[by], order[by]
-        acc = np.zeros(len(by))
+        acc, term, other = np.zeros(len(by)), np.empty(len(by)), np.empty(len(by))
         start = 0
         while start < len(by) and L[start] > HORNER_TOP:          # groups of one order, highest first
             end = start + int(np.searchsorted(-L[start:], -L[start], side="right"))
@@ -542,13 +542,13 @@ def horner_sums(A: np.ndarray, B: np.ndarray, rho: np.ndarray, order: np.ndarray
                                 b.rows[ib[g], HORNER_TOP + 1:L[start] + 1], r[g])
             start = end
         steps = np.arange(min(top, HORNER_TOP), low, -1)
-        counts = len(by) - np.searchsorted(L[::-1], steps, side="left")           # cells with L ≥ k
-        terms = np.take(ca[low + 1:stop], ia, axis=1)                 # α_k β_k under each cell, k > low
-        terms *= np.take(cb[low + 1:stop], ib, axis=1)                # (the products Horner adds)
-        for k, n in zip(steps, counts):
+        for k, n in zip(steps, len(by) - np.searchsorted(L[::-1], steps, side="left")):   # n: cells with L ≥ k
             acc[:n] *= r[:n]
             if live[k]:
-                acc[:n] += terms[k - low - 1, :n]
+                np.take(ca[k], ia[:n], out=term[:n])
+                np.take(cb[k], ib[:n], out=other[:n])
+                term[:n] *= other[:n]
+                acc[:n] += term[:n]
         s[by] = acc
     s = s.reshape(shape)
     rg = rho.reshape(shape)
