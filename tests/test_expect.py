@@ -417,3 +417,21 @@ def test_batchnorm_near_singular_error_is_honest():
     truth = sum(integrate.quad(f, a, b, epsabs=1e-15, epsrel=1e-14, limit=500)[0]
                 for a, b in [(0, 1e-6), (1e-6, 1e-3), (1e-3, 1), (1, 10), (10, np.inf)])
     assert abs(est.value - truth) <= est.error < 1e-4
+
+
+def test_is_zero_proves_rational_functions_nonzero_and_falls_back_to_simplify():
+    """linalg.is_zero's cheap proof (a rational function nonzero at a rational point) answers only
+    'nonzero', and only for rational functions; zeros that need simplify still come out zero."""
+    from tensorprog.expect.linalg import is_zero, rational_nonzero
+    a, b = sp.symbols("c_0_0 c_1_1", positive=True)
+    c = sp.Symbol("c_0_1", real=True)
+    schur = (a * b - c ** 2) / a
+    assert rational_nonzero(schur) and not is_zero(schur)
+    hidden = (a ** 2 - c ** 2) / (a - c) - a - c                 # 0 as a function, not auto-cancelled
+    assert hidden != 0 and not rational_nonzero(hidden) and is_zero(hidden)
+    root = sp.sqrt(a ** 2) - a                                   # 0 for a > 0 (sympy folds it)
+    assert is_zero(root)
+    radical = sp.sqrt(a * b) - sp.sqrt(a) * sp.sqrt(b) + c - c   # not rational: no proof, simplify says 0
+    assert not rational_nonzero(sp.sqrt(a) + c) and is_zero(radical)
+    assert not rational_nonzero(sp.Float(0.5) * a - c)           # Floats: the old test decides
+    assert not is_zero(sp.Float(0.5) * a - c)

@@ -67,3 +67,20 @@ def test_gelu_template_matches_quadrature_recursion(L, b1):
             assert K.outputs["ntk"].mean[i, j] == pytest.approx(ntk, rel=1e-10, abs=1e-12)
             assert K.outputs["ntk"].mean[j, i] == K.outputs["ntk"].mean[i, j]
     assert np.max(K.outputs["ntk"].error) < 1e-10
+
+
+def test_mish_template_is_replayed_and_agrees_with_its_compile():
+    """mish's product forms are replayed by the series (|F| of a Mean or MehlerValue stays Abs:
+    they are real, no √(F·conjugate F) without a tape rule), and the replay agrees with a fresh
+    batch compile of the pairs within the two stated errors."""
+    from tensorprog.program import load
+    from tensorprog.tools import pairs
+    from tensorprog.tools.kernel import limit_template
+    params = dict(L=3, var=1.5, var1=1.5, b1=0.1)
+    prog = load(ROOT / "programs" / "kernels" / "mish_mlp.tp", **params)
+    tmpl, g, s, b = limit_template(prog.ir, {**prog.ir.params, **params})
+    spec = pairs.LimitSpec(tmpl, g, s, b, np.random.default_rng(5).standard_normal((8, 4)), 1e-10)
+    candidates = pairs.rest_candidates(spec)
+    got = pairs.record_class(spec, candidates)
+    assert got is not None and got.replay.method == "series"
+    assert pairs.agrees_with_compile(spec, got.replay, *candidates)

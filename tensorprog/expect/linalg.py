@@ -23,12 +23,49 @@ class ExpansionBudget(NoClosedForm):
 
 
 def is_zero(e: sp.Expr, scale: float = 1.0) -> bool:
-    """Zero test: exact for exact numbers (to 1e-40), to 1e-12·scale with Floats."""
+    """Zero test: exact for exact numbers (to 1e-40), to 1e-12·scale with Floats; an expression of
+    symbols is zero when sympy simplifies it to 0, after a cheap proof of the contrary where
+    there is one (:func:`rational_nonzero`)."""
     if e == 0:
         return True
     if e.is_number:
         return abs(complex(e.evalf(50))) < (1e-12 * scale if e.has(sp.Float) else 1e-40)
+    if rational_nonzero(e):
+        return False
     return sp.simplify(e) == 0
+
+
+#: the points at which :func:`rational_nonzero` evaluates (fixed: the same answer every run)
+PROBES = ((sp.Rational(7, 3), sp.Rational(11, 13), sp.Rational(-5, 17), sp.Rational(29, 19), sp.Rational(3, 31)),
+          (sp.Rational(17, 7), sp.Rational(-13, 11), sp.Rational(23, 5), sp.Rational(2, 37), sp.Rational(41, 43)))
+
+
+def rational_nonzero(e: sp.Expr) -> bool:
+    """True only if ``e`` is a rational function with rational coefficients that is not
+    identically 0: it is one (sums, products, integer powers of symbols and rationals) and its
+    exact value at a fixed rational point (a positive one for a symbol declared positive or
+    nonnegative, a negative one for negative or nonpositive) is a nonzero rational.  A rational
+    function that is not 0 at one point of its domain is not the zero function, and for rational
+    functions being 0 on the symbols' domain (an open set) and being 0 as a function are the same:
+    so True is a proof, and False (not such a function, a pole or a root at the point) says nothing."""
+    for node in sp.preorder_traversal(e):
+        if not (node.is_Add or node.is_Mul or node.is_Symbol or node.is_Rational
+                or (node.is_Pow and node.exp.is_Integer)):
+            return False
+    symbols = sorted(e.free_symbols, key=sp.default_sort_key)
+    for probe in PROBES:
+        point = {}
+        for k, s in enumerate(symbols):
+            v = probe[k % len(probe)] + k // len(probe)
+            if s.is_positive or s.is_nonnegative:
+                v = abs(v)
+            elif s.is_negative or s.is_nonpositive:
+                v = -abs(v)
+            point[s] = v
+        value = e.xreplace(point)
+        if value.is_Rational and value != 0:
+            return True
+    return False
 
 
 def _scale(cov: sp.MatrixBase) -> float:

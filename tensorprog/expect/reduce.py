@@ -363,12 +363,26 @@ class Engine:
         cov = ctx.cov.extract(idx, idx)
         laws = tuple((u, law) for u, law in ctx.laws if u in syms)
         if cov.free_symbols or any(as_number(law.var).free_symbols for _, law in laws):
-            raise ValueError(f"no closed form for E[{expr}], and its law has free parameters "
-                             f"{sorted(map(str, cov.free_symbols))}: give numbers to evaluate it numerically")
+            raise FreeParameters(expr, cov.free_symbols)
         key = (expr, gs, tuple(float(x) for x in cov), laws)
         if key not in self.jobs:
             self.jobs[key] = sp.Dummy(f"J{len(self.jobs)}")
         return self.jobs[key]
+
+
+class FreeParameters(ValueError):
+    """No closed form for E[expr], and its law has free parameters.  The message is written when it
+    is shown: a batch compile meets this for every expectation it evaluates numerically (its
+    covariance is symbols) and catches it, and printing the integrand each time cost more than
+    the rest of the attempt."""
+
+    def __init__(self, expr: sp.Expr, symbols: set) -> None:
+        super().__init__(expr, symbols)
+
+    def __str__(self) -> str:
+        expr, symbols = self.args
+        return (f"no closed form for E[{expr}], and its law has free parameters "
+                f"{sorted(map(str, symbols))}: give numbers to evaluate it numerically")
 
 
 def _product(c: sp.Expr, factors) -> sp.Expr:

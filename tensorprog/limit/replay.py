@@ -503,7 +503,7 @@ def head_slope(head: sp.Expr, n: sp.Symbol) -> sp.Expr:
     if not (isinstance(A, HermiteRow) and isinstance(B, HermiteRow)):
         raise Unreplayable(f"{head} is not over packed rows")
     a, b = A.args[0], B.args[0]
-    if A == B and (rho == 1 or sp.simplify(rho - 1) == 0):     # u ≡ v: the diagonal S(a) = E φ(√a z)²
+    if A == B and (rho == 1 or rho.doit() == 1 or sp.simplify(rho - 1) == 0):   # u ≡ v: S(a) = E φ(√a z)²
         da = sp.diff(a, n)
         return 0 if da == 0 else DiagonalSlope(A) / (2 * absolute(a)) * absolute(da)
     c = rho * sp.sqrt(a * b)

@@ -907,8 +907,11 @@ def hermite_head(phi: sp.Expr, K: int, h: float) -> HermiteSpec:
 
 
 class MehlerValue(sp.Function):
-    """MehlerValue(A, B, ρ, tol): Σ_k ρ^k α_k β_k (:func:`mehler_value`)."""
+    """MehlerValue(A, B, ρ, tol): Σ_k ρ^k α_k β_k (:func:`mehler_value`).  Real (as :class:`Mean`):
+    sympy then writes |F| of a form F with this head as Abs, not as √(F·conjugate(F)), which has no
+    numeric rule on a tape (mish's product forms met it, and were not replayed)."""
     nargs = 4
+    is_real = True
 
 
 class MehlerError(sp.Function):
@@ -937,8 +940,9 @@ class MeanCurve(sp.Function):
 
 
 class Mean(sp.Function):
-    """Mean(A): E φ(√a z) = α_0 of packed coefficients."""
+    """Mean(A): E φ(√a z) = α_0 of packed coefficients (real)."""
     nargs = 1
+    is_real = True
 
 
 class MeanError(sp.Function):
