@@ -22,6 +22,10 @@ QMC); the D continuous coordinates go to
 
 The target error of each E[f] is ``budget.tol``, absolute (relative for |E[f]| > 1).
 
+The rules are deterministic: :data:`JOBS` keeps recent results by their whole input (integrands,
+Gaussians, Σ, laws, budget), so an expectation met again — at another training step, or in a
+second compile of the same program in one process — costs nothing and gives the same bits.
+
 Each result is a ``JobResult``: value, error, method, the budgets that stopped it above
 its target error (``"max_quad_points"``, ``"max_qmc_points"``) and whether QMC saw signs
 of an infinite variance (``heavy_tail``: its error bar is then not to be trusted).

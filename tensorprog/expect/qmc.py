@@ -9,6 +9,10 @@ freedom: |t₁₅| > 3 has probability 0.9 %).  Each replicate's sample doubles,
 a power of two (where Sobol points are balanced), until the error meets the target
 or R·n would exceed ``max_points``.  The result is a :class:`QmcResult`.
 
+The points depend only on (seed, max_points, the coordinates' laws): they are drawn and mapped by
+the inverse CDFs once and kept in :data:`POINTS` (a bounded cache) for every later QMC rule over
+the same coordinates.
+
 That error bar presumes a finite variance of g.  The largest deviations |g − c| of all
 samples give a Hill estimate of g's tail index α (``_Tails``); α < 2 (infinite variance,
 e.g. x² under student_t(3), or |x|^−0.7) is reported as ``heavy_tail``: the stated error
