@@ -123,6 +123,13 @@ FAST = {"programs/relu_nngp.tp", "programs/marchenko_pastur.tp", "programs/erf_a
         "programs/golikov_wigner.tp", "programs/kernels/relu_mlp.tp"}
 
 
+#: programs whose default size is a long training run, compiled at fewer steps (the same recurrence,
+#: shorter): mup_train_curve (T = 100 by default) and mup_deep_train (T = 3, P = 4 examples, two hidden
+#: matrices) have expectations in O(T·P) dimensions, each at the whole QMC budget, so their numeric
+#: compile at the default T takes many CPU minutes (over 10 for mup_deep_train, far more at T = 100)
+SMALLER = {"programs/mup_train_curve.tp": {"T": 3}, "programs/mup_deep_train.tp": {"T": 1}}
+
+
 #: gp4a_transformer: its numeric compile takes a second, but the symbolic one (exact constants: the
 #: attention weights exp(mean(q_s q_t)) become nested exp() of rationals in the covariances) spends
 #: minutes in the exact elimination of ``expect.linalg.reduce_basis`` (sp.expand and 50-digit evalf
@@ -136,7 +143,7 @@ SKIP_SLOW = pytest.mark.skip(reason="its --symbolic compile takes minutes in exp
     p, marks=[pytest.mark.slow] + ([SKIP_SLOW] if p in TOO_SLOW else [])) for p in PROGRAMS])
 def test_every_shipped_program_compiles_symbolically(path):
     """--symbolic never crashes, and its values are the numeric compile's (within the errors)."""
-    program = tp.load(str(ROOT / path))
+    program = tp.load(str(ROOT / path), **SMALLER.get(path, {}))
     symbolic, numeric = program.compile(symbolic=True), program.compile()
     for out in numeric.program.outputs:
         a, b = symbolic.result(out.var), numeric.result(out.var)
