@@ -107,11 +107,13 @@ def test_traced_lowering_changes_no_number():
 
 
 #: dmft_tanh_depth3 (T = 5 training steps of a tanh network on P = 10 examples) is left out: its
-#: numeric compile, which the test compares with, takes over 10 minutes even at T = 1: from the first
-#: step on, each Ż coefficient and covariance of W1 @ phi(h1[mu]) and W2 @ phi(h2[mu]) is an expectation
-#: over about 20 linear forms (the 10 examples' h1 and the 10 products W1ᵀ g2[mu]) that no closed form
-#: or quadrature reaches, so it takes the whole QMC budget (2^20 points, ~3 CPU s each), and there are
-#: hundreds of them per step (its limit is taken by particles, tests/test_dmft_program.py)
+#: numeric compile, which the test compares with, takes over half an hour even at T = 1.  From the
+#: first step on, the covariances and Ż coefficients of W1 @ phi(h1[mu]) and W2 @ phi(h2[mu]) are
+#: expectations over 20-22 linear forms (the 10 examples' h1 and the 10 products W1ᵀ g2[mu]): at T = 1,
+#: 833 expectations over more than 3 dimensions (818 over 20-22), 693 distinct numeric jobs, none
+#: repeated; no closed form or quadrature reaches them, so each takes the whole QMC budget (2^20
+#: points, 2-4 CPU s each), about 35 CPU minutes in all; later steps see more forms (its limit is
+#: taken by particles, tests/test_dmft_program.py)
 PROGRAMS = sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("programs/**/*.tp")
                   if p.name != "dmft_tanh_depth3.tp")
 #: a fast subset for the default run (a few seconds each); every shipped program runs under
