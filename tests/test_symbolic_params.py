@@ -128,8 +128,9 @@ FAST = {"programs/relu_nngp.tp", "programs/marchenko_pastur.tp", "programs/erf_a
 #: programs whose default size is a long training run, compiled at fewer steps (the same recurrence,
 #: shorter): mup_train_curve (T = 100 by default) and mup_deep_train (T = 3, P = 4 examples, two hidden
 #: matrices) have expectations in O(T·P) dimensions, each at the whole QMC budget, so their numeric
-#: compile at the default T takes many CPU minutes (mup_deep_train: 10 CPU s at T = 1, 263 at T = 2,
-#: over 10 minutes at T = 3; mup_train_curve far more at T = 100)
+#: compile at the default T takes many CPU minutes (mup_deep_train: 10 CPU s at T = 1, 263 at T = 2;
+#: at T = 3 the compile without expect's caches had not finished after 10 CPU minutes; mup_train_curve
+#: far more at T = 100)
 SMALLER = {"programs/mup_train_curve.tp": {"T": 3}, "programs/mup_deep_train.tp": {"T": 1}}
 
 
