@@ -165,6 +165,47 @@ def test_qmc_is_reproducible_and_honest():
     assert abs(a.values[0] - np.sqrt(6 / (2 * np.pi))) < 5 * a.errors[0] and a.errors[0] < 1e-3
 
 
+def test_qmc_points_kept_give_the_same_numbers_as_fresh_ones():
+    """The QMC points are drawn once per (seed, budget, laws) and kept: a second call, and a call
+    after the cache is emptied, give the same bits; other laws or another seed get other points."""
+    from tensorprog.expect.qmc import POINTS, PointCache
+    coords = [Coord(None), Coord(Law("student_t", 1, 5)), Coord(None)]
+    f = lambda *t: np.vstack([np.tanh(t[0] + t[1]) * t[2] ** 2, np.abs(t[1])])
+    tol = lambda q: 1e-12 + 0 * q
+    first = qmc(f, coords, tol, 2 ** 14, seed=5)
+    assert (5, 2 ** 14, tuple((c.family, c.scale, c.df) for c in coords)) in POINTS.entries
+    again = qmc(f, coords, tol, 2 ** 14, seed=5)
+    POINTS.entries.clear()
+    fresh = qmc(f, coords, tol, 2 ** 14, seed=5)
+    for r in (again, fresh):
+        assert np.array_equal(r.values, first.values) and np.array_equal(r.errors, first.errors)
+    assert not np.array_equal(qmc(f, coords, tol, 2 ** 14, seed=6).values, first.values)
+    assert len(POINTS.entries) == 2
+    small = PointCache(max_floats=3 * 2 ** 14)          # room for one key's points only
+    small.get(5, 2 ** 14, coords).columns(3, 0)
+    small.get(6, 2 ** 14, coords).columns(3, 0)
+    assert len(small.entries) == 1
+
+
+def test_numeric_expectations_are_memoised_by_their_whole_input():
+    """A repeated numeric_expect (same integrands, Σ, laws, budget) returns the kept results; a
+    different Σ or seed is computed anew, and equals what a cold call gives."""
+    from tensorprog.expect.budget import Budget
+    from tensorprog.expect.numeric import JOBS, numeric_expect
+    g = sp.symbols("g0:3", real=True)
+    exprs = [sp.tanh(g[0] + g[1] * g[2]), sp.tanh(g[0]) * sp.tanh(g[2]) ** 2]
+    cov = np.array([[1.0, 0.3, 0.1], [0.3, 1.2, -0.2], [0.1, -0.2, 0.9]])
+    budget = Budget(max_qmc_points=2 ** 14, max_quad_points=20_000)
+    first = numeric_expect(exprs, g, cov, [], budget)
+    assert numeric_expect(exprs, g, cov, [], budget) == first
+    key = (tuple(exprs), tuple(g), cov.tobytes(), (), budget)
+    assert JOBS.entries[key] == tuple(first)
+    JOBS.entries.clear()
+    assert numeric_expect(exprs, g, cov, [], budget) == first           # cold: the same bits
+    other = numeric_expect(exprs, g, cov * 1.01, [], budget)
+    assert other != first and len(JOBS.entries) == 2
+
+
 @pytest.mark.parametrize("budget", [300, 800, 3000])
 def test_error_estimate_bounds_unresolved_singularities(budget):
     """Singularities the rule is not told about (a kink, |t|^3, √|t|, log|t|) converge

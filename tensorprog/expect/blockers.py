@@ -21,16 +21,33 @@ from ..symbolic.dag import distinct_nodes
 from ..symbolic.heads import Delta, Sign
 
 
-def closed_form_blocker(e: sp.Expr, syms: tuple) -> str | None:
+class Reason:
+    """Why an integrand has no closed form: ``what`` and the factor ``f`` that blocks it, printed
+    (:func:`brief`) only when the reason is shown: printing a factor costs far more than finding it,
+    and most reasons are only tested for (the numeric rules then take the expectation)."""
+
+    __slots__ = ("what", "f")
+
+    def __init__(self, what: str, f: sp.Expr) -> None:
+        self.what, self.f = what, f
+
+    def __str__(self) -> str:
+        return f"{self.what} {brief(self.f)}"
+
+    def __repr__(self) -> str:
+        return f"Reason({str(self)!r})"
+
+
+def closed_form_blocker(e: sp.Expr, syms: tuple) -> Reason | None:
     """A factor that no rule of ``_Solver.term`` accepts and that multiplying out cannot
     remove — a function other than sign/erf/exp/δ of the symbols, exp of a non-polynomial,
-    a non-integer power (e.g. a quadratic form^(−3/2)) — or None.  Only the structure that
+    a non-integer power (e.g. a quadratic form^(−3/2)) — as a :class:`Reason`, or None.  Only the structure that
     ``sp.expand`` multiplies out (sums, products, positive integer powers) is walked,
     so the test is linear in the size of the expression; call it on canon's output
     without Dirac masses (conditioning on a δ may still make such factors constant)."""
     seen: set = set()
 
-    def walk(f: sp.Expr) -> str | None:
+    def walk(f: sp.Expr) -> Reason | None:
         if f in seen or not f.has(*syms) or f in syms:
             return None
         seen.add(f)
@@ -42,12 +59,12 @@ def closed_form_blocker(e: sp.Expr, syms: tuple) -> str | None:
                 return walk(f.base)
             if k.is_Integer and f.base.is_Symbol:          # 1/x may cancel against x·(…)
                 return None
-            return f"factor {brief(f)}"
+            return Reason("factor", f)
         if isinstance(f, (Sign, sp.erf, Delta)):
             return None
         if isinstance(f, sp.exp):
-            return None if f.args[0].is_polynomial(*syms) else f"exp of a non-polynomial {brief(f.args[0])}"
-        return f"factor {brief(f)}"
+            return None if f.args[0].is_polynomial(*syms) else Reason("exp of a non-polynomial", f.args[0])
+        return Reason("factor", f)
     return walk(e)
 
 

@@ -22,6 +22,10 @@ QMC); the D continuous coordinates go to
 
 The target error of each E[f] is ``budget.tol``, absolute (relative for |E[f]| > 1).
 
+The rules are deterministic: :data:`JOBS` keeps recent results by their whole input (integrands,
+Gaussians, Σ, laws, budget), so an expectation met again — at another training step, or in a
+second compile of the same program in one process — costs nothing and gives the same bits.
+
 Each result is a ``JobResult``: value, error, method, the budgets that stopped it above
 its target error (``"max_quad_points"``, ``"max_qmc_points"``) and whether QMC saw signs
 of an infinite variance (``heavy_tail``: its error bar is then not to be trusted).
@@ -30,7 +34,8 @@ from __future__ import annotations
 
 import itertools
 import warnings
-from typing import NamedTuple, Sequence
+from collections import OrderedDict
+from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 import sympy as sp
@@ -78,19 +83,30 @@ def numeric_expect(exprs: Sequence[sp.Expr], gaussians: Sequence[sp.Symbol], cov
     scale = max(lam.max(initial=0.0), 1e-300)
     if lam.min(initial=0.0) < -1e-9 * scale:
         raise ValueError(f"covariance is not positive semi-definite (eigenvalue {lam.min():.3g})")
+    many = sum(law.discrete for _, law in laws) > MAX_SUMMED      # then sample them by QMC
+    cont = [(u, law) for u, law in laws if many or not law.discrete]
+    growths = [max(growth(e, u) for e in exprs) for u, _ in cont]
+    for (u, law), g in zip(cont, growths):
+        if law.df is not None and g >= float(law.df):
+            warnings.warn(f"E[...] may be infinite: the integrand grows like |{u}|^{g:g} and "
+                          f"{u} ~ {law.family}(df={law.df}) has E|{u}|^{g:g} = ∞", RuntimeWarning)
+    key = (tuple(exprs), tuple(gaussians), cov.tobytes(), tuple(laws), budget)
+    return JOBS.get(key, lambda: _numeric(exprs, gaussians, cov, lam, V, laws, budget, many, growths))
+
+
+def _numeric(exprs, gaussians, cov: np.ndarray, lam: np.ndarray, V: np.ndarray, laws, budget: Budget,
+             many: bool, growths: list[float]) -> list[JobResult]:
+    """The rules of the module doc for Σ = V diag(lam) Vᵀ (``many``: sample the Rademacher laws by
+    QMC; ``growths``: of the integrands in each continuous law)."""
+    scale = max(lam.max(initial=0.0), 1e-300)
     keep = np.nonzero(lam > 1e-12 * scale)[0][::-1]      # largest modes first (best for QMC)
     L = _seen_directions(exprs, gaussians, V[:, keep] * np.sqrt(lam[keep]))
-    many = sum(law.discrete for _, law in laws) > MAX_SUMMED      # then sample them by QMC
     cont = [(u, law) for u, law in laws if many or not law.discrete]
     disc = [(u, law) for u, law in laws if law.discrete and not many]
     symbols = tuple(gaussians) + tuple(u for u, _ in cont) + tuple(u for u, _ in disc)
     gg = max([growth(e, g) for e in exprs for g in gaussians] + [0.0])
-    coords = [Coord(None, gg)] * L.shape[1] + [Coord(law, max(growth(e, u) for e in exprs))
-                                                for u, law in cont]
-    for (u, law), c in zip(cont, coords[L.shape[1]:]):
-        if law.df is not None and c.growth >= float(law.df):
-            warnings.warn(f"E[...] may be infinite: the integrand grows like |{u}|^{c.growth:g} and "
-                          f"{u} ~ {law.family}(df={law.df}) has E|{u}|^{c.growth:g} = ∞", RuntimeWarning)
+    coords = [Coord(None, gg)] * L.shape[1] + [Coord(law, g) for (u, law), g in zip(cont, growths)]
+    d = len(gaussians)
     series = [None] * len(exprs) if laws or d != 2 else \
         [series_job(e, gaussians, cov, budget.tol, budget.series_terms) for e in exprs]
     if all(s is not None for s in series):
@@ -108,7 +124,11 @@ def numeric_expect(exprs: Sequence[sp.Expr], gaussians: Sequence[sp.Symbol], cov
     for combo in combos:
         def args(*t: np.ndarray) -> list:
             n = np.shape(t[0]) if t else ()
-            gz = [L[i] @ np.asarray(t[:L.shape[1]]) if L.shape[1] else np.zeros(n) for i in range(d)]
+            if L.shape[1]:                  # z_i = L_i·t, row by row (one product L @ t rounds differently)
+                T = np.asarray(t[:L.shape[1]])
+                gz = [L[i] @ T for i in range(d)]
+            else:
+                gz = [np.zeros(n) for _ in range(d)]
             return gz + list(t[L.shape[1]:]) + [np.full(n, v) for v in combo]
 
         def f(*t: np.ndarray) -> np.ndarray:
@@ -128,6 +148,31 @@ def numeric_expect(exprs: Sequence[sp.Expr], gaussians: Sequence[sp.Symbol], cov
         heavy |= h
     return [JobResult(float(v), float(e), m, tuple(sorted(b)), bool(h)) if s is None else JobResult(*s, "series")
             for v, e, m, b, h, s in zip(values, errors, methods, reached, heavy, series)]
+
+
+class JobMemo:
+    """The results of recent :func:`numeric_expect` calls, keyed by their whole input (the
+    integrands, the Gaussians, Σ's bytes, the laws, the budget; the QMC seed is the budget's): the
+    rules are deterministic, so a repeated call — the same expectation met again in one compile,
+    at another step, or in a second compile of the program — returns the very same numbers.  At
+    most ``size`` entries, least recently used dropped first."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.entries: OrderedDict[tuple, tuple[JobResult, ...]] = OrderedDict()
+
+    def get(self, key: tuple, compute: Callable[[], list[JobResult]]) -> list[JobResult]:
+        if key in self.entries:
+            self.entries.move_to_end(key)
+        else:
+            self.entries[key] = tuple(compute())
+            if len(self.entries) > self.size:
+                self.entries.popitem(last=False)
+        return list(self.entries[key])
+
+
+#: numeric expectations kept for reuse (a result is a few numbers; the key's integrands are shared)
+JOBS = JobMemo(4096)
 
 
 def _dispatch(f, kf, coords, kinks, symbols, L, combo, ncont, target, budget: Budget):

@@ -9,6 +9,10 @@ freedom: |t₁₅| > 3 has probability 0.9 %).  Each replicate's sample doubles,
 a power of two (where Sobol points are balanced), until the error meets the target
 or R·n would exceed ``max_points``.  The result is a :class:`QmcResult`.
 
+The points depend only on (seed, max_points, the coordinates' laws): they are drawn and mapped by
+the inverse CDFs once and kept in :data:`POINTS` (a bounded cache) for every later QMC rule over
+the same coordinates.
+
 That error bar presumes a finite variance of g.  The largest deviations |g − c| of all
 samples give a Hill estimate of g's tail index α (``_Tails``); α < 2 (infinite variance,
 e.g. x² under student_t(3), or |x|^−0.7) is reported as ``heavy_tail``: the stated error
@@ -17,6 +21,8 @@ e^{2x}, can be flagged too: their error bars rest on a handful of samples.)
 """
 from __future__ import annotations
 
+import itertools
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -49,19 +55,13 @@ def qmc(f: Callable[..., np.ndarray], coords: Sequence[Coord], target: Callable,
     """E g(t), t = (F₁⁻¹(U₁), …) over the coordinates, by R scrambled Sobol replicates seeded
     from ``seed``, doubling until ``target(values)`` is met or ``max_points`` would be
     exceeded (module doc)."""
-    from scipy.stats import qmc as sobol        # scipy.stats takes ~0.5 s to import: only when QMC runs
-    D = len(coords)
-    streams = np.random.SeedSequence(seed).spawn(REPLICATES)
-    engines = [sobol.Sobol(d=D, scramble=True, seed=np.random.default_rng(s)) for s in streams]
-    per = max_points // REPLICATES
-    batch = 2 ** int(np.clip(np.floor(np.log2(max(per, 1))), 4, 10))
+    points = POINTS.get(seed, max_points, coords)
     sums, n = None, 0
-    tiny = np.finfo(float).tiny
     tails = _Tails()
-    while True:
-        for r, eng in enumerate(engines):
-            U = np.clip(eng.random(batch), tiny, 1 - 2 ** -53)
-            vals = f(*(c.ppf(U[:, k]) for k, c in enumerate(coords)))
+    for rnd in itertools.count():
+        batch = points.batch(rnd)
+        for r in range(REPLICATES):
+            vals = f(*points.columns(rnd, r))
             if sums is None:
                 sums = np.zeros((REPLICATES, vals.shape[0]))
             sums[r] += vals.sum(axis=1)
@@ -74,7 +74,74 @@ def qmc(f: Callable[..., np.ndarray], coords: Sequence[Coord], target: Callable,
         done = bool(np.all(err <= target(value)))
         if done or 2 * n * REPLICATES > max_points:
             return QmcResult(value, err, done, tails.heavy(), tails.alpha(), n * REPLICATES)
-        batch = n
+    raise AssertionError("unreachable")
+
+
+class _Points:
+    """The sample points of :func:`qmc` for one (seed, max_points, coordinates' laws): round ``rnd``
+    draws ``batch(rnd)`` points of each replicate's scrambled Sobol sequence (the first round
+    2^clip(⌊log₂(max_points/R)⌋, 4, 10), then as many as drawn so far: the sample doubles), mapped
+    by each coordinate's inverse CDF.  The rounds are drawn once and kept (read-only): every
+    expectation over the same number of coordinates of the same laws sees the same points, and
+    drawing and mapping them (ndtri) costs as much as a cheap integrand."""
+
+    def __init__(self, seed: int, max_points: int, coords: Sequence[Coord], keep: bool = True) -> None:
+        from scipy.stats import qmc as sobol        # scipy.stats takes ~0.5 s to import: only when QMC runs
+        self.coords = tuple(coords)
+        streams = np.random.SeedSequence(seed).spawn(REPLICATES)
+        self.engines = [sobol.Sobol(d=len(coords), scramble=True, seed=np.random.default_rng(s)) for s in streams]
+        per = max_points // REPLICATES
+        self.first = 2 ** int(np.clip(np.floor(np.log2(max(per, 1))), 4, 10))
+        self.rounds: list[list[tuple[np.ndarray, ...]] | None] = []
+        self.floats = 0
+        self.keep = keep                # False: only the latest round is held (for one use)
+
+    def batch(self, rnd: int) -> int:
+        """Points per replicate drawn in round ``rnd`` (the sample doubles from round 1 on)."""
+        return self.first * 2 ** max(rnd - 1, 0)
+
+    def columns(self, rnd: int, r: int) -> tuple[np.ndarray, ...]:
+        """Replicate r's points of round ``rnd``, one array per coordinate."""
+        while len(self.rounds) <= rnd:
+            self.rounds.append([self.draw(eng, self.batch(len(self.rounds))) for eng in self.engines])
+            self.floats += self.batch(len(self.rounds) - 1) * len(self.coords) * REPLICATES
+            if not self.keep and len(self.rounds) > 1:
+                self.rounds[-2] = None
+        return self.rounds[rnd][r]
+
+    def draw(self, engine, batch: int) -> tuple[np.ndarray, ...]:
+        U = np.clip(engine.random(batch), np.finfo(float).tiny, 1 - 2 ** -53)
+        cols = tuple(c.ppf(U[:, k]) for k, c in enumerate(self.coords))
+        for col in cols:
+            col.setflags(write=False)
+        return cols
+
+
+class PointCache:
+    """The :class:`_Points` of recent (seed, max_points, coordinate laws), least recently used
+    dropped beyond ``max_floats`` numbers in all (the points are a pure function of that key)."""
+
+    def __init__(self, max_floats: int) -> None:
+        self.max_floats = max_floats
+        self.entries: OrderedDict[tuple, _Points] = OrderedDict()
+
+    def get(self, seed: int, max_points: int, coords: Sequence[Coord]) -> _Points:
+        """The points for this key: kept ones, or new ones (not kept when they could exceed
+        ``max_floats`` alone)."""
+        if max_points * len(coords) > self.max_floats:
+            return _Points(seed, max_points, coords, keep=False)
+        key = (seed, max_points, tuple((c.family, c.scale, c.df) for c in coords))
+        if key in self.entries:
+            self.entries.move_to_end(key)
+        else:
+            self.entries[key] = _Points(seed, max_points, coords)
+        while len(self.entries) > 1 and sum(p.floats for p in self.entries.values()) > self.max_floats:
+            self.entries.popitem(last=False)
+        return self.entries[key]
+
+
+#: QMC points kept for reuse: 2^25 floats (256 MB), e.g. 2^20 points in 32 dimensions
+POINTS = PointCache(2 ** 25)
 
 
 class _Tails:

@@ -26,6 +26,7 @@ import itertools
 import math
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import lru_cache
 
 import numpy as np
 import sympy as sp
@@ -93,6 +94,13 @@ def _factor_sums(expr: sp.Expr, split_exp: bool, max_terms: float = float("inf")
     return plain, sums
 
 
+@lru_cache(maxsize=None)
+def _plain_free_symbols(cls: type) -> bool:
+    """Whether ``cls`` has Basic's free_symbols (the union over its args: no bound variables)."""
+    owner = next(c for c in cls.__mro__ if "free_symbols" in c.__dict__)
+    return owner is sp.Basic
+
+
 class Engine:
     """One evaluation: the recursive reduction, collecting numeric jobs.
 
@@ -106,13 +114,26 @@ class Engine:
         self.jobs: dict[tuple, sp.Dummy] = {}
         self.groups: dict[Ctx, dict] = {}
         self.cov_blocks: dict = {}     # id Σ → (Σ, symbolic?); (id Σ, indices) → (Σ, its block as floats)
+        self.free: dict[sp.Basic, frozenset] = {}     # expr → its free symbols (see symbols)
+
+    def symbols(self, e: sp.Basic) -> frozenset:
+        """``e.free_symbols``, memoised per sub-expression: sympy walks the tree, which repeats a
+        shared sub-expression (a vector's Z reused at every step) once per path to it."""
+        out = self.free.get(e)
+        if out is None:
+            if not e.args or not _plain_free_symbols(type(e)):
+                out = frozenset(e.free_symbols)
+            else:
+                out = frozenset().union(*map(self.symbols, e.args))
+            self.free[e] = out
+        return out
 
     def E(self, expr: sp.Expr, ctx: Ctx) -> sp.Expr:
         """E[expr] as exact coefficients times job symbols."""
         groups = self.groups.get(ctx)
         if groups is None:                  # (not setdefault: group_of is O(n²))
             groups = self.groups[ctx] = ctx.group_of()
-        if not expr.free_symbols & groups.keys():
+        if not self.symbols(expr) & groups.keys():
             return expr
         if expr.is_Add:
             return sp.Add(*[self.E(t, ctx) for t in expr.args])
@@ -125,11 +146,11 @@ class Engine:
             return g
         factors = sp.Mul.make_args(expr)
         for f in factors:
-            gs = [root(groups[s]) for s in f.free_symbols if s in groups]
+            gs = [root(groups[s]) for s in self.symbols(f) if s in groups]
             for g in gs[1:]:
                 parent[root(g)] = root(gs[0])
         for f in factors:
-            gs = [groups[s] for s in f.free_symbols if s in groups]
+            gs = [groups[s] for s in self.symbols(f) if s in groups]
             if gs:
                 comps.setdefault(root(gs[0]), []).append(f)
             else:
@@ -142,7 +163,7 @@ class Engine:
 
     def E_component(self, expr: sp.Expr, ctx: Ctx, groups: dict) -> sp.Expr:
         """E over one set of base variables that the factors of expr tie together."""
-        syms = expr.free_symbols & groups.keys()
+        syms = self.symbols(expr) & groups.keys()
         laws = dict(ctx.laws)
         if expr.has(Delta):
             return self.dirac(expr, ctx)
