@@ -174,6 +174,7 @@ def main() -> None:
                         np.save(f"{save}/nt_nngp.npy", nt["nngp"])
                         np.save(f"{save}/nt_ntk.npy", nt["ntk"])
                     report["nt"][act] = {"N": N, "best": nt["best"], "best_cpu": nt.get("best_cpu"), "compile": nt["compile"],
+                                         "compile_cpu": nt.get("compile_cpu"),
                                          "accuracy": accuracy(nt, pairs, ref, ref_err, False)}
                     print("nt", act, json.dumps(report["nt"][act]), flush=True)
         N = max(sizes)
@@ -191,7 +192,8 @@ def summary(report: dict, nt_size: int, largest: int) -> dict:
     """The targets' ratios, CPU seconds: tensorprog / neural-tangents at ``nt_size`` (tp's tp.kernel
     call, and with its import), and each activation / ReLU at ``largest`` (both without and with
     the import); ``_warm``: the second calls' (the record made) against neural-tangents' timed calls
-    (its jit made) and ReLU's second call."""
+    (its jit made) and ReLU's second call; ``to_nt_first``: first call against first call (tensorprog's
+    template compiled, recorded and replayed; neural-tangents' traced, jit-compiled and run once)."""
     out = {}
     relu = report["relu"].get(largest)
     for act, runs in report["tensorprog"].items():
@@ -202,6 +204,8 @@ def summary(report: dict, nt_size: int, largest: int) -> dict:
             row["to_nt"] = tp["cpu"] / nt["best_cpu"]
             row["to_nt_with_import"] = (tp["cpu"] + tp["import_cpu"]) / nt["best_cpu"]
             row["to_nt_warm"] = tp["warm_cpu"] / nt["best_cpu"]
+            if nt.get("compile_cpu"):
+                row["to_nt_first"] = tp["cpu"] / nt["compile_cpu"]
         if relu and largest in runs:
             tp = runs[largest]
             row["to_relu"] = tp["cpu"] / relu["cpu"]
