@@ -55,7 +55,8 @@ import sympy as sp
 
 from ..symbolic.grid import GridTape, Workspace
 from ..symbolic.heads import Delta
-from ..symbolic.mehler import DiagonalSlope, HermiteRow, Mean, MeanCurve, MehlerCurve, MehlerSlope, MehlerValue
+from ..symbolic.mehler import (T, DiagonalSlope, HermiteRow, Mean, MeanCurve, MehlerCurve, MehlerSlope,
+                               MehlerValue)
 from ..symbolic.tape import Builder as TapeBuilder
 from .ledger import ROUNDING
 
@@ -84,6 +85,10 @@ class Replay:
     #: every expectation is the series or a polynomial in its covariance: the values hold to their
     #: stated errors at singular covariances too (x ≡ y: a kernel's diagonal, :func:`smooth_form`)
     smooth: bool = False
+    #: the x ≡ y cells (a kernel's diagonal: b = c = a) from the same record, or None: 2k more tape
+    #: outputs after the errors (their values, then their errors, each a function of a alone: row
+    #: space), and after the pair's checks their own, (constants, ties) as above (:class:`Diagonal`)
+    diagonal: "Diagonal | None" = None
 
     def __call__(self, a: np.ndarray | None, b: np.ndarray | None, c: np.ndarray,
                  work: Workspace | None = None, sides: dict | None = None) -> tuple[list, list, np.ndarray]:
@@ -94,36 +99,81 @@ class Replay:
         evaluated (:meth:`.GridTape.sides`, cut to this block); a and b are then not read."""
         got = self.tape([a], [b], [c], work, sides)
         k = len(self.names)
-        return got[:k], got[k:2 * k], self.valid(got[:2 * k], got[2 * k:])
+        first = 4 * k if self.diagonal is not None else 2 * k          # the pair's checks
+        stop = first + len(self.constants) + 2 * len(self.ties) // 3
+        return got[:k], got[k:2 * k], self.valid(got[:2 * k], got[first:stop])
+
+    def diagonal_values(self, sides: dict) -> tuple[list, list, np.ndarray]:
+        """(values, errors, valid) of the x ≡ y cells (:class:`Diagonal`) at the rows of ``sides``
+        (:meth:`.GridTape.sides` of this tape: the rows' variances a; one entry per row), or a
+        ValueError if the record has no diagonal part."""
+        if self.diagonal is None:
+            raise ValueError("this record has no diagonal part")
+        k = len(self.names)
+        outputs = self.tape.outputs
+        rows = np.shape(sides[0])
+        got = [np.broadcast_to(sides[o], rows).astype(float, copy=False) for o in outputs[2 * k:4 * k]]
+        start = 4 * k + len(self.constants) + 2 * len(self.ties) // 3
+        checks = [np.broadcast_to(sides[o], rows) for o in outputs[start:]]
+        ok = check(got, checks, self.diagonal.constants, self.diagonal.ties)
+        return got[:k], got[k:], ok
 
     def valid(self, results: Sequence[np.ndarray], checks: Sequence[np.ndarray]) -> np.ndarray:
         """Entry by entry: every value and error finite, every constant the same, every tie
         still equal (to 1e-12, relative)."""
-        ok = np.ones(np.broadcast_shapes(*(np.shape(r) for r in (*results, *checks))), dtype=bool)
-        for r in results:
-            ok &= np.isfinite(r)
-        for c, v in zip(checks, self.constants):
-            ok &= c == v
-        rest = checks[len(self.constants):]
-        for t in range(0, len(self.ties), 3):
-            x, y, sign = rest[self.ties[t]], rest[self.ties[t + 1]], self.ties[t + 2]
-            ok &= np.abs(x - sign * y) <= 1e-12 * np.abs(sign * y)
-        return ok
+        return check(results, checks, self.constants, self.ties)
 
     def to_json(self) -> dict:
         """The replay as JSON data (see :meth:`.GridTape.to_json`)."""
+        diagonal = None if self.diagonal is None else {"constants": list(self.diagonal.constants),
+                                                       "ties": list(self.diagonal.ties)}
         return {"tape": self.tape.to_json(), "names": list(self.names), "constants": list(self.constants),
-                "ties": list(self.ties), "method": self.method, "smooth": self.smooth}
+                "ties": list(self.ties), "method": self.method, "smooth": self.smooth, "diagonal": diagonal}
 
     @classmethod
     def from_json(cls, data: dict) -> "Replay":
         """The replay :meth:`to_json` stored (a ValueError if it is not one)."""
         try:
-            return cls(GridTape.from_json(data["tape"]), tuple(str(n) for n in data["names"]),
-                       tuple(float(v) for v in data["constants"]), tuple(int(t) for t in data["ties"]),
-                       "series" if data.get("method") == "series" else "exact", data.get("smooth") is True)
+            diag = data.get("diagonal")
+            diagonal = None if diag is None else Diagonal(tuple(float(v) for v in diag["constants"]),
+                                                          tuple(int(t) for t in diag["ties"]))
+            replay = cls(GridTape.from_json(data["tape"]), tuple(str(n) for n in data["names"]),
+                         tuple(float(v) for v in data["constants"]), tuple(int(t) for t in data["ties"]),
+                         "series" if data.get("method") == "series" else "exact", data.get("smooth") is True,
+                         diagonal)
         except (KeyError, TypeError) as err:
             raise ValueError(f"not a stored replay: {err}") from None
+        k, outputs = len(replay.names), len(replay.tape.outputs)
+        checks = len(replay.constants) + 2 * len(replay.ties) // 3
+        if diagonal is not None:
+            checks += 2 * k + len(diagonal.constants) + 2 * len(diagonal.ties) // 3
+        if outputs != 2 * k + checks:
+            raise ValueError(f"not a stored replay: {outputs} tape outputs for {k} names and {checks} checks")
+        return replay
+
+
+@dataclass(frozen=True)
+class Diagonal:
+    """The diagonal part of a :class:`Replay`: its checks' constants and ties (as the pair's)."""
+    constants: tuple[float, ...]
+    ties: tuple[int, ...]
+
+
+def check(results: Sequence[np.ndarray], checks: Sequence[np.ndarray], constants: Sequence[float],
+          ties: Sequence[int]) -> np.ndarray:
+    """Entry by entry: every result finite, the first checks equal to ``constants``, then each
+    (x, y, sign) of ``ties`` (indices into the checks after the constants) equal, x = sign·y to
+    1e-12 (relative)."""
+    ok = np.ones(np.broadcast_shapes(*(np.shape(r) for r in (*results, *checks))), dtype=bool)
+    for r in results:
+        ok &= np.isfinite(r)
+    for c, v in zip(checks, constants):
+        ok &= c == v
+    rest = checks[len(constants):]
+    for t in range(0, len(ties), 3):
+        x, y, sign = rest[ties[t]], rest[ties[t + 1]], ties[t + 2]
+        ok &= np.abs(x - sign * y) <= 1e-12 * np.abs(sign * y)
+    return ok
 
 
 def record(compiled, names: Sequence[str]) -> Replay | None:
@@ -174,18 +224,23 @@ class Builder:
     is a placeholder symbol of a slot, so that the values, error charges and checks are written as
     small sympy expressions over placeholders, walked onto the same tape at the end."""
 
-    def __init__(self, compiled) -> None:
+    def __init__(self, compiled, share: "Builder | None" = None) -> None:
         self.compiled, self.batch, self.made = compiled, compiled.batch, compiled.batch_record
         self.group = next(iter(self.batch.covs))
-        self.inputs: dict[tuple[int, int, int], sp.Symbol] = {}
-        self.tape = TapeBuilder([self.input(self.group, i, j) for i, j in ((0, 0), (1, 1), (0, 1))])
+        self.diagonal = share is not None                         # the x ≡ y pass (:class:`DiagonalBuilder`)
+        if share is None:
+            self.inputs: dict[tuple[int, int, int], sp.Symbol] = {}
+            self.tape = TapeBuilder([self.input(self.group, i, j) for i, j in ((0, 0), (1, 1), (0, 1))])
+            self.placeholders: dict[int, sp.Dummy] = {}           # slot -> its placeholder
+            self.slots: dict[sp.Symbol, int] = {}                 # placeholder -> slot
+            self.glue: dict[int, tuple[sp.Basic, int]] = {}      # placeholder expressions' nodes -> slots
+        else:                                                     # the same tape, placeholders and glue
+            self.inputs, self.tape = share.inputs, share.tape
+            self.placeholders, self.slots, self.glue = share.placeholders, share.slots, share.glue
         self.resolved: dict[sp.Symbol, int] = {}                  # batch symbol -> slot
         self.scope = Scope(self.resolved, self.batch.values)
-        self.placeholders: dict[int, sp.Dummy] = {}               # slot -> its placeholder
-        self.slots: dict[sp.Symbol, int] = {}                     # placeholder -> slot
         self.estimate: dict[int, tuple[sp.Expr, sp.Expr]] = {}   # k -> (value, error)
         self.memo: dict[int, tuple[sp.Basic, int]] = {}          # compiled expressions' nodes -> slots
-        self.glue: dict[int, tuple[sp.Basic, int]] = {}          # placeholder expressions' nodes -> slots
         self.constants: list[tuple[sp.Expr, float]] = []
         self.ties: list[tuple[sp.Expr, sp.Expr, int]] = []
         self.absolute: dict[int, sp.Expr] = {}                  # k -> the stated error of a series
@@ -194,6 +249,29 @@ class Builder:
         self.symbol_errors: dict[sp.Symbol, sp.Expr] = {}
 
     def replay(self, names: Sequence[str]) -> Replay:
+        values, errors = self.outputs(names)
+        checks, consts, ties = self.checks()
+        smooth = self.smooth and bool(self.absolute)
+        outputs, diagonal = values + errors, None
+        if smooth:                               # the x ≡ y cells from the same compile (DiagonalBuilder)
+            other = DiagonalBuilder(self.compiled, self)
+            try:
+                d_values, d_errors = other.outputs(names)
+                d_checks, d_consts, d_ties = other.checks()
+            except (Unreplayable, ValueError):
+                pass
+            else:
+                if other.smooth:
+                    outputs += d_values + d_errors
+                    diagonal = (d_checks, Diagonal(tuple(v for _, v in d_consts), tuple(d_ties)))
+        outputs += checks + (diagonal[0] if diagonal else [])
+        tape = GridTape.of(self.tape.build([self.slot(e) for e in outputs]), (1, 1, 1))
+        return Replay(tape, tuple(names), tuple(v for _, v in consts), tuple(ties),
+                      "series" if self.absolute else "exact", smooth, diagonal[1] if diagonal else None)
+
+    def outputs(self, names: Sequence[str]) -> tuple[list[sp.Expr], list[sp.Expr]]:
+        """The placeholders of the outputs ``names``' values and errors (every recorded number walked
+        onto the tape, the constants the batch agreed on noted as checks)."""
         for sym, source in self.made.sources.items():
             self.resolved[sym] = self.slot(self.source(source))
         for source, value in self.made.constants:
@@ -207,6 +285,11 @@ class Builder:
                 self.source(("estimate", k))
             values.append(value)
             errors.append(self.error_of(self.compiled.c[var]))      # its rounding is rnd(P): module doc
+        return values, errors
+
+    def checks(self) -> tuple[list[sp.Expr], list[tuple[sp.Expr, float]], list[int]]:
+        """(checks, constants, ties) of :class:`Replay`: the constants that do not fold (their
+        expressions first among the checks), then each tie's two expressions."""
         varying = self.varying()
         consts = [(e, v) for e, v in self.constants if not self.settled(e, v, varying)]
         checks = [e for e, _ in consts]
@@ -214,9 +297,7 @@ class Builder:
         for a, b, sign in self.ties:                  # indices into the checks after the constants
             ties += [len(checks) - len(consts), len(checks) - len(consts) + 1, sign]
             checks += [a, b]
-        tape = GridTape.of(self.tape.build([self.slot(e) for e in values + errors + checks]), (1, 1, 1))
-        return Replay(tape, tuple(names), tuple(v for _, v in consts), tuple(ties),
-                      "series" if self.absolute else "exact", self.smooth and bool(self.absolute))
+        return checks, consts, ties
 
     def settled(self, expr: sp.Expr, value: float, varying: set[int]) -> bool:
         """A check that holds whatever the data (the expression folded to that number; ``varying``:
@@ -245,7 +326,7 @@ class Builder:
             _, g, i, j = source
             if g != self.group or max(i, j) > 1:
                 raise Unreplayable(f"input {source}")
-            return self.input(g, i, j)
+            return self.entry(g, i, j)
         k = source[1]
         if k not in self.estimate:
             self.estimate[k] = self.expectation(k)
@@ -258,6 +339,15 @@ class Builder:
             self.inputs[key] = sp.Symbol(f"s_{key[0]}_{key[1]}_{key[2]}", real=True)
         return self.inputs[key]
 
+    def entry(self, g: int, i: int, j: int) -> sp.Symbol:
+        """The symbol of the initial covariance entry (g, i, j) as this pass reads it."""
+        return self.input(g, i, j)
+
+    def tie_map(self, note) -> dict[sp.Symbol, sp.Symbol]:
+        """{layout symbol: the symbol standing for it} of the entries this pass takes as equal
+        beyond the compile's own ties (none here; :class:`DiagonalBuilder`)."""
+        return {}
+
     def expectation(self, k: int) -> tuple[sp.Expr, sp.Expr]:
         """(value, error) of estimate k: F over its forms' covariance, and err(E_k) of the module
         doc (its own error and its covariance entries' errors through F's slopes), each the
@@ -266,31 +356,37 @@ class Builder:
         est = self.compiled.estimates[k]
         if note is None or est.method not in ("exact", "series"):
             raise Unreplayable(f"estimate {k}")
-        cov = {ij: self.sub(e) for ij, e in note.cov.items()}
+        rename = self.tie_map(note)
+        layout = {ij: how for ij, how in note.trace.layout.items() if how[0] == "const" or how[1] not in rename}
+        F, error = (note.trace.F, note.trace.error) if not rename else \
+            (note.trace.F.xreplace(rename), note.trace.error.xreplace(rename))
+        cov = {ij: self.sub(note.cov[ij]) for ij in layout}
         names: dict[sp.Symbol, sp.Expr] = {}
-        for ij, how in note.trace.layout.items():
+        for ij, how in layout.items():
             if how[0] == "const":
                 self.constants.append((cov[ij], how[1]))
             elif how[1] not in names:
                 names[how[1]] = cov[ij]
             else:
                 self.ties.append((names[how[1]], cov[ij], how[2]))
-        self.smooth = self.smooth and smooth_form(note.trace.F, tuple(names))
-        value = self.sub(note.trace.F, names)
+        self.smooth = self.smooth and smooth_form(F, tuple(names))
+        value = self.sub(F, names)
         magnitude = sp.Abs(value, evaluate=False)
-        slopes = self.slopes(note.trace.F, list(names))
-        if note.trace.error != 0:                # the series' stated error, a formula of its own
+        slopes = self.slopes(F, list(names))
+        if error != 0:                           # the series' stated error, a formula of its own
             # |·|: the batch's formula is a bound's, but its symbols' assumptions could let sympy write |c|
             # as −c (an off-diagonal c_i_j once declared positive=False, i.e. ≤ 0: expect/batch.py)
-            self.absolute[k] = sp.Abs(self.sub(note.trace.error, names), evaluate=False)
-            own = [self.absolute[k]] + ([self.sub(r, names)] if (r := self.form_rounding(note.trace.F)) != 0 else [])
-        elif polynomial_like(note.trace.F):       # a polynomial of the entries (E xy = c): its arithmetic
-            own = [self.sub(rounding(note.trace.F), names)]
+            self.absolute[k] = sp.Abs(self.sub(error, names), evaluate=False)
+            own = [self.absolute[k]] + ([self.sub(r, names)] if (r := self.form_rounding(F)) != 0 else [])
+        elif polynomial_like(F):                  # a polynomial of the entries (E xy = c): its arithmetic
+            own = [self.sub(rounding(F), names)]
         else:
+            if any((i, i) not in cov for i in range(note.size)):
+                raise Unreplayable(f"estimate {k}: a variance taken as another's")
             diag = [sp.Abs(cov[(i, i)], evaluate=False) for i in range(note.size)]
             own = [sp.Float(ROUNDING) * sp.Add(magnitude, self.largest(diag), evaluate=False)]
         raw = {}
-        for ij, how in note.trace.layout.items():
+        for ij, how in layout.items():
             if how[0] != "const" and how[1] not in raw:
                 raw[how[1]] = note.cov[ij]
         if slopes is None:                        # unit sensitivity to each entry (module doc)
@@ -362,9 +458,9 @@ class Builder:
             if source[0] == "input":
                 _, g, i, j = source
                 if i == j:
-                    err = sp.Float(INPUT_ROUNDING) * sp.Abs(self.input(g, i, i), evaluate=False)
+                    err = sp.Float(INPUT_ROUNDING) * sp.Abs(self.entry(g, i, i), evaluate=False)
                 else:
-                    err = sp.Float(INPUT_ROUNDING) * sp.sqrt(sp.Abs(self.input(g, i, i) * self.input(g, j, j),
+                    err = sp.Float(INPUT_ROUNDING) * sp.sqrt(sp.Abs(self.entry(g, i, i) * self.entry(g, j, j),
                                                                      evaluate=False))
             else:
                 self.source(source)
@@ -402,6 +498,95 @@ class Builder:
         if len(items) == 1:
             return items[0]
         return self.placeholder(self.tape.nary("max", [(self.slot(e), 1) for e in items]))
+
+
+class DiagonalBuilder(Builder):
+    """The x ≡ y pass over a recorded compile of other pairs (the x ≡ y class of a kernel's
+    diagonal, without a compile of its own): its forms walked onto the same tape (the rows' work
+    shared) with the pair's three initial entries read as one, a = b = c, and, in each form, the
+    covariance entries that are equal on the diagonal taken as one symbol, as the x ≡ y compile
+    ties them (:func:`..expect.batch._symbolic_cov` finds them equal in its numbers): ρ = c/√(ab)
+    becomes 1, a series head E φ(u)ψ(v) the 1-D rule's Σ α_k β_k at u ≡ v (:func:`..symbolic.mehler.diagonal`),
+    its slope the signed DiagonalSlope (:func:`head_slope`) where the pair's sums three slopes in
+    absolute value.  Entries are equal on the diagonal when they are the same expression of the
+    recorded numbers once each number is read by its *diagonal class* (:meth:`class_of`): the
+    initial entries one class, an estimate the class of its form with its entries so read, a
+    Hermite row by its function and variance (not its order or step, which the compile chose
+    from the pair's numbers), a series head at ρ = 1 over one variance E φ(u)ψ(u) = Mean(φψ).
+    Equal classes are equal values in exact arithmetic, so a tie needs no check; each computed
+    value keeps its own stated error."""
+
+    def __init__(self, compiled, share: Builder) -> None:
+        super().__init__(compiled, share)
+        self.classes: dict[sp.Expr, sp.Symbol] = {}         # normal form -> its class symbol
+        self.estimate_classes: dict[int, sp.Symbol] = {}
+        self.ties_of: dict[int, dict[sp.Symbol, sp.Symbol]] = {}
+        self.one = sp.Symbol("diagonal_input", positive=True)
+
+    def entry(self, g: int, i: int, j: int) -> sp.Symbol:
+        """a = b = c: every initial entry is the first input's variance."""
+        return self.input(g, 0, 0)
+
+    def tie_map(self, note) -> dict[sp.Symbol, sp.Symbol]:
+        """{layout symbol: the first layout symbol of its diagonal class} (the first of each class
+        maps to nothing)."""
+        key = id(note)
+        if key not in self.ties_of:
+            first: dict[sp.Expr, sp.Symbol] = {}
+            out: dict[sp.Symbol, sp.Symbol] = {}
+            seen: set = set()
+            for ij, how in note.trace.layout.items():
+                if how[0] == "const" or how[1] in seen:
+                    continue
+                seen.add(how[1])
+                value = note.cov[ij] if how[2] == 1 else -note.cov[ij]       # the symbol's value
+                rep = first.setdefault(self.key(value), how[1])
+                if rep != how[1]:
+                    out[how[1]] = rep
+            self.ties_of[key] = out
+        return self.ties_of[key]
+
+    def key(self, expr: sp.Expr) -> sp.Expr:
+        """``expr`` (a polynomial of recorded numbers) with each number read as its diagonal class."""
+        if expr.is_number:
+            return expr
+        return expr.xreplace({s: self.class_of(s) for s in expr.free_symbols if s in self.made.sources})
+
+    def class_of(self, symbol: sp.Symbol) -> sp.Symbol:
+        """The diagonal class of a recorded number: one for the initial entries, else its estimate's."""
+        source = self.made.sources[symbol]
+        if source[0] == "input":
+            return self.one
+        k = source[1]
+        if k not in self.estimate_classes:
+            self.estimate_classes[k] = self.form_class(k)
+        return self.estimate_classes[k]
+
+    def form_class(self, k: int) -> sp.Symbol:
+        """The class of estimate k: its form with its ties (:meth:`tie_map`), its entries read by
+        class, Hermite rows without their order and step, and E φ(u)ψ(u) at ρ = 1 as Mean(φψ)."""
+        note = self.made.notes.get(k)
+        if note is None:
+            raise Unreplayable(f"estimate {k}")
+        rename = self.tie_map(note)
+        F = note.trace.F.xreplace(rename) if rename else note.trace.F
+        bound = {}
+        for ij, how in note.trace.layout.items():
+            if how[0] != "const" and how[1] not in rename and how[1] not in bound:
+                bound[how[1]] = self.key(note.cov[ij] if how[2] == 1 else -note.cov[ij])
+        F = F.xreplace(bound)
+        rows = {h: HermiteRow(h.args[0], h.args[1], sp.Integer(0), sp.Integer(0)) for h in F.atoms(HermiteRow)}
+        F = F.xreplace(rows) if rows else F
+        means = {}
+        for head in F.atoms(MehlerValue):
+            A, B, rho = head.args[:3]
+            if A.args[0] == B.args[0] and rho == 1:
+                product = sp.Lambda(T, A.spec[0] * B.spec[0])
+                means[head] = Mean(HermiteRow(A.args[0], product, sp.Integer(0), sp.Integer(0)))
+        F = F.xreplace(means) if means else F
+        if F not in self.classes:
+            self.classes[F] = sp.Symbol(f"diagonal_{len(self.classes)}", real=True)
+        return self.classes[F]
 
 
 def smooth_form(F: sp.Expr, symbols: tuple) -> bool:

@@ -357,8 +357,9 @@ def limit_band(spec: LimitSpec, rows: tuple[int, int], values: dict[str, np.ndar
 
     s, b = spec.scale, spec.shift
     sides = rest.replay.tape.sides([s * diag[r0:r1, None] + b], [s * diag[None, r0:] + b]) if rest else None
+    same = diagonal_part(rest, sides)
     work = Workspace()
-    leftovers = [block_values(spec, block, rows, diag, rest, sides, values, errors, work) for block in blocks]
+    leftovers = [block_values(spec, block, rows, diag, rest, sides, values, errors, work, same) for block in blocks]
     methods = ({name: {rest.replay.method} for name in spec.names} if rest is not None
                else {name: set() for name in spec.names})
     warnings = list(rest.warnings) if rest is not None else []
@@ -375,11 +376,30 @@ def limit_band(spec: LimitSpec, rows: tuple[int, int], values: dict[str, np.ndar
     return least_exact(methods, warnings)
 
 
+class DiagonalPart(NamedTuple):
+    """The x ≡ y cells (i, i) of a band's rows by the rest record's diagonal part
+    (:meth:`..limit.replay.Replay.diagonal_values`): per row, each output's value and error, and
+    where they hold."""
+    values: list[np.ndarray]
+    errors: list[np.ndarray]
+    valid: np.ndarray
+
+
+def diagonal_part(rest: Recorded | None, sides: dict | None) -> DiagonalPart | None:
+    """The band's diagonal by the rest record (None where it has no diagonal part): its rows'
+    side of the tape (``sides``) holds it, so the diagonal costs no compile of its own."""
+    if rest is None or sides is None or rest.replay.diagonal is None:
+        return None
+    got_values, got_errors, valid = rest.replay.diagonal_values(sides)
+    return DiagonalPart([np.ravel(v) for v in got_values], [np.ravel(e) for e in got_errors], np.ravel(valid))
+
+
 def block_values(spec: LimitSpec, block: Block, rows: tuple[int, int], diag: np.ndarray,
                  rest: Recorded | None, sides: dict | None, values: dict[str, np.ndarray],
-                 errors: dict[str, np.ndarray], work: Workspace) -> list[Leftover]:
+                 errors: dict[str, np.ndarray], work: Workspace, same: DiagonalPart | None = None) -> list[Leftover]:
     """One block: the rest class by its replay (its per-input part ``sides`` computed once for
-    the band), written in place; returns the pairs left over — the other classes, and the rest
+    the band), and its diagonal cells (i, i) by the record's diagonal part ``same`` where it
+    holds, written in place; returns the pairs left over — the other classes, and the rest
     where there is no replay or it does not hold."""
     i0, i1, j0, j1 = block
     i, j = np.arange(i0, i1)[:, None], np.arange(j0, j1)[None, :]
@@ -399,7 +419,18 @@ def block_values(spec: LimitSpec, block: Block, rows: tuple[int, int], diag: np.
         # x ≡ y stays its own class even where a smooth replay holds there (Replay.smooth): the pair
         # replay's first-order error sums Price's three slopes in absolute value, and along the
         # diagonal (a ≡ b ≡ c) that compounds through the layers (160× the x ≡ y record's signed
-        # slope, DiagonalSlope, at depth 10: limit/replay.py)
+        # slope, DiagonalSlope, at depth 10: limit/replay.py); the cells (i, i) come from the
+        # record's diagonal part instead (below), the other x ≡ y pairs (repeated inputs) from
+        # their class's record
+    if same is not None:
+        lo, hi = max(i0, j0), min(i1, j1)
+        k = np.arange(lo, hi)
+        k = k[same.valid[k - rows[0]]]
+        if len(k):
+            for n, name in enumerate(rest.replay.names):
+                values[name][k - rows[0], k - rows[0]] = same.values[n][k - rows[0]]
+                errors[name][k - rows[0], k - rows[0]] = same.errors[n][k - rows[0]]
+            code[k - i0, k - j0] = BELOW                          # done
     for c in (SAME, OPPOSITE, PARALLEL, REST if rest is None else -1):
         where = np.nonzero(code == c)
         if len(where[0]):
