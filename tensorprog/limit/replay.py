@@ -53,7 +53,7 @@ from typing import Container, Iterator, Mapping, Sequence
 import numpy as np
 import sympy as sp
 
-from ..symbolic.grid import GridTape, Workspace
+from ..symbolic.grid import CONST, ROW, GridTape, Workspace
 from ..symbolic.heads import Delta
 from ..symbolic.mehler import (T, DiagonalSlope, HermiteRow, Mean, MeanCurve, MehlerCurve, MehlerSlope,
                                MehlerValue)
@@ -149,7 +149,17 @@ class Replay:
             checks += 2 * k + len(diagonal.constants) + 2 * len(diagonal.ties) // 3
         if outputs != 2 * k + checks:
             raise ValueError(f"not a stored replay: {outputs} tape outputs for {k} names and {checks} checks")
+        if diagonal is not None and any(replay.tape.spaces.get(o, CONST) not in (CONST, ROW)
+                                        for o in replay.diagonal_outputs):
+            raise ValueError("not a stored replay: its diagonal part reads more than the rows")
         return replay
+
+    @property
+    def diagonal_outputs(self) -> tuple[int, ...]:
+        """The tape outputs of the diagonal part (values, errors, then its checks)."""
+        k = len(self.names)
+        start = 4 * k + len(self.constants) + 2 * len(self.ties) // 3
+        return self.tape.outputs[2 * k:4 * k] + self.tape.outputs[start:] if self.diagonal is not None else ()
 
 
 @dataclass(frozen=True)

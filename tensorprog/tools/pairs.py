@@ -286,18 +286,33 @@ def agrees_with_compile(spec: LimitSpec, replay: Replay, i: np.ndarray, j: np.nd
     """The record's values at :data:`VERIFY_PAIRS` of the pairs (i, j) (spread from the first to the
     last; one pair: the first) are those of a batch compile of them, to within the two
     error bounds, |replay − compile| ≤ e_replay + e_compile; its checks hold there, and every
-    output is exact in both.  A record changed on disk (a constant of its tape, say) fails this."""
+    output is exact in both.  A record with a diagonal part (:class:`..limit.replay.Diagonal`)
+    is checked so at (i, i) of the first pair too.  A record changed on disk (a constant of its
+    tape, say) fails this."""
     pick = np.unique(np.linspace(0, len(i) - 1, min(len(i), VERIFY_PAIRS)).round().astype(int))
     covs = pair_covs(spec, i[pick], j[pick])
     got_values, got_errors, valid = replay(covs[:, 0, 0], covs[:, 1, 1], covs[:, 0, 1])
     if not np.all(valid) or tuple(replay.names) != tuple(spec.names):
         return False
+    if not agree(spec, covs, replay.names, got_values, got_errors, valid.shape):
+        return False
+    if replay.diagonal is None:
+        return True
+    covs = pair_covs(spec, i[pick[:1]], i[pick[:1]])       # its diagonal part: at (i, i) of the first pair
+    sides = replay.tape.sides([covs[:, 0, 0]], [covs[:, 1, 1]])
+    got_values, got_errors, valid = replay.diagonal_values(sides)
+    return bool(np.all(valid)) and agree(spec, covs, replay.names, got_values, got_errors, valid.shape)
+
+
+def agree(spec: LimitSpec, covs: np.ndarray, names, got_values: list, got_errors: list, shape: tuple) -> bool:
+    """A batch compile of the pairs of covariances ``covs`` gives every output exactly or by the
+    series, within ``got_errors`` plus its own error of ``got_values``."""
     lim = compile_program(spec.program, budget=Budget(tol=spec.tol), batch_covs={spec.group: covs}).limit()
-    for name, v, e in zip(replay.names, got_values, got_errors):
+    for name, v, e in zip(names, got_values, got_errors):
         out = lim.outputs[name]
         if out.method not in ("exact", "series"):
             return False
-        v, e = np.broadcast_to(v, valid.shape), np.broadcast_to(e, valid.shape)
+        v, e = np.broadcast_to(v, shape), np.broadcast_to(e, shape)
         if not np.all(np.abs(v - out.value) <= e + np.abs(out.error)):
             return False
     return True
