@@ -528,14 +528,96 @@ class DiagonalBuilder(Builder):
 
     def __init__(self, compiled, share: Builder) -> None:
         super().__init__(compiled, share)
+        self.share = share
         self.classes: dict[sp.Expr, sp.Symbol] = {}         # normal form -> its class symbol
         self.estimate_classes: dict[int, sp.Symbol] = {}
         self.ties_of: dict[int, dict[sp.Symbol, sp.Symbol]] = {}
         self.one = sp.Symbol("diagonal_input", positive=True)
+        self.reused: set[int] = set()                       # estimates the pair pass made as here
 
     def entry(self, g: int, i: int, j: int) -> sp.Symbol:
         """a = b = c: every initial entry is the first input's variance."""
         return self.input(g, 0, 0)
+
+    def outputs(self, names: Sequence[str]) -> tuple[list[sp.Expr], list[sp.Expr]]:
+        """As :meth:`Builder.outputs`, walking only the numbers the diagonal's values read (its ties
+        leave the second input's chain unread; the checks of what it reads are made as it walks
+        them), in the order they were made, and an estimate made as in the pair pass (ties of
+        none of its entries, all of them made so: :meth:`same_as_pairs`) taken from it."""
+        for sym in self.made.sources:                      # the classes, in the order made (no deep recursion)
+            self.class_of(sym)
+        needed = self.needed(names)
+        for sym, source in self.made.sources.items():
+            if sym in needed:
+                self.resolved[sym] = self.slot(self.source(source))
+        for source, value in self.made.constants:
+            self.constants.append((self.source(source), value))
+        outputs = {o.name: o.var for o in self.compiled.program.outputs}
+        values = [self.sub(self.compiled.c[outputs[name]]) for name in names]
+        errors = [self.error_of(self.compiled.c[outputs[name]]) for name in names]
+        return values, errors
+
+    def needed(self, names: Sequence[str]) -> set[sp.Symbol]:
+        """The recorded numbers the outputs ``names`` read on the diagonal, through the entries of
+        each estimate's form that its ties leave (and the estimates the batch agreed on)."""
+        outputs = {o.name: o.var for o in self.compiled.program.outputs}
+        sources = self.made.sources
+        out: set[sp.Symbol] = set()
+        stack = [self.compiled.c[outputs[name]] for name in names]
+        stack += [source[1] for source, _ in self.made.constants if source[0] == "estimate"]
+        done: set[int] = set()
+        while stack:
+            item = stack.pop()
+            if isinstance(item, int):                   # an estimate: the entries its form reads
+                note = self.made.notes.get(item)
+                if item in done or note is None:
+                    continue
+                done.add(item)
+                rename = self.tie_map(note)
+                stack += [note.cov[ij] for ij, how in note.trace.layout.items()
+                          if how[0] == "const" or how[1] not in rename]
+                continue
+            if not isinstance(item, sp.Basic):
+                continue
+            for sym in item.free_symbols:
+                if sym in sources and sym not in out:
+                    out.add(sym)
+                    if sources[sym][0] == "estimate":
+                        stack.append(sources[sym][1])
+        return out
+
+    def same_as_pairs(self, symbol: sp.Symbol) -> bool:
+        """The recorded number is made here as in the pair pass (the same slots for its value and
+        error): the first input's variance, or an estimate taken from the pair pass."""
+        source = self.made.sources[symbol]
+        if source[0] == "input":
+            return source[2] == source[3] == 0
+        return source[1] in self.reused
+
+    def expectation(self, k: int) -> tuple[sp.Expr, sp.Expr]:
+        """:meth:`Builder.expectation`, or the pair pass's value and error of estimate k where it
+        made them as here (no ties, every number of its entries :meth:`same_as_pairs`); its
+        checks are made again (the same slots) as the diagonal's own."""
+        note = self.made.notes.get(k)
+        if note is None or k not in self.share.estimate or self.tie_map(note):
+            return super().expectation(k)
+        entries = [e for e in note.cov.values() if isinstance(e, sp.Basic)]
+        if not all(self.same_as_pairs(s) for e in entries for s in e.free_symbols if s in self.made.sources):
+            return super().expectation(k)
+        self.reused.add(k)
+        first: dict[sp.Symbol, sp.Expr] = {}
+        for ij, how in note.trace.layout.items():
+            entry = self.sub(note.cov[ij])
+            if how[0] == "const":
+                self.constants.append((entry, how[1]))
+            elif how[1] not in first:
+                first[how[1]] = entry
+            else:
+                self.ties.append((first[how[1]], entry, how[2]))
+        self.errors[k] = self.share.errors[k]
+        if k in self.share.absolute:
+            self.absolute[k] = self.share.absolute[k]
+        return self.share.estimate[k]
 
     def tie_map(self, note) -> dict[sp.Symbol, sp.Symbol]:
         """{layout symbol: the first layout symbol of its diagonal class} (the first of each class
