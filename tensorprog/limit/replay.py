@@ -247,6 +247,8 @@ class Builder:
         else:                                                     # the same tape, placeholders and glue
             self.inputs, self.tape = share.inputs, share.tape
             self.placeholders, self.slots, self.glue = share.placeholders, share.slots, share.glue
+        #: forms' slopes and roundings by form (:meth:`form_slopes`): the pair pass's, shared
+        self.derived: dict[tuple, object] = {} if share is None else share.derived
         self.resolved: dict[sp.Symbol, int] = {}                  # batch symbol -> slot
         self.scope = Scope(self.resolved, self.batch.values)
         self.estimate: dict[int, tuple[sp.Expr, sp.Expr]] = {}   # k -> (value, error)
@@ -256,6 +258,7 @@ class Builder:
         self.absolute: dict[int, sp.Expr] = {}                  # k -> the stated error of a series
         self.smooth = True                                       # every form is smooth_form so far
         self.errors: dict[int, sp.Expr] = {}                    # k -> err(E_k), propagated (module doc)
+        self.entry_errors: dict[sp.Expr, sp.Expr] = {}          # P -> err(P) (:meth:`error_of`)
         self.symbol_errors: dict[sp.Symbol, sp.Expr] = {}
 
     def replay(self, names: Sequence[str]) -> Replay:
@@ -382,12 +385,12 @@ class Builder:
         self.smooth = self.smooth and smooth_form(F, tuple(names))
         value = self.sub(F, names)
         magnitude = sp.Abs(value, evaluate=False)
-        slopes = self.slopes(F, list(names))
+        slopes = self.form_slopes(F, tuple(names))
         if error != 0:                           # the series' stated error, a formula of its own
             # |·|: the batch's formula is a bound's, but its symbols' assumptions could let sympy write |c|
             # as −c (an off-diagonal c_i_j once declared positive=False, i.e. ≤ 0: expect/batch.py)
             self.absolute[k] = sp.Abs(self.sub(error, names), evaluate=False)
-            own = [self.absolute[k]] + ([self.sub(r, names)] if (r := self.form_rounding(F)) != 0 else [])
+            own = [self.absolute[k]] + ([self.sub(r, names)] if (r := self.form_arithmetic(F)) != 0 else [])
         elif polynomial_like(F):                  # a polynomial of the entries (E xy = c): its arithmetic
             own = [self.sub(rounding(F), names)]
         else:
@@ -407,6 +410,21 @@ class Builder:
         total = sp.Add(*terms, evaluate=False) if len(terms) > 1 else terms[0]
         self.errors[k] = self.placeholder(self.slot(total))     # on the tape once: later errors name it
         return value, self.errors[k]
+
+    def form_slopes(self, F: sp.Expr, names: tuple[sp.Symbol, ...]) -> dict[sp.Symbol, sp.Expr] | None:
+        """:meth:`slopes`, once per form and layout symbols (the layers of a template repeat their
+        forms: kept in :attr:`derived`, shared by the passes over one compile)."""
+        key = ("slopes", F, names)
+        if key not in self.derived:
+            self.derived[key] = self.slopes(F, names)
+        return self.derived[key]
+
+    def form_arithmetic(self, F: sp.Expr) -> sp.Expr:
+        """:meth:`form_rounding`, once per form (as :meth:`form_slopes`)."""
+        key = ("rounding", F)
+        if key not in self.derived:
+            self.derived[key] = self.form_rounding(F)
+        return self.derived[key]
 
     def slopes(self, F: sp.Expr, names: Sequence[sp.Symbol]) -> dict[sp.Symbol, sp.Expr] | None:
         """{c_n: a bound on |∂F/∂c_n|} for the layout symbols of a recorded form F, as expressions
@@ -445,16 +463,27 @@ class Builder:
 
     def error_of(self, expr: sp.Expr) -> sp.Expr:
         """err(P) of the module doc for a polynomial P of batch symbols (a covariance entry, an
-        output): Σ_s |∂P/∂s|·err(s) + rnd(P), as an expression of the inputs."""
+        output): Σ_s |∂P/∂s|·err(s) + rnd(P), as an expression of the inputs (once per P: an
+        entry meets several forms)."""
         if expr.is_number:
             return sp.Integer(0)
+        if expr not in self.entry_errors:
+            self.entry_errors[expr] = self.propagated(expr)
+        return self.entry_errors[expr]
+
+    def propagated(self, expr: sp.Expr) -> sp.Expr:
+        """:meth:`error_of` without its memo."""
         if not polynomial_like(expr):
             raise Unreplayable(f"{expr} is not a polynomial of the recorded numbers")
         terms = []
+        linear = expr.as_coefficients_dict()               # P = Σ coefficient·term
+        if not all(t == 1 or t.is_Symbol for t in linear):
+            linear = None                                  # not linear: sympy's derivative
         for s in sorted(expr.free_symbols & self.made.sources.keys(), key=sp.default_sort_key):
             err = self.symbol_error(s)
             if err != 0:
-                terms.append(sp.Mul(sp.Abs(self.sub(sp.diff(expr, s)), evaluate=False), err, evaluate=False))
+                slope = linear[s] if linear is not None else sp.diff(expr, s)
+                terms.append(sp.Mul(sp.Abs(self.sub(slope), evaluate=False), err, evaluate=False))
         r = rounding(expr)
         if r != 0:
             terms.append(self.sub(r))
