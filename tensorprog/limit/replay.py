@@ -476,13 +476,11 @@ class Builder:
         if not polynomial_like(expr):
             raise Unreplayable(f"{expr} is not a polynomial of the recorded numbers")
         terms = []
-        linear = expr.as_coefficients_dict()               # P = Σ coefficient·term
-        if not all(t == 1 or t.is_Symbol for t in linear):
-            linear = None                                  # not linear: sympy's derivative
+        slopes = multilinear_slopes(expr)
         for s in sorted(expr.free_symbols & self.made.sources.keys(), key=sp.default_sort_key):
             err = self.symbol_error(s)
             if err != 0:
-                slope = linear[s] if linear is not None else sp.diff(expr, s)
+                slope = slopes.get(s, sp.Integer(0)) if slopes is not None else sp.diff(expr, s)
                 terms.append(sp.Mul(sp.Abs(self.sub(slope), evaluate=False), err, evaluate=False))
         r = rounding(expr)
         if r != 0:
@@ -718,6 +716,22 @@ def smooth_form(F: sp.Expr, symbols: tuple) -> bool:
     if heads:
         F = F.xreplace({h: sp.Dummy() for h in heads})
     return bool(F.is_polynomial(*symbols))
+
+def multilinear_slopes(expr: sp.Expr) -> dict[sp.Symbol, sp.Expr] | None:
+    """{s: ∂P/∂s} of a sum P of terms c·s₁⋯s_m (a number times distinct symbols, each to the first
+    power: a covariance entry, a kernel's output), each term's derivative the product of its other
+    factors — sympy's derivative, without its machinery; None for any other P."""
+    out: dict[sp.Symbol, list[sp.Expr]] = {}
+    for term in (expr.args if expr.is_Add else (expr,)):
+        factors = term.args if term.is_Mul else (term,)
+        symbols = [f for f in factors if f.is_Symbol]
+        if len(symbols) + sum(1 for f in factors if f.is_Number) != len(factors) or \
+                len(set(symbols)) != len(symbols):
+            return None
+        for s in symbols:
+            out.setdefault(s, []).append(sp.Mul(*[f for f in factors if f is not s]))
+    return {s: sp.Add(*parts) for s, parts in out.items()}
+
 
 def polynomial_like(expr: sp.Expr) -> bool:
     """Only sums, products, powers, numbers and symbols (whose derivatives the tape evaluates
