@@ -237,7 +237,6 @@ class Builder:
     def __init__(self, compiled, share: "Builder | None" = None) -> None:
         self.compiled, self.batch, self.made = compiled, compiled.batch, compiled.batch_record
         self.group = next(iter(self.batch.covs))
-        self.diagonal = share is not None                         # the x ≡ y pass (:class:`DiagonalBuilder`)
         if share is None:
             self.inputs: dict[tuple[int, int, int], sp.Symbol] = {}
             self.tape = TapeBuilder([self.input(self.group, i, j) for i, j in ((0, 0), (1, 1), (0, 1))])
@@ -590,16 +589,16 @@ class DiagonalBuilder(Builder):
         outputs = {o.name: o.var for o in self.compiled.program.outputs}
         sources = self.made.sources
         out: set[sp.Symbol] = set()
-        stack = [self.compiled.c[outputs[name]] for name in names]
-        stack += [source[1] for source, _ in self.made.constants if source[0] == "estimate"]
+        stack: list = [self.compiled.c[outputs[name]] for name in names]
+        stack += [source for source, _ in self.made.constants if source[0] == "estimate"]
         done: set[int] = set()
         while stack:
             item = stack.pop()
-            if isinstance(item, int):                   # an estimate: the entries its form reads
-                note = self.made.notes.get(item)
-                if item in done or note is None:
+            if isinstance(item, tuple):                 # an estimate's source: the entries its form reads
+                note = self.made.notes.get(item[1])
+                if item[1] in done or note is None:
                     continue
-                done.add(item)
+                done.add(item[1])
                 rename = self.tie_map(note)
                 stack += [note.cov[ij] for ij, how in note.trace.layout.items()
                           if how[0] == "const" or how[1] not in rename]
@@ -610,7 +609,7 @@ class DiagonalBuilder(Builder):
                 if sym in sources and sym not in out:
                     out.add(sym)
                     if sources[sym][0] == "estimate":
-                        stack.append(sources[sym][1])
+                        stack.append(sources[sym])
         return out
 
     def same_as_pairs(self, symbol: sp.Symbol) -> bool:
