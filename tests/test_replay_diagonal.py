@@ -120,3 +120,17 @@ def test_diagonal_part_kept_in_the_store_and_checked(tmp_path, monkeypatch):
     for name in ("nngp", "ntk"):
         assert np.array_equal(again.outputs[name].mean, fresh.outputs[name].mean)
     pmod.REPLAYS.clear()
+
+
+def test_closed_form_template_keeps_the_x_equals_y_record(memory, monkeypatch):
+    """A template with closed forms other than the series (ReLU's arc-cosine, whose value at ρ → 1
+    loses digits) has no diagonal part: its diagonal comes from the x ≡ y class's own compile."""
+    calls = counted(monkeypatch)
+    X = data()
+    K = tp.kernel("programs/kernels/relu_mlp.tp", X, L=3)
+    assert len(calls) == 2, calls                         # the rest pairs, then the pairs (i, i)
+    prog = tp.load("programs/kernels/relu_mlp.tp", L=3)
+    tmpl, g, s, b = limit_template(prog.ir, {**prog.ir.params, "L": 3})
+    spec = pmod.LimitSpec(tmpl, g, s, b, X, 1e-10)
+    assert pmod.replay_for(spec, "rest").replay.diagonal is None
+    assert np.all(np.isfinite(np.diag(K.outputs["ntk"].mean)))
