@@ -13,7 +13,8 @@ per-input work runs once per input.  A band of rows [r0, r1) is then cut into bl
 :data:`ROW_BLOCK` × :data:`COL_BLOCK` entries (i in the block's rows, j ≥ r0 in its columns;
 as many entries in wider blocks when the band has fewer rows);
 each block computes its Gram entries, classifies them, and replays the rest-class record on the
-whole block at once (rows' variances as an (R, 1) column, columns' as a (1, C) row).  Entries of
+whole block at once (rows' variances as an (R, 1) column, columns' as a (1, C) row); a series
+record's diagonal part gives the cells (i, i) from the band's rows (no x ≡ y compile).  Entries of
 the other classes — and those where the record does not hold, entry by entry — are gathered and
 done after, by their class's replay on the list of pairs, or by the batch compile itself.  Blocks run one
 after the other: a block's tape is a few hundred numpy calls of ~10 µs, and two threads contend for
