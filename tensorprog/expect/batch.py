@@ -130,30 +130,49 @@ class ClosedFormTrace:
 
 
 def expect_batch(expr: sp.Expr, gaussians: Sequence[sp.Symbol], covs: np.ndarray, *,
-                 exact: bool = True, budget: Budget = DEFAULT) -> BatchResult:
-    """E[expr] for z ~ N(0, covs[p]), p = 0..P−1, each within ``budget`` (module doc)."""
+                 exact: bool = True, budget: Budget = DEFAULT, forms: "FormMemo | None" = None) -> BatchResult:
+    """E[expr] for z ~ N(0, covs[p]), p = 0..P−1, each within ``budget`` (module doc).  ``forms``:
+    the closed forms found not to exist in earlier calls (one compile's, :class:`FormMemo`)."""
     covs = np.asarray(covs, dtype=float)
     gaussians = tuple(gaussians)
     P, d = covs.shape[0], len(gaussians)
     if covs.shape != (P, d, d):
         raise ValueError(f"covs has shape {covs.shape}, expected (P, {d}, {d})")
-    return _batch(expr, gaussians, covs, exact, budget, retry=True)
+    return _batch(expr, gaussians, covs, exact, budget, retry=True, forms=forms)
+
+
+class FormMemo:
+    """The closed forms the engine found not to exist (:func:`_generic_form`), by the problem up to
+    the names of its Gaussians: the integrand with its Gaussians renamed in order, their
+    assumptions, the symbolic covariance and the expansion bound.  A deep template asks the same
+    question at every layer of other Gaussians (E silu(x)silu(y) has none): the answer is found once
+    per compile.  Only the failures are kept: a form found is derived again, so its expression is
+    the one derived for its own names."""
+
+    def __init__(self) -> None:
+        self.failed: dict[tuple, bool] = {}          # problem -> whether an expansion was refused
+
+    @staticmethod
+    def key(expr: sp.Expr, gaussians: tuple, S: sp.Matrix, max_expand_size: float) -> tuple:
+        names = {g: sp.Symbol(f"form_memo_z{k}", **g.assumptions0) for k, g in enumerate(gaussians)}
+        return (expr.xreplace(names), tuple(frozenset(g.assumptions0.items()) for g in gaussians),
+                tuple(S), max_expand_size)
 
 
 def _batch(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, exact: bool, budget: Budget,
-           retry: bool) -> BatchResult:
+           retry: bool, forms: FormMemo | None = None) -> BatchResult:
     """The three routes of the module doc, in order; a refused expansion is reported whatever
     route gives the values."""
     refused = False
     if exact:
-        F, values, refused, layout = _generic_form(expr, gaussians, covs, budget.max_expand_size)
+        F, values, refused, layout = _generic_form(expr, gaussians, covs, budget.max_expand_size, forms)
         if F is not None:
-            res = _closed_form(F, values, expr, gaussians, covs, budget, retry)
+            res = _closed_form(F, values, expr, gaussians, covs, budget, retry, forms)
             if res.form is not None and not refused:
                 res = replace(res, form=ClosedFormTrace(F, layout))
             return _refused(res, refused)
     if expr.free_symbols <= set(gaussians):
-        res = _factored(expr, gaussians, covs, exact, budget, retry)
+        res = _factored(expr, gaussians, covs, exact, budget, retry, forms)
         if res is not None:
             return _refused(res, refused)
     if len(gaussians) <= 3 and not kink_args([expr]) and expr.free_symbols <= set(gaussians):
@@ -163,23 +182,28 @@ def _batch(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, exact: bool, budge
     return _refused(_one_by_one(expr, gaussians, covs, exact, budget), refused)
 
 
-def _generic_form(expr: sp.Expr, gaussians: tuple, covs: np.ndarray,
-                  max_expand_size: float) -> tuple[sp.Expr | None, dict, bool, dict]:
+def _generic_form(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, max_expand_size: float,
+                  forms: FormMemo | None = None) -> tuple[sp.Expr | None, dict, bool, dict]:
     """(F, values, refused): E[expr] in closed form as a function F of the covariance entries
     that vary over the batch (``values``: symbol -> its P values), or None if some part of it
     needs numerics; ``refused``: an expansion beyond ``max_expand_size`` was not attempted;
     ``layout``: how the covariance entries were read (:func:`_symbolic_cov`)."""
     S, values, layout = _symbolic_cov(covs)
+    key = None if forms is None else forms.key(expr, gaussians, S, max_expand_size)
+    if key is not None and key in forms.failed:
+        return None, values, forms.failed[key], layout
     engine = Engine(True, max_expand_size)
     try:
         F = engine.E(expr, Ctx(gaussians, Matrix(S), ()))
     except ValueError:
         F = None
+    if key is not None and (F is None or engine.jobs):
+        forms.failed[key] = engine.expansion_refused
     return (F if not engine.jobs else None), values, engine.expansion_refused, layout
 
 
 def _closed_form(F: sp.Expr, values: dict, expr: sp.Expr, gaussians: tuple, covs: np.ndarray,
-                 budget: Budget, retry: bool) -> BatchResult:
+                 budget: Budget, retry: bool, forms: FormMemo | None = None) -> BatchResult:
     """F evaluated for all P; the points where it is not finite (a 0/0 of the generic formula)
     are redone: as a batch of their own when there are several (once), else one by one."""
     P = len(covs)
@@ -189,7 +213,7 @@ def _closed_form(F: sp.Expr, values: dict, expr: sp.Expr, gaussians: tuple, covs
     if not len(bad):
         return replace(res, form=ClosedFormTrace(F, {}))       # the caller fills in the layout
     if retry and len(bad) > 1:
-        return _fill(res, bad, _batch(expr, gaussians, covs[bad], True, budget, retry=False))
+        return _fill(res, bad, _batch(expr, gaussians, covs[bad], True, budget, retry=False, forms=forms))
     if len(bad):
         return _fill(res, bad, _one_by_one(expr, gaussians, covs[bad], True, budget))
     return res
@@ -308,13 +332,13 @@ def _blocks(covs: np.ndarray) -> list[list[int]]:
 
 
 def _factored(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, exact: bool, budget: Budget,
-              retry: bool) -> BatchResult | None:
+              retry: bool, forms: FormMemo | None = None) -> BatchResult | None:
     """Route 2 of the module doc, or None where it does not apply."""
     blocks = _blocks(covs)
     if len(blocks) > 1:
-        return _product(expr, gaussians, covs, blocks, exact, budget, retry)
+        return _product(expr, gaussians, covs, blocks, exact, budget, retry, forms)
     if len(gaussians) == 2 and budget.series_terms > 0:
-        return _series_batch(expr, gaussians, covs, exact, budget, retry)
+        return _series_batch(expr, gaussians, covs, exact, budget, retry, forms)
     if len(gaussians) == 1 and budget.series_terms > 0 and not kink_args([expr]):
         return _mean_batch(expr, gaussians, covs, budget)
     return None
@@ -343,7 +367,7 @@ def _mean_batch(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, budget: Budge
 
 
 def _product(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, blocks: list[list[int]], exact: bool,
-             budget: Budget, retry: bool) -> BatchResult | None:
+             budget: Budget, retry: bool, forms: FormMemo | None = None) -> BatchResult | None:
     """E Π_b f_b = Π_b E f_b over independent blocks b (None if a factor ties two blocks); the
     error of a product A·B is |A|e_B + |B|e_A + e_A e_B."""
     where = {gaussians[i]: n for n, block in enumerate(blocks) for i in block}
@@ -366,7 +390,7 @@ def _product(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, blocks: list[lis
             continue
         idx = np.array(block)
         res = _batch(sp.Mul(*factors), tuple(gaussians[i] for i in block), covs[:, idx][:, :, idx],
-                     exact, budget, retry)
+                     exact, budget, retry, forms)
         errors = np.abs(values) * res.errors + np.abs(res.values) * errors + errors * res.errors
         values = values * res.values
         methods = _worse(methods, res.methods)
@@ -413,7 +437,7 @@ def _worse(a: Sequence[str], b: Sequence[str]) -> Sequence[str]:
 
 
 def _series_batch(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, exact: bool, budget: Budget,
-                  retry: bool) -> BatchResult | None:
+                  retry: bool, forms: FormMemo | None = None) -> BatchResult | None:
     """E f(x)g(y) for every matrix by the Mehler series (:func:`.series.series_pairs`); the
     matrices where its bound misses the target go the other routes (without the series)."""
     parts = separate(expr, gaussians)
@@ -437,5 +461,5 @@ def _series_batch(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, exact: bool
         rho = S[0, 1] * sp.Pow(S[0, 0] * S[1, 1], sp.Rational(-1, 2), evaluate=False)
         form = ClosedFormTrace(MehlerValue(A, B, rho, sp.Float(budget.tol)), layout, MehlerError(A, B, rho, sp.Float(budget.tol)))
         return replace(out, form=form)
-    rest = _batch(expr, gaussians, covs[bad], exact, replace(budget, series_terms=0), retry)
+    rest = _batch(expr, gaussians, covs[bad], exact, replace(budget, series_terms=0), retry, forms)
     return _fill(out, bad, rest)

@@ -44,15 +44,31 @@ def auto_tqdm() -> type:
     return tqdm
 
 
+class NoBar:
+    """What a bar that is not shown does: nothing (as a disabled tqdm)."""
+    disable = True
+
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def set_postfix_str(self, text: str) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 class ProgressBar:
     """A bar over ``total`` items (trials, widths) on stderr, shown as ``progress`` says."""
 
     def __init__(self, total: int, progress: bool | None, desc: str = "trials", unit: str = "trial") -> None:
-        tqdm = auto_tqdm()
         forced = progress is not None
         shown = progress if forced else interactive()
-        self.bar = tqdm(total=int(total), desc=desc, unit=unit, file=sys.stderr, disable=not shown,
-                        leave=bool(progress), delay=0.0 if forced else DELAY, mininterval=MININTERVAL)
+        if shown:
+            self.bar = auto_tqdm()(total=int(total), desc=desc, unit=unit, file=sys.stderr, leave=bool(progress),
+                                   delay=0.0 if forced else DELAY, mininterval=MININTERVAL)
+        else:                                   # no bar: tqdm (and the asyncio it loads) is not imported
+            self.bar = NoBar()
         self.enabled = not self.bar.disable
         self._delay = 0.0 if forced else DELAY
         self._start = time.monotonic()

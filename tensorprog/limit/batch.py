@@ -17,7 +17,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import sympy as sp
 
-from ..expect.batch import ClosedFormTrace, expect_batch, method_kinds
+from ..expect.batch import ClosedFormTrace, FormMemo, expect_batch, method_kinds
 from ..expect.budget import Budget
 from ..expect.engine import expect
 from .accuracy import METHOD_RANK, VALUE_ROUNDING
@@ -99,6 +99,7 @@ class Batch:
         self.P = sizes.pop()
         self.values: dict[sp.Symbol, np.ndarray] = {}
         self.made: list[tuple[sp.Expr, Source, float | None]] = []   # (number, its source, constant value)
+        self.forms = FormMemo()                  # the closed forms found not to exist, for this compile
 
     def number(self, array: np.ndarray, source: Source) -> sp.Expr:
         """A constant if the batch agrees on it, else a fresh symbol carrying the array.
@@ -161,7 +162,7 @@ class Batch:
         used_laws = {s: laws[s] for s in expr.free_symbols if s in laws}
         if coeffs or used_laws:
             return self._one_by_one(expr, gauss, covs, coeffs, used_laws, budget)
-        res = expect_batch(expr, gauss, covs, budget=budget)
+        res = expect_batch(expr, gauss, covs, budget=budget, forms=self.forms)
         return BatchEstimate(np.asarray(res.values, float), np.asarray(res.errors, float),
                              max(method_kinds(res.methods), key=METHOD_RANK.__getitem__), None, res.budget,
                              res.heavy_tail, res.form)

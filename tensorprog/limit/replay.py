@@ -53,9 +53,10 @@ from typing import Container, Iterator, Mapping, Sequence
 import numpy as np
 import sympy as sp
 
-from ..symbolic.grid import GridTape, Workspace
+from ..symbolic.grid import CONST, ROW, GridTape, Workspace
 from ..symbolic.heads import Delta
-from ..symbolic.mehler import DiagonalSlope, HermiteRow, Mean, MeanCurve, MehlerCurve, MehlerSlope, MehlerValue
+from ..symbolic.mehler import (T, DiagonalSlope, HermiteRow, Mean, MeanCurve, MehlerCurve, MehlerSlope,
+                               MehlerValue)
 from ..symbolic.tape import Builder as TapeBuilder
 from .ledger import ROUNDING
 
@@ -84,6 +85,10 @@ class Replay:
     #: every expectation is the series or a polynomial in its covariance: the values hold to their
     #: stated errors at singular covariances too (x ≡ y: a kernel's diagonal, :func:`smooth_form`)
     smooth: bool = False
+    #: the x ≡ y cells (a kernel's diagonal: b = c = a) from the same record, or None: 2k more tape
+    #: outputs after the errors (their values, then their errors, each a function of a alone: row
+    #: space), and after the pair's checks their own, (constants, ties) as above (:class:`Diagonal`)
+    diagonal: "Diagonal | None" = None
 
     def __call__(self, a: np.ndarray | None, b: np.ndarray | None, c: np.ndarray,
                  work: Workspace | None = None, sides: dict | None = None) -> tuple[list, list, np.ndarray]:
@@ -94,36 +99,91 @@ class Replay:
         evaluated (:meth:`.GridTape.sides`, cut to this block); a and b are then not read."""
         got = self.tape([a], [b], [c], work, sides)
         k = len(self.names)
-        return got[:k], got[k:2 * k], self.valid(got[:2 * k], got[2 * k:])
+        first = 4 * k if self.diagonal is not None else 2 * k          # the pair's checks
+        stop = first + len(self.constants) + 2 * len(self.ties) // 3
+        return got[:k], got[k:2 * k], self.valid(got[:2 * k], got[first:stop])
+
+    def diagonal_values(self, sides: dict) -> tuple[list, list, np.ndarray]:
+        """(values, errors, valid) of the x ≡ y cells (:class:`Diagonal`) at the rows of ``sides``
+        (:meth:`.GridTape.sides` of this tape: the rows' variances a; one entry per row), or a
+        ValueError if the record has no diagonal part."""
+        if self.diagonal is None:
+            raise ValueError("this record has no diagonal part")
+        k = len(self.names)
+        outputs = self.tape.outputs
+        rows = np.shape(sides[0])
+        got = [np.broadcast_to(sides[o], rows).astype(float, copy=False) for o in outputs[2 * k:4 * k]]
+        start = 4 * k + len(self.constants) + 2 * len(self.ties) // 3
+        checks = [np.broadcast_to(sides[o], rows) for o in outputs[start:]]
+        ok = check(got, checks, self.diagonal.constants, self.diagonal.ties)
+        return got[:k], got[k:], ok
 
     def valid(self, results: Sequence[np.ndarray], checks: Sequence[np.ndarray]) -> np.ndarray:
         """Entry by entry: every value and error finite, every constant the same, every tie
         still equal (to 1e-12, relative)."""
-        ok = np.ones(np.broadcast_shapes(*(np.shape(r) for r in (*results, *checks))), dtype=bool)
-        for r in results:
-            ok &= np.isfinite(r)
-        for c, v in zip(checks, self.constants):
-            ok &= c == v
-        rest = checks[len(self.constants):]
-        for t in range(0, len(self.ties), 3):
-            x, y, sign = rest[self.ties[t]], rest[self.ties[t + 1]], self.ties[t + 2]
-            ok &= np.abs(x - sign * y) <= 1e-12 * np.abs(sign * y)
-        return ok
+        return check(results, checks, self.constants, self.ties)
 
     def to_json(self) -> dict:
         """The replay as JSON data (see :meth:`.GridTape.to_json`)."""
+        diagonal = None if self.diagonal is None else {"constants": list(self.diagonal.constants),
+                                                       "ties": list(self.diagonal.ties)}
         return {"tape": self.tape.to_json(), "names": list(self.names), "constants": list(self.constants),
-                "ties": list(self.ties), "method": self.method, "smooth": self.smooth}
+                "ties": list(self.ties), "method": self.method, "smooth": self.smooth, "diagonal": diagonal}
 
     @classmethod
     def from_json(cls, data: dict) -> "Replay":
         """The replay :meth:`to_json` stored (a ValueError if it is not one)."""
         try:
-            return cls(GridTape.from_json(data["tape"]), tuple(str(n) for n in data["names"]),
-                       tuple(float(v) for v in data["constants"]), tuple(int(t) for t in data["ties"]),
-                       "series" if data.get("method") == "series" else "exact", data.get("smooth") is True)
+            diag = data.get("diagonal")
+            diagonal = None if diag is None else Diagonal(tuple(float(v) for v in diag["constants"]),
+                                                          tuple(int(t) for t in diag["ties"]))
+            replay = cls(GridTape.from_json(data["tape"]), tuple(str(n) for n in data["names"]),
+                         tuple(float(v) for v in data["constants"]), tuple(int(t) for t in data["ties"]),
+                         "series" if data.get("method") == "series" else "exact", data.get("smooth") is True,
+                         diagonal)
         except (KeyError, TypeError) as err:
             raise ValueError(f"not a stored replay: {err}") from None
+        k, outputs = len(replay.names), len(replay.tape.outputs)
+        checks = len(replay.constants) + 2 * len(replay.ties) // 3
+        if diagonal is not None:
+            checks += 2 * k + len(diagonal.constants) + 2 * len(diagonal.ties) // 3
+        if outputs != 2 * k + checks:
+            raise ValueError(f"not a stored replay: {outputs} tape outputs for {k} names and {checks} checks")
+        if diagonal is not None and any(replay.tape.spaces.get(o, CONST) not in (CONST, ROW)
+                                        for o in replay.diagonal_outputs):
+            raise ValueError("not a stored replay: its diagonal part reads more than the rows")
+        return replay
+
+    @property
+    def diagonal_outputs(self) -> tuple[int, ...]:
+        """The tape outputs of the diagonal part (values, errors, then its checks)."""
+        k = len(self.names)
+        start = 4 * k + len(self.constants) + 2 * len(self.ties) // 3
+        return self.tape.outputs[2 * k:4 * k] + self.tape.outputs[start:] if self.diagonal is not None else ()
+
+
+@dataclass(frozen=True)
+class Diagonal:
+    """The diagonal part of a :class:`Replay`: its checks' constants and ties (as the pair's)."""
+    constants: tuple[float, ...]
+    ties: tuple[int, ...]
+
+
+def check(results: Sequence[np.ndarray], checks: Sequence[np.ndarray], constants: Sequence[float],
+          ties: Sequence[int]) -> np.ndarray:
+    """Entry by entry: every result finite, the first checks equal to ``constants``, then each
+    (x, y, sign) of ``ties`` (indices into the checks after the constants) equal, x = sign·y to
+    1e-12 (relative)."""
+    ok = np.ones(np.broadcast_shapes(*(np.shape(r) for r in (*results, *checks))), dtype=bool)
+    for r in results:
+        ok &= np.isfinite(r)
+    for c, v in zip(checks, constants):
+        ok &= c == v
+    rest = checks[len(constants):]
+    for t in range(0, len(ties), 3):
+        x, y, sign = rest[ties[t]], rest[ties[t + 1]], ties[t + 2]
+        ok &= np.abs(x - sign * y) <= 1e-12 * np.abs(sign * y)
+    return ok
 
 
 def record(compiled, names: Sequence[str]) -> Replay | None:
@@ -174,26 +234,56 @@ class Builder:
     is a placeholder symbol of a slot, so that the values, error charges and checks are written as
     small sympy expressions over placeholders, walked onto the same tape at the end."""
 
-    def __init__(self, compiled) -> None:
+    def __init__(self, compiled, share: "Builder | None" = None) -> None:
         self.compiled, self.batch, self.made = compiled, compiled.batch, compiled.batch_record
         self.group = next(iter(self.batch.covs))
-        self.inputs: dict[tuple[int, int, int], sp.Symbol] = {}
-        self.tape = TapeBuilder([self.input(self.group, i, j) for i, j in ((0, 0), (1, 1), (0, 1))])
+        if share is None:
+            self.inputs: dict[tuple[int, int, int], sp.Symbol] = {}
+            self.tape = TapeBuilder([self.input(self.group, i, j) for i, j in ((0, 0), (1, 1), (0, 1))])
+            self.placeholders: dict[int, sp.Dummy] = {}           # slot -> its placeholder
+            self.slots: dict[sp.Symbol, int] = {}                 # placeholder -> slot
+            self.glue: dict[int, tuple[sp.Basic, int]] = {}      # placeholder expressions' nodes -> slots
+        else:                                                     # the same tape, placeholders and glue
+            self.inputs, self.tape = share.inputs, share.tape
+            self.placeholders, self.slots, self.glue = share.placeholders, share.slots, share.glue
+        #: forms' slopes and roundings by form (:meth:`form_slopes`): the pair pass's, shared
+        self.derived: dict[tuple, object] = {} if share is None else share.derived
         self.resolved: dict[sp.Symbol, int] = {}                  # batch symbol -> slot
         self.scope = Scope(self.resolved, self.batch.values)
-        self.placeholders: dict[int, sp.Dummy] = {}               # slot -> its placeholder
-        self.slots: dict[sp.Symbol, int] = {}                     # placeholder -> slot
         self.estimate: dict[int, tuple[sp.Expr, sp.Expr]] = {}   # k -> (value, error)
         self.memo: dict[int, tuple[sp.Basic, int]] = {}          # compiled expressions' nodes -> slots
-        self.glue: dict[int, tuple[sp.Basic, int]] = {}          # placeholder expressions' nodes -> slots
         self.constants: list[tuple[sp.Expr, float]] = []
         self.ties: list[tuple[sp.Expr, sp.Expr, int]] = []
         self.absolute: dict[int, sp.Expr] = {}                  # k -> the stated error of a series
         self.smooth = True                                       # every form is smooth_form so far
         self.errors: dict[int, sp.Expr] = {}                    # k -> err(E_k), propagated (module doc)
+        self.entry_errors: dict[sp.Expr, sp.Expr] = {}          # P -> err(P) (:meth:`error_of`)
         self.symbol_errors: dict[sp.Symbol, sp.Expr] = {}
 
     def replay(self, names: Sequence[str]) -> Replay:
+        values, errors = self.outputs(names)
+        checks, consts, ties = self.checks()
+        smooth = self.smooth and bool(self.absolute)
+        outputs, diagonal = values + errors, None
+        if smooth:                               # the x ≡ y cells from the same compile (DiagonalBuilder)
+            other = DiagonalBuilder(self.compiled, self)
+            try:
+                d_values, d_errors = other.outputs(names)
+                d_checks, d_consts, d_ties = other.checks()
+            except (Unreplayable, ValueError):
+                pass
+            else:
+                if other.smooth:
+                    outputs += d_values + d_errors
+                    diagonal = (d_checks, Diagonal(tuple(v for _, v in d_consts), tuple(d_ties)))
+        outputs += checks + (diagonal[0] if diagonal else [])
+        tape = GridTape.of(self.tape.build([self.slot(e) for e in outputs]), (1, 1, 1))
+        return Replay(tape, tuple(names), tuple(v for _, v in consts), tuple(ties),
+                      "series" if self.absolute else "exact", smooth, diagonal[1] if diagonal else None)
+
+    def outputs(self, names: Sequence[str]) -> tuple[list[sp.Expr], list[sp.Expr]]:
+        """The placeholders of the outputs ``names``' values and errors (every recorded number walked
+        onto the tape, the constants the batch agreed on noted as checks)."""
         for sym, source in self.made.sources.items():
             self.resolved[sym] = self.slot(self.source(source))
         for source, value in self.made.constants:
@@ -207,6 +297,11 @@ class Builder:
                 self.source(("estimate", k))
             values.append(value)
             errors.append(self.error_of(self.compiled.c[var]))      # its rounding is rnd(P): module doc
+        return values, errors
+
+    def checks(self) -> tuple[list[sp.Expr], list[tuple[sp.Expr, float]], list[int]]:
+        """(checks, constants, ties) of :class:`Replay`: the constants that do not fold (their
+        expressions first among the checks), then each tie's two expressions."""
         varying = self.varying()
         consts = [(e, v) for e, v in self.constants if not self.settled(e, v, varying)]
         checks = [e for e, _ in consts]
@@ -214,9 +309,7 @@ class Builder:
         for a, b, sign in self.ties:                  # indices into the checks after the constants
             ties += [len(checks) - len(consts), len(checks) - len(consts) + 1, sign]
             checks += [a, b]
-        tape = GridTape.of(self.tape.build([self.slot(e) for e in values + errors + checks]), (1, 1, 1))
-        return Replay(tape, tuple(names), tuple(v for _, v in consts), tuple(ties),
-                      "series" if self.absolute else "exact", self.smooth and bool(self.absolute))
+        return checks, consts, ties
 
     def settled(self, expr: sp.Expr, value: float, varying: set[int]) -> bool:
         """A check that holds whatever the data (the expression folded to that number; ``varying``:
@@ -245,7 +338,7 @@ class Builder:
             _, g, i, j = source
             if g != self.group or max(i, j) > 1:
                 raise Unreplayable(f"input {source}")
-            return self.input(g, i, j)
+            return self.entry(g, i, j)
         k = source[1]
         if k not in self.estimate:
             self.estimate[k] = self.expectation(k)
@@ -258,6 +351,15 @@ class Builder:
             self.inputs[key] = sp.Symbol(f"s_{key[0]}_{key[1]}_{key[2]}", real=True)
         return self.inputs[key]
 
+    def entry(self, g: int, i: int, j: int) -> sp.Symbol:
+        """The symbol of the initial covariance entry (g, i, j) as this pass reads it."""
+        return self.input(g, i, j)
+
+    def tie_map(self, note) -> dict[sp.Symbol, sp.Symbol]:
+        """{layout symbol: the symbol standing for it} of the entries this pass takes as equal
+        beyond the compile's own ties (none here; :class:`DiagonalBuilder`)."""
+        return {}
+
     def expectation(self, k: int) -> tuple[sp.Expr, sp.Expr]:
         """(value, error) of estimate k: F over its forms' covariance, and err(E_k) of the module
         doc (its own error and its covariance entries' errors through F's slopes), each the
@@ -266,31 +368,37 @@ class Builder:
         est = self.compiled.estimates[k]
         if note is None or est.method not in ("exact", "series"):
             raise Unreplayable(f"estimate {k}")
-        cov = {ij: self.sub(e) for ij, e in note.cov.items()}
+        rename = self.tie_map(note)
+        layout = {ij: how for ij, how in note.trace.layout.items() if how[0] == "const" or how[1] not in rename}
+        F, error = (note.trace.F, note.trace.error) if not rename else \
+            (note.trace.F.xreplace(rename), note.trace.error.xreplace(rename))
+        cov = {ij: self.sub(note.cov[ij]) for ij in layout}
         names: dict[sp.Symbol, sp.Expr] = {}
-        for ij, how in note.trace.layout.items():
+        for ij, how in layout.items():
             if how[0] == "const":
                 self.constants.append((cov[ij], how[1]))
             elif how[1] not in names:
                 names[how[1]] = cov[ij]
             else:
                 self.ties.append((names[how[1]], cov[ij], how[2]))
-        self.smooth = self.smooth and smooth_form(note.trace.F, tuple(names))
-        value = self.sub(note.trace.F, names)
+        self.smooth = self.smooth and smooth_form(F, tuple(names))
+        value = self.sub(F, names)
         magnitude = sp.Abs(value, evaluate=False)
-        slopes = self.slopes(note.trace.F, list(names))
-        if note.trace.error != 0:                # the series' stated error, a formula of its own
+        slopes = self.form_slopes(F, tuple(names))
+        if error != 0:                           # the series' stated error, a formula of its own
             # |·|: the batch's formula is a bound's, but its symbols' assumptions could let sympy write |c|
             # as −c (an off-diagonal c_i_j once declared positive=False, i.e. ≤ 0: expect/batch.py)
-            self.absolute[k] = sp.Abs(self.sub(note.trace.error, names), evaluate=False)
-            own = [self.absolute[k]] + ([self.sub(r, names)] if (r := self.form_rounding(note.trace.F)) != 0 else [])
-        elif polynomial_like(note.trace.F):       # a polynomial of the entries (E xy = c): its arithmetic
-            own = [self.sub(rounding(note.trace.F), names)]
+            self.absolute[k] = sp.Abs(self.sub(error, names), evaluate=False)
+            own = [self.absolute[k]] + ([self.sub(r, names)] if (r := self.form_arithmetic(F)) != 0 else [])
+        elif polynomial_like(F):                  # a polynomial of the entries (E xy = c): its arithmetic
+            own = [self.sub(rounding(F), names)]
         else:
+            if any((i, i) not in cov for i in range(note.size)):
+                raise Unreplayable(f"estimate {k}: a variance taken as another's")
             diag = [sp.Abs(cov[(i, i)], evaluate=False) for i in range(note.size)]
             own = [sp.Float(ROUNDING) * sp.Add(magnitude, self.largest(diag), evaluate=False)]
         raw = {}
-        for ij, how in note.trace.layout.items():
+        for ij, how in layout.items():
             if how[0] != "const" and how[1] not in raw:
                 raw[how[1]] = note.cov[ij]
         if slopes is None:                        # unit sensitivity to each entry (module doc)
@@ -301,6 +409,21 @@ class Builder:
         total = sp.Add(*terms, evaluate=False) if len(terms) > 1 else terms[0]
         self.errors[k] = self.placeholder(self.slot(total))     # on the tape once: later errors name it
         return value, self.errors[k]
+
+    def form_slopes(self, F: sp.Expr, names: tuple[sp.Symbol, ...]) -> dict[sp.Symbol, sp.Expr] | None:
+        """:meth:`slopes`, once per form and layout symbols (the layers of a template repeat their
+        forms: kept in :attr:`derived`, shared by the passes over one compile)."""
+        key = ("slopes", F, names)
+        if key not in self.derived:
+            self.derived[key] = self.slopes(F, names)
+        return self.derived[key]
+
+    def form_arithmetic(self, F: sp.Expr) -> sp.Expr:
+        """:meth:`form_rounding`, once per form (as :meth:`form_slopes`)."""
+        key = ("rounding", F)
+        if key not in self.derived:
+            self.derived[key] = self.form_rounding(F)
+        return self.derived[key]
 
     def slopes(self, F: sp.Expr, names: Sequence[sp.Symbol]) -> dict[sp.Symbol, sp.Expr] | None:
         """{c_n: a bound on |∂F/∂c_n|} for the layout symbols of a recorded form F, as expressions
@@ -339,16 +462,25 @@ class Builder:
 
     def error_of(self, expr: sp.Expr) -> sp.Expr:
         """err(P) of the module doc for a polynomial P of batch symbols (a covariance entry, an
-        output): Σ_s |∂P/∂s|·err(s) + rnd(P), as an expression of the inputs."""
+        output): Σ_s |∂P/∂s|·err(s) + rnd(P), as an expression of the inputs (once per P: an
+        entry meets several forms)."""
         if expr.is_number:
             return sp.Integer(0)
+        if expr not in self.entry_errors:
+            self.entry_errors[expr] = self.propagated(expr)
+        return self.entry_errors[expr]
+
+    def propagated(self, expr: sp.Expr) -> sp.Expr:
+        """:meth:`error_of` without its memo."""
         if not polynomial_like(expr):
             raise Unreplayable(f"{expr} is not a polynomial of the recorded numbers")
         terms = []
+        slopes = multilinear_slopes(expr)
         for s in sorted(expr.free_symbols & self.made.sources.keys(), key=sp.default_sort_key):
             err = self.symbol_error(s)
             if err != 0:
-                terms.append(sp.Mul(sp.Abs(self.sub(sp.diff(expr, s)), evaluate=False), err, evaluate=False))
+                slope = slopes.get(s, sp.Integer(0)) if slopes is not None else sp.diff(expr, s)
+                terms.append(sp.Mul(sp.Abs(self.sub(slope), evaluate=False), err, evaluate=False))
         r = rounding(expr)
         if r != 0:
             terms.append(self.sub(r))
@@ -362,9 +494,9 @@ class Builder:
             if source[0] == "input":
                 _, g, i, j = source
                 if i == j:
-                    err = sp.Float(INPUT_ROUNDING) * sp.Abs(self.input(g, i, i), evaluate=False)
+                    err = sp.Float(INPUT_ROUNDING) * sp.Abs(self.entry(g, i, i), evaluate=False)
                 else:
-                    err = sp.Float(INPUT_ROUNDING) * sp.sqrt(sp.Abs(self.input(g, i, i) * self.input(g, j, j),
+                    err = sp.Float(INPUT_ROUNDING) * sp.sqrt(sp.Abs(self.entry(g, i, i) * self.entry(g, j, j),
                                                                      evaluate=False))
             else:
                 self.source(source)
@@ -404,6 +536,177 @@ class Builder:
         return self.placeholder(self.tape.nary("max", [(self.slot(e), 1) for e in items]))
 
 
+class DiagonalBuilder(Builder):
+    """The x ≡ y pass over a recorded compile of other pairs (the x ≡ y class of a kernel's
+    diagonal, without a compile of its own): its forms walked onto the same tape (the rows' work
+    shared) with the pair's three initial entries read as one, a = b = c, and, in each form, the
+    covariance entries that are equal on the diagonal taken as one symbol, as the x ≡ y compile
+    ties them (:func:`..expect.batch._symbolic_cov` finds them equal in its numbers): ρ = c/√(ab)
+    becomes 1, a series head E φ(u)ψ(v) the 1-D rule's Σ α_k β_k at u ≡ v (:func:`..symbolic.mehler.diagonal`),
+    its slope the signed DiagonalSlope (:func:`head_slope`) where the pair's sums three slopes in
+    absolute value.  Entries are equal on the diagonal when they are the same expression of the
+    recorded numbers once each number is read by its *diagonal class* (:meth:`class_of`): the
+    initial entries one class, an estimate the class of its form with its entries so read, a
+    Hermite row by its function and variance (not its order or step, which the compile chose
+    from the pair's numbers), a series head at ρ = 1 over one variance E φ(u)ψ(u) = Mean(φψ).
+    Equal classes are equal values in exact arithmetic, so a tie needs no check; each computed
+    value keeps its own stated error."""
+
+    def __init__(self, compiled, share: Builder) -> None:
+        super().__init__(compiled, share)
+        self.share = share
+        self.classes: dict[sp.Expr, sp.Symbol] = {}         # normal form -> its class symbol
+        self.estimate_classes: dict[int, sp.Symbol] = {}
+        self.ties_of: dict[int, dict[sp.Symbol, sp.Symbol]] = {}
+        self.one = sp.Symbol("diagonal_input", positive=True)
+        self.reused: set[int] = set()                       # estimates the pair pass made as here
+
+    def entry(self, g: int, i: int, j: int) -> sp.Symbol:
+        """a = b = c: every initial entry is the first input's variance."""
+        return self.input(g, 0, 0)
+
+    def outputs(self, names: Sequence[str]) -> tuple[list[sp.Expr], list[sp.Expr]]:
+        """As :meth:`Builder.outputs`, walking only the numbers the diagonal's values read (its ties
+        leave the second input's chain unread; the checks of what it reads are made as it walks
+        them), in the order they were made, and an estimate made as in the pair pass (ties of
+        none of its entries, all of them made so: :meth:`same_as_pairs`) taken from it."""
+        for sym in self.made.sources:                      # the classes, in the order made (no deep recursion)
+            self.class_of(sym)
+        needed = self.needed(names)
+        for sym, source in self.made.sources.items():
+            if sym in needed:
+                self.resolved[sym] = self.slot(self.source(source))
+        for source, value in self.made.constants:
+            self.constants.append((self.source(source), value))
+        outputs = {o.name: o.var for o in self.compiled.program.outputs}
+        values = [self.sub(self.compiled.c[outputs[name]]) for name in names]
+        errors = [self.error_of(self.compiled.c[outputs[name]]) for name in names]
+        return values, errors
+
+    def needed(self, names: Sequence[str]) -> set[sp.Symbol]:
+        """The recorded numbers the outputs ``names`` read on the diagonal, through the entries of
+        each estimate's form that its ties leave (and the estimates the batch agreed on)."""
+        outputs = {o.name: o.var for o in self.compiled.program.outputs}
+        sources = self.made.sources
+        out: set[sp.Symbol] = set()
+        stack: list = [self.compiled.c[outputs[name]] for name in names]
+        stack += [source for source, _ in self.made.constants if source[0] == "estimate"]
+        done: set[int] = set()
+        while stack:
+            item = stack.pop()
+            if isinstance(item, tuple):                 # an estimate's source: the entries its form reads
+                note = self.made.notes.get(item[1])
+                if item[1] in done or note is None:
+                    continue
+                done.add(item[1])
+                rename = self.tie_map(note)
+                stack += [note.cov[ij] for ij, how in note.trace.layout.items()
+                          if how[0] == "const" or how[1] not in rename]
+                continue
+            if not isinstance(item, sp.Basic):
+                continue
+            for sym in item.free_symbols:
+                if sym in sources and sym not in out:
+                    out.add(sym)
+                    if sources[sym][0] == "estimate":
+                        stack.append(sources[sym])
+        return out
+
+    def same_as_pairs(self, symbol: sp.Symbol) -> bool:
+        """The recorded number is made here as in the pair pass (the same slots for its value and
+        error): the first input's variance, or an estimate taken from the pair pass."""
+        source = self.made.sources[symbol]
+        if source[0] == "input":
+            return source[2] == source[3] == 0
+        return source[1] in self.reused
+
+    def expectation(self, k: int) -> tuple[sp.Expr, sp.Expr]:
+        """:meth:`Builder.expectation`, or the pair pass's value and error of estimate k where it
+        made them as here (no ties, every number of its entries :meth:`same_as_pairs`); its
+        checks are made again (the same slots) as the diagonal's own."""
+        note = self.made.notes.get(k)
+        if note is None or k not in self.share.estimate or self.tie_map(note):
+            return super().expectation(k)
+        entries = [e for e in note.cov.values() if isinstance(e, sp.Basic)]
+        if not all(self.same_as_pairs(s) for e in entries for s in e.free_symbols if s in self.made.sources):
+            return super().expectation(k)
+        self.reused.add(k)
+        first: dict[sp.Symbol, sp.Expr] = {}
+        for ij, how in note.trace.layout.items():
+            entry = self.sub(note.cov[ij])
+            if how[0] == "const":
+                self.constants.append((entry, how[1]))
+            elif how[1] not in first:
+                first[how[1]] = entry
+            else:
+                self.ties.append((first[how[1]], entry, how[2]))
+        self.errors[k] = self.share.errors[k]
+        if k in self.share.absolute:
+            self.absolute[k] = self.share.absolute[k]
+        return self.share.estimate[k]
+
+    def tie_map(self, note) -> dict[sp.Symbol, sp.Symbol]:
+        """{layout symbol: the first layout symbol of its diagonal class} (the first of each class
+        maps to nothing)."""
+        key = id(note)
+        if key not in self.ties_of:
+            first: dict[sp.Expr, sp.Symbol] = {}
+            out: dict[sp.Symbol, sp.Symbol] = {}
+            seen: set = set()
+            for ij, how in note.trace.layout.items():
+                if how[0] == "const" or how[1] in seen:
+                    continue
+                seen.add(how[1])
+                value = note.cov[ij] if how[2] == 1 else -note.cov[ij]       # the symbol's value
+                rep = first.setdefault(self.key(value), how[1])
+                if rep != how[1]:
+                    out[how[1]] = rep
+            self.ties_of[key] = out
+        return self.ties_of[key]
+
+    def key(self, expr: sp.Expr) -> sp.Expr:
+        """``expr`` (a polynomial of recorded numbers) with each number read as its diagonal class."""
+        if expr.is_number:
+            return expr
+        return expr.xreplace({s: self.class_of(s) for s in expr.free_symbols if s in self.made.sources})
+
+    def class_of(self, symbol: sp.Symbol) -> sp.Symbol:
+        """The diagonal class of a recorded number: one for the initial entries, else its estimate's."""
+        source = self.made.sources[symbol]
+        if source[0] == "input":
+            return self.one
+        k = source[1]
+        if k not in self.estimate_classes:
+            self.estimate_classes[k] = self.form_class(k)
+        return self.estimate_classes[k]
+
+    def form_class(self, k: int) -> sp.Symbol:
+        """The class of estimate k: its form with its ties (:meth:`tie_map`), its entries read by
+        class, Hermite rows without their order and step, and E φ(u)ψ(u) at ρ = 1 as Mean(φψ)."""
+        note = self.made.notes.get(k)
+        if note is None:
+            raise Unreplayable(f"estimate {k}")
+        rename = self.tie_map(note)
+        F = note.trace.F.xreplace(rename) if rename else note.trace.F
+        bound = {}
+        for ij, how in note.trace.layout.items():
+            if how[0] != "const" and how[1] not in rename and how[1] not in bound:
+                bound[how[1]] = self.key(note.cov[ij] if how[2] == 1 else -note.cov[ij])
+        F = F.xreplace(bound)
+        rows = {h: HermiteRow(h.args[0], h.args[1], sp.Integer(0), sp.Integer(0)) for h in F.atoms(HermiteRow)}
+        F = F.xreplace(rows) if rows else F
+        means = {}
+        for head in F.atoms(MehlerValue):
+            A, B, rho = head.args[:3]
+            if A.args[0] == B.args[0] and rho == 1:
+                product = sp.Lambda(T, A.spec[0] * B.spec[0])
+                means[head] = Mean(HermiteRow(A.args[0], product, sp.Integer(0), sp.Integer(0)))
+        F = F.xreplace(means) if means else F
+        if F not in self.classes:
+            self.classes[F] = sp.Symbol(f"diagonal_{len(self.classes)}", real=True)
+        return self.classes[F]
+
+
 def smooth_form(F: sp.Expr, symbols: tuple) -> bool:
     """F is a polynomial in the covariance ``symbols`` once its series heads (values of the Mehler
     series, whose stated errors hold at |ρ| = 1) are taken as numbers: no closed form whose
@@ -412,6 +715,22 @@ def smooth_form(F: sp.Expr, symbols: tuple) -> bool:
     if heads:
         F = F.xreplace({h: sp.Dummy() for h in heads})
     return bool(F.is_polynomial(*symbols))
+
+def multilinear_slopes(expr: sp.Expr) -> dict[sp.Symbol, sp.Expr] | None:
+    """{s: ∂P/∂s} of a sum P of terms c·s₁⋯s_m (a number times distinct symbols, each to the first
+    power: a covariance entry, a kernel's output), each term's derivative the product of its other
+    factors — sympy's derivative, without its machinery; None for any other P."""
+    out: dict[sp.Symbol, list[sp.Expr]] = {}
+    for term in (expr.args if expr.is_Add else (expr,)):
+        factors = term.args if term.is_Mul else (term,)
+        symbols = [f for f in factors if f.is_Symbol]
+        if len(symbols) + sum(1 for f in factors if f.is_Number) != len(factors) or \
+                len(set(symbols)) != len(symbols):
+            return None
+        for s in symbols:
+            out.setdefault(s, []).append(sp.Mul(*[f for f in factors if f is not s]))
+    return {s: sp.Add(*parts) for s, parts in out.items()}
+
 
 def polynomial_like(expr: sp.Expr) -> bool:
     """Only sums, products, powers, numbers and symbols (whose derivatives the tape evaluates

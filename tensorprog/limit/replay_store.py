@@ -44,7 +44,7 @@ from .replay import Replay
 
 #: bumped when the stored format changes (3: a series' function is stored as a plain tape,
 #: :meth:`..symbolic.tape.Tape.to_json`, inside the grid tape)
-FORMAT = 3
+FORMAT = 4
 #: the mode of the directories the store makes and accepts (this user only)
 PRIVATE = 0o700
 

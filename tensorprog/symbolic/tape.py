@@ -520,7 +520,7 @@ class Builder(Emitter):
         self.inputs: dict[sp.Symbol, int] = {s: k for k, s in enumerate(symbols)}
         self.memo: dict[int, tuple[sp.Basic, int]] = {}
         self.numbers: dict[sp.Basic, int] = {}         # number -> its constant slot
-        self.hermite: dict[tuple, HermiteArg] = {}     # HermiteRow spec -> its operation's argument
+        self.hermite: dict[tuple, HermiteArg] = {}     # HermiteRow's (φ, K, h) -> its operation's argument
         self.packs, self.sums = PackCache(), SumCache()  # the series operations' caches (the tape's own)
 
     def build(self, outputs: Sequence[int]) -> Tape:
@@ -583,10 +583,11 @@ class Builder(Emitter):
         if e.is_Pow:
             return self.emit("fn", "Pow", tuple(args))
         if isinstance(e, HermiteRow):
-            if e.spec not in self.hermite:
+            key = e.args[1:]                            # (φ, K, h): its spec, read once per spec
+            if key not in self.hermite:
                 phi, K, h = e.spec
-                self.hermite[e.spec] = HermiteArg(Tape.compile([phi], [T]), K, h, self.packs)
-            return self.emit("hermite", self.hermite[e.spec], tuple(args))
+                self.hermite[key] = HermiteArg(Tape.compile([phi], [T]), K, h, self.packs)
+            return self.emit("hermite", self.hermite[key], tuple(args))
         if e.func in HEAD_KINDS:
             return self.emit(HEAD_KINDS[e.func], self.sums, tuple(args))
         if isinstance(e, sp.Function):

@@ -13,7 +13,8 @@ per-input work runs once per input.  A band of rows [r0, r1) is then cut into bl
 :data:`ROW_BLOCK` × :data:`COL_BLOCK` entries (i in the block's rows, j ≥ r0 in its columns;
 as many entries in wider blocks when the band has fewer rows);
 each block computes its Gram entries, classifies them, and replays the rest-class record on the
-whole block at once (rows' variances as an (R, 1) column, columns' as a (1, C) row).  Entries of
+whole block at once (rows' variances as an (R, 1) column, columns' as a (1, C) row); a series
+record's diagonal part gives the cells (i, i) from the band's rows (no x ≡ y compile).  Entries of
 the other classes — and those where the record does not hold, entry by entry — are gathered and
 done after, by their class's replay on the list of pairs, or by the batch compile itself.  Blocks run one
 after the other: a block's tape is a few hundred numpy calls of ~10 µs, and two threads contend for
@@ -286,18 +287,33 @@ def agrees_with_compile(spec: LimitSpec, replay: Replay, i: np.ndarray, j: np.nd
     """The record's values at :data:`VERIFY_PAIRS` of the pairs (i, j) (spread from the first to the
     last; one pair: the first) are those of a batch compile of them, to within the two
     error bounds, |replay − compile| ≤ e_replay + e_compile; its checks hold there, and every
-    output is exact in both.  A record changed on disk (a constant of its tape, say) fails this."""
+    output is exact in both.  A record with a diagonal part (:class:`..limit.replay.Diagonal`)
+    is checked so at (i, i) of the first pair too.  A record changed on disk (a constant of its
+    tape, say) fails this."""
     pick = np.unique(np.linspace(0, len(i) - 1, min(len(i), VERIFY_PAIRS)).round().astype(int))
     covs = pair_covs(spec, i[pick], j[pick])
     got_values, got_errors, valid = replay(covs[:, 0, 0], covs[:, 1, 1], covs[:, 0, 1])
     if not np.all(valid) or tuple(replay.names) != tuple(spec.names):
         return False
+    if not agree(spec, covs, replay.names, got_values, got_errors, valid.shape):
+        return False
+    if replay.diagonal is None:
+        return True
+    covs = pair_covs(spec, i[pick[:1]], i[pick[:1]])       # its diagonal part: at (i, i) of the first pair
+    sides = replay.tape.sides([covs[:, 0, 0]], [covs[:, 1, 1]])
+    got_values, got_errors, valid = replay.diagonal_values(sides)
+    return bool(np.all(valid)) and agree(spec, covs, replay.names, got_values, got_errors, valid.shape)
+
+
+def agree(spec: LimitSpec, covs: np.ndarray, names, got_values: list, got_errors: list, shape: tuple) -> bool:
+    """A batch compile of the pairs of covariances ``covs`` gives every output exactly or by the
+    series, within ``got_errors`` plus its own error of ``got_values``."""
     lim = compile_program(spec.program, budget=Budget(tol=spec.tol), batch_covs={spec.group: covs}).limit()
-    for name, v, e in zip(replay.names, got_values, got_errors):
+    for name, v, e in zip(names, got_values, got_errors):
         out = lim.outputs[name]
         if out.method not in ("exact", "series"):
             return False
-        v, e = np.broadcast_to(v, valid.shape), np.broadcast_to(e, valid.shape)
+        v, e = np.broadcast_to(v, shape), np.broadcast_to(e, shape)
         if not np.all(np.abs(v - out.value) <= e + np.abs(out.error)):
             return False
     return True
@@ -357,8 +373,9 @@ def limit_band(spec: LimitSpec, rows: tuple[int, int], values: dict[str, np.ndar
 
     s, b = spec.scale, spec.shift
     sides = rest.replay.tape.sides([s * diag[r0:r1, None] + b], [s * diag[None, r0:] + b]) if rest else None
+    same = diagonal_part(rest, sides)
     work = Workspace()
-    leftovers = [block_values(spec, block, rows, diag, rest, sides, values, errors, work) for block in blocks]
+    leftovers = [block_values(spec, block, rows, diag, rest, sides, values, errors, work, same) for block in blocks]
     methods = ({name: {rest.replay.method} for name in spec.names} if rest is not None
                else {name: set() for name in spec.names})
     warnings = list(rest.warnings) if rest is not None else []
@@ -375,11 +392,30 @@ def limit_band(spec: LimitSpec, rows: tuple[int, int], values: dict[str, np.ndar
     return least_exact(methods, warnings)
 
 
+class DiagonalPart(NamedTuple):
+    """The x ≡ y cells (i, i) of a band's rows by the rest record's diagonal part
+    (:meth:`..limit.replay.Replay.diagonal_values`): per row, each output's value and error, and
+    where they hold."""
+    values: list[np.ndarray]
+    errors: list[np.ndarray]
+    valid: np.ndarray
+
+
+def diagonal_part(rest: Recorded | None, sides: dict | None) -> DiagonalPart | None:
+    """The band's diagonal by the rest record (None where it has no diagonal part): its rows'
+    side of the tape (``sides``) holds it, so the diagonal costs no compile of its own."""
+    if rest is None or sides is None or rest.replay.diagonal is None:
+        return None
+    got_values, got_errors, valid = rest.replay.diagonal_values(sides)
+    return DiagonalPart([np.ravel(v) for v in got_values], [np.ravel(e) for e in got_errors], np.ravel(valid))
+
+
 def block_values(spec: LimitSpec, block: Block, rows: tuple[int, int], diag: np.ndarray,
                  rest: Recorded | None, sides: dict | None, values: dict[str, np.ndarray],
-                 errors: dict[str, np.ndarray], work: Workspace) -> list[Leftover]:
+                 errors: dict[str, np.ndarray], work: Workspace, same: DiagonalPart | None = None) -> list[Leftover]:
     """One block: the rest class by its replay (its per-input part ``sides`` computed once for
-    the band), written in place; returns the pairs left over — the other classes, and the rest
+    the band), and its diagonal cells (i, i) by the record's diagonal part ``same`` where it
+    holds, written in place; returns the pairs left over — the other classes, and the rest
     where there is no replay or it does not hold."""
     i0, i1, j0, j1 = block
     i, j = np.arange(i0, i1)[:, None], np.arange(j0, j1)[None, :]
@@ -399,7 +435,18 @@ def block_values(spec: LimitSpec, block: Block, rows: tuple[int, int], diag: np.
         # x ≡ y stays its own class even where a smooth replay holds there (Replay.smooth): the pair
         # replay's first-order error sums Price's three slopes in absolute value, and along the
         # diagonal (a ≡ b ≡ c) that compounds through the layers (160× the x ≡ y record's signed
-        # slope, DiagonalSlope, at depth 10: limit/replay.py)
+        # slope, DiagonalSlope, at depth 10: limit/replay.py); the cells (i, i) come from the
+        # record's diagonal part instead (below), the other x ≡ y pairs (repeated inputs) from
+        # their class's record
+    if same is not None:
+        lo, hi = max(i0, j0), min(i1, j1)
+        k = np.arange(lo, hi)
+        k = k[same.valid[k - rows[0]]]
+        if len(k):
+            for n, name in enumerate(rest.replay.names):
+                values[name][k - rows[0], k - rows[0]] = same.values[n][k - rows[0]]
+                errors[name][k - rows[0], k - rows[0]] = same.errors[n][k - rows[0]]
+            code[k - i0, k - j0] = BELOW                          # done
     for c in (SAME, OPPOSITE, PARALLEL, REST if rest is None else -1):
         where = np.nonzero(code == c)
         if len(where[0]):
