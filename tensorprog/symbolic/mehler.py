@@ -604,7 +604,7 @@ def horner_sums(A: np.ndarray, B: np.ndarray, rho: np.ndarray, order: np.ndarray
     from there.  A term that is 0 at every row or every column (a parity zero: tanh's even orders)
     only multiplies."""
     a, b = Operand(A, shape), Operand(B, shape)
-    low, top = int(order.min(initial=0)), int(order.max(initial=0))
+    low, top = (int(order.min()), int(order.max())) if len(order) else (0, 0)
     stop = min(top, HORNER_TOP) + 1
     ca, cb = a.columns(stop), b.columns(stop)
     live = np.any(ca != 0, axis=1) & np.any(cb != 0, axis=1)
