@@ -612,7 +612,7 @@ def horner_sums(A: np.ndarray, B: np.ndarray, rho: np.ndarray, order: np.ndarray
     if top > low:
         high = np.flatnonzero(order > low)
         by = high[np.argsort((top - order[high]).astype(np.int16), kind="stable")]
-        ia, ib, r, L = a.under(by), b.under(by), rho[by], order[by]
+        ia, ib, r, L = a.under(by).astype(np.intp), b.under(by).astype(np.intp), rho[by], order[by]
         acc, term, other = np.zeros(len(by)), np.empty(len(by)), np.empty(len(by))
         start = 0
         while start < len(by) and L[start] > HORNER_TOP:          # groups of one order, highest first
@@ -625,8 +625,8 @@ def horner_sums(A: np.ndarray, B: np.ndarray, rho: np.ndarray, order: np.ndarray
         for k, n in zip(steps, len(by) - np.searchsorted(L[::-1], steps, side="left")):   # n: cells with L ≥ k
             acc[:n] *= r[:n]
             if live[k]:
-                np.take(ca[k], ia[:n], out=term[:n])
-                np.take(cb[k], ib[:n], out=other[:n])
+                np.take(ca[k], ia[:n], out=term[:n], mode="clip")      # "raise" buffers out=: 3x slower
+                np.take(cb[k], ib[:n], out=other[:n], mode="clip")
                 term[:n] *= other[:n]
                 acc[:n] += term[:n]
         s[by] = acc
