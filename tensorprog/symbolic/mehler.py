@@ -505,11 +505,24 @@ class Operand:
         return np.ascontiguousarray(self.rows[:, :stop].T)
 
     def under(self, flat: np.ndarray) -> np.ndarray:
-        """The row index of A under the cells ``flat`` (flat indices of the grid)."""
+        """The row index of A under the cells ``flat`` (flat indices of the grid; intp): the cells'
+        coordinates along A's own axes (those of length > 1), raveled in A's lead shape."""
         if len(self.rows) == 1:
             return np.zeros(len(flat), dtype=np.intp)
-        index = np.arange(len(self.rows), dtype=np.int32).reshape(self.lead)
-        return np.broadcast_to(index, self.shape).reshape(-1)[flat]
+        lead = (1,) * (len(self.shape) - len(self.lead)) + self.lead
+        flat = np.asarray(flat, dtype=np.intp)
+        out, inner, step = None, 1, 1
+        for axis in range(len(lead) - 1, -1, -1):                   # the last axis first
+            n = self.shape[axis]
+            if lead[axis] > 1:                                      # (then n is its length)
+                coord = flat // inner if inner > 1 else flat
+                if axis:                                            # (the first axis needs no modulo)
+                    coord = coord % n
+                coord = coord * step if step > 1 else coord
+                out = coord if out is None else out + coord
+                step *= n
+            inner *= n
+        return flat.copy() if out is flat else out
 
 
 def spread(x: np.ndarray, shape: tuple) -> np.ndarray:
@@ -612,7 +625,7 @@ def horner_sums(A: np.ndarray, B: np.ndarray, rho: np.ndarray, order: np.ndarray
     if top > low:
         high = np.flatnonzero(order > low)
         by = high[np.argsort((top - order[high]).astype(np.int16), kind="stable")]
-        ia, ib, r, L = a.under(by).astype(np.intp), b.under(by).astype(np.intp), rho[by], order[by]
+        ia, ib, r, L = a.under(by), b.under(by), rho[by], order[by]
         acc, term, other = np.zeros(len(by)), np.empty(len(by)), np.empty(len(by))
         start = 0
         while start < len(by) and L[start] > HORNER_TOP:          # groups of one order, highest first
@@ -703,8 +716,6 @@ def stated_errors(A: np.ndarray, B: np.ndarray, K: int, order: np.ndarray, log_t
     a, b = Operand(A, shape), Operand(B, shape)
     x, y = (lambda j: a.grid(r0 + j)), (lambda j: b.grid(r0 + j))
     r = np.abs(rho).reshape(shape)
-    L = order.reshape(shape)
-    P = pairwise_roundings(np.arange(K + 1) - HORNER_TOP)[L] if order.max(initial=0) > HORNER_TOP else None
     da, db = a.grid(e0), b.grid(e0)
     with np.errstate(over="ignore", invalid="ignore"):
         trunc = np.exp(np.maximum(log_trunc, -700.0))
@@ -723,17 +734,20 @@ def stated_errors(A: np.ndarray, B: np.ndarray, K: int, order: np.ndarray, log_t
             m0 = x(R_A0) * y(R_A0) + t1 + r2 * (x(R_N2) * y(R_N2))
             m1 = t1 + r2 * (x(R_W2) * y(R_W2))
         rnd = 2.0 * m0 + (2.0 + RHO_ROUNDINGS) * m1
-        if P is not None:                             # cells summed beyond HORNER_TOP = 32: r^33 by squaring
-            high = r * r
+        high = np.flatnonzero(order > HORNER_TOP)      # P = 0 at the others
+        if len(high):                                  # cells summed beyond HORNER_TOP = 32: r^33 by squaring
+            rh = r.reshape(-1)[high]
+            h = rh * rh
             for _ in range(4):
-                high *= high
-            high *= r
-            high *= x(R_N2) * y(R_N2)
-            high *= P
-            rnd += high
+                h *= h
+            h *= rh
+            h *= a.rows[a.under(high), r0 + R_N2] * b.rows[b.under(high), r0 + R_N2]
+            h *= pairwise_roundings(np.arange(K + 1) - HORNER_TOP)[order[high]]
+            rnd.reshape(-1)[high] += h
         coef += (UNIT * (1 + 1e-12)) * rnd
-    if not np.all(is_level(K)[order]):               # the tails at the cells' own orders
-        trunc *= own_tails(a, b, L, K).reshape(-1)
+    cells = own_tail_cells(a, b, order, K)           # the tails at the cells' own orders
+    if cells is not None:
+        trunc[cells] *= own_tails(a, b, cells, order[cells], K)
     return trunc * (1 + 1e-12) + coef.reshape(-1)
 
 
@@ -754,8 +768,29 @@ def is_level(K: int) -> np.ndarray:
     return out
 
 
-def own_tails(a: Operand, b: Operand, L: np.ndarray, K: int) -> np.ndarray:
-    """Per cell (orders L on the grid), √(T_α(L)/T_α(L′))·√(T_β(L)/T_β(L′)) (:func:`tail_ratios`; 1 where
+def own_tail_cells(a: Operand, b: Operand, order: np.ndarray, K: int) -> np.ndarray | None:
+    """The cells (flat) whose factor :func:`own_tails` may differ from 1, or None where it is applied
+    to no cell (every order a level: the levels' own tails).  A cell at a level L′ whose row and
+    column store a ratio of 1 there keeps its bound as it is; the cells at the grid's level (FLOOR:
+    most of them) are tested by their rows and columns, the others one by one."""
+    ls = levels(K)
+    floor = ls[max(n for n, L in enumerate(ls) if L <= FLOOR or n == 0)]
+    other = np.flatnonzero(order != floor)
+    if not len(other) or is_level(K)[order[other]].all():
+        return None
+    start = K + 5 + len(ls) + ROW_NUMBERS + floor           # the ratios at the grid's level
+    off = [side.rows[:, start] != 1.0 for side in (a, b)]
+    if not any(o.any() for o in off):
+        return other
+    mask = order != floor
+    for side, o in zip((a, b), off):
+        if o.any():
+            mask |= spread(o.reshape(side.lead), side.shape)
+    return np.flatnonzero(mask)
+
+
+def own_tails(a: Operand, b: Operand, cells: np.ndarray, L: np.ndarray, K: int) -> np.ndarray:
+    """Per cell (flat indices ``cells``, orders L), √(T_α(L)/T_α(L′))·√(T_β(L)/T_β(L′)) (:func:`tail_ratios`; 1 where
     L is a level): the factor from the truncation bound r^{L+1}√(T_α(L′)T_β(L′)) of :func:`orders` (the
     tails of the largest level L′ ≤ L, loose: T(16) for a cell summed to order 31) to
     r^{L+1}√(T_α(L)T_β(L)) at the cell's own order.  The order is not changed: only the stated bound
@@ -763,9 +798,9 @@ def own_tails(a: Operand, b: Operand, L: np.ndarray, K: int) -> np.ndarray:
     start = K + 5 + len(levels(K)) + ROW_NUMBERS          # the ratios of orders 0 … K
     got = None
     for side in (a, b):
-        table = np.ascontiguousarray(side.rows[:, start:start + K + 1])
-        index = np.arange(len(table)).reshape(side.lead) * (K + 1) + L
-        part = np.take(table, index)
+        index = side.under(cells) * side.rows.shape[1]
+        index += L
+        part = np.take(side.rows.reshape(-1), index + start)
         got = part if got is None else np.multiply(got, part, out=got)
     return got
 
@@ -780,12 +815,15 @@ def diagonal_cells(A: np.ndarray, B: np.ndarray, rho: np.ndarray, shape: tuple) 
     if not len(near):
         return near
     a, b = Operand(A, shape), Operand(B, shape)
-    ra, rb = a.rows[a.under(near)], b.rows[b.under(near)]
-    K = int(ra[0, -1])
+    ia, ib = a.under(near), b.under(near)
+    K = order_of(A)
     _, s0, _, n0 = packed_columns(K)
-    same = (ra[:, s0] == rb[:, s0]) & (ra[:, -1] == rb[:, -1])
-    same &= np.all(np.abs(ra[:, :K + 1] - rb[:, :K + 1]) <= 64 * EPS * ra[:, n0:n0 + 1], axis=1)
-    return near[same]
+    same = (a.rows[ia, s0] == b.rows[ib, s0]) & (a.rows[ia, -1] == b.rows[ib, -1])
+    if not same.any():
+        return near[same]
+    ia, ib, near = ia[same], ib[same], near[same]
+    close = np.abs(a.rows[ia, :K + 1] - b.rows[ib, :K + 1]) <= 64 * EPS * a.rows[ia, n0:n0 + 1]
+    return near[np.all(close, axis=1)]
 
 
 def diagonal(A: np.ndarray, B: np.ndarray, rho: np.ndarray, cells: np.ndarray, shape: tuple,
@@ -798,11 +836,11 @@ def diagonal(A: np.ndarray, B: np.ndarray, rho: np.ndarray, cells: np.ndarray, s
     if not len(cells):
         return
     a = Operand(A, shape)
-    a = a.rows[a.under(cells)]
     d = 1.0 - rho[cells]
-    K = int(a[0, -1])
+    K = order_of(A)
     ls = levels(K)
     t0, s0, e0, n0 = packed_columns(K)
+    a = a.rows[a.under(cells), :n0 + 1]                      # the coefficients, tails, S, its error, δ, ‖α̃‖
     moments = np.cumsum(np.arange(K + 1) * a[:, :K + 1] ** 2, axis=1)
     e, n = a[:, e0] * np.sqrt(K + 1), a[:, n0]            # ‖α − α̃‖₂ ≤ √(K+1)·δ
     gap = np.min([d * (moments[:, L] + L * (2 * n * e + e * e)) + a[:, t0 + m] for m, L in enumerate(ls)], axis=0)
