@@ -554,14 +554,12 @@ def orders(A: np.ndarray, B: np.ndarray, rho: np.ndarray, tol: float, K: int, sh
     t0, _, _, n0 = packed_columns(K)
     a, b = Operand(A, shape), Operand(B, shape)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        nlr = np.log(np.abs(rho))
+        nlr = np.abs(rho)
+        np.log(nlr, out=nlr)
         np.subtract(0.0, nlr, out=nlr)                        # −log|ρ| ≥ +0 (+∞ at ρ = 0)
         ln_a, ln_b = np.log(a.grid(n0)), np.log(b.grid(n0))
         base = float(np.log(tol * AIM * SHARE))
-        scale = np.maximum(ln_a + ln_b, -700.0)                # log ‖α̃‖‖β̃‖ (a zero row: no goal below e^-700)
-        # the smaller of the aim's goal and TIGHT ulps of the scale: a stated error within a small
-        # factor of the sum's own rounding (:func:`stated_errors`), not of the aim
-        log_goal = spread(np.minimum(np.maximum(scale, 0.0) + base, scale + LOG_TIGHT), shape)
+        log_goal = spread(log_goals(ln_a, ln_b, base), shape)
         half_a = [0.5 * np.log(a.grid(t0 + n)) for n in range(len(ls))]
         half_b = [0.5 * np.log(b.grid(t0 + n)) for n in range(len(ls))]
         h = spread(np.add(half_a[first], half_b[first]), shape)
@@ -599,6 +597,21 @@ def orders(A: np.ndarray, B: np.ndarray, rho: np.ndarray, tol: float, K: int, sh
         order[rest] = got
         log_trunc[rest] = x
     return order, log_trunc
+
+
+def log_goals(ln_a: np.ndarray, ln_b: np.ndarray, base: float) -> np.ndarray:
+    """Per cell, min(max(s, 0) + base, s + log(TIGHT·ε)), s = max(log ‖α̃‖ + log ‖β̃‖, −700) (a zero row:
+    no goal below e^-700): the smaller of the aim's goal and TIGHT ulps of the scale, a stated error
+    within a small factor of the sum's own rounding (:func:`stated_errors`), not of the aim.  Where
+    log(TIGHT·ε) ≤ base (tol ≥ 9e-12) that is s + log(TIGHT·ε), bit for bit (rounding is monotone:
+    fl(s + log(TIGHT·ε)) ≤ fl(max(s, 0) + base)); and s is the sum itself where no sum is below −700."""
+    scale = ln_a + ln_b
+    if not (float(np.min(ln_a, initial=np.inf)) + float(np.min(ln_b, initial=np.inf)) >= -700.0):
+        np.maximum(scale, -700.0, out=scale)
+    if LOG_TIGHT <= base:
+        scale += LOG_TIGHT
+        return scale
+    return np.minimum(np.maximum(scale, 0.0) + base, scale + LOG_TIGHT)
 
 
 def coarse_order(L: np.ndarray, K: int) -> np.ndarray:
