@@ -388,7 +388,34 @@ def weighted(x0, x1, x2, y0, y1, y2, r: np.ndarray) -> np.ndarray:
     """A bound on Σ_k |ρ|^k |x_k y_k| (r = |ρ| ≤ 1) from |x₀|, |x₁|, ‖x_{≥2}‖ and the same of y:
     |x₀y₀| + r|x₁y₁| + r²‖x_{≥2}‖‖y_{≥2}‖ (Cauchy–Schwarz on the rest).  Exact to O(ρ²) as ρ → 0,
     and at ρ = 1 within the Cauchy–Schwarz factor of the sum."""
-    return times(x0, y0) + r * times(x1, y1) + (r * r) * times(x2, y2)
+    p1, p2 = nonzero_product(x1, y1), nonzero_product(x2, y2)
+    if p1 is None and p2 is None:
+        p2 = times(x2, y2)                      # a NaN of r reaches the sum as before
+    return total([nonzero_product(x0, y0), None if p1 is None else r * p1, None if p2 is None else (r * r) * p2])
+
+
+def plus(x: np.ndarray, g: np.ndarray) -> np.ndarray:
+    """x + g for g ≥ 0 (or NaN): g itself where x is 0 throughout (0 + g = g, bit for bit)."""
+    return g if not np.any(x) else x + g
+
+
+def nonzero_product(x: np.ndarray, y: np.ndarray) -> np.ndarray | None:
+    """:func:`times` (x, y), or None where the product is 0 throughout: x or y 0 throughout, the other
+    finite (0·y = 0, bit for bit)."""
+    for u, v in ((x, y), (y, x)):
+        if not np.any(u) and np.all(np.isfinite(v)):
+            return None
+    return times(x, y)
+
+
+def total(terms: Sequence[np.ndarray | None]) -> np.ndarray:
+    """The sum of ``terms`` (≥ 0 or NaN) left to right, those None (0 throughout) left out: the same
+    bits as adding their zeros (a + 0 = 0 + a = a for a ≥ 0).  The last term is never None."""
+    got = None
+    for t in terms:
+        if t is not None:
+            got = t if got is None else got + t
+    return got
 
 
 def times(x, y, out=None) -> np.ndarray:
@@ -508,10 +535,15 @@ class Operand:
         self.lead = A.shape[:-1]
         self.rows = A.reshape(-1, A.shape[-1])
         self.shape = shape
+        self.got: dict[int, np.ndarray] = {}
 
     def grid(self, k: int) -> np.ndarray:
-        """Packed column k, shaped to broadcast against the grid (contiguous)."""
-        return np.ascontiguousarray(self.rows[:, k]).reshape(self.lead)
+        """Packed column k, shaped to broadcast against the grid (contiguous; the same array on
+        every call: not to be written)."""
+        got = self.got.get(k)
+        if got is None:
+            got = self.got[k] = np.ascontiguousarray(self.rows[:, k]).reshape(self.lead)
+        return got
 
     def columns(self, stop: int) -> np.ndarray:
         """Packed columns 0 … stop − 1 as contiguous rows (one per column)."""
@@ -573,9 +605,9 @@ def orders(A: np.ndarray, B: np.ndarray, rho: np.ndarray, tol: float, K: int, sh
         ln_a, ln_b = np.log(a.grid(n0)), np.log(b.grid(n0))
         base = float(np.log(tol * AIM * SHARE))
         log_goal = spread(log_goals(ln_a, ln_b, base), shape)
-        half_a = [0.5 * np.log(a.grid(t0 + n)) for n in range(len(ls))]
-        half_b = [0.5 * np.log(b.grid(t0 + n)) for n in range(len(ls))]
-        h = spread(np.add(half_a[first], half_b[first]), shape)
+        half_a = lambda n: 0.5 * np.log(a.grid(t0 + n))           # ½ log T(L_n), as needed
+        half_b = lambda n: 0.5 * np.log(b.grid(t0 + n))
+        h = spread(np.add(half_a(first), half_b(first)), shape)
         steps = h - log_goal                                   # L + 1 ≥ steps / (−log|ρ|)
         steps /= nlr
         np.ceil(steps, out=steps)
@@ -595,9 +627,9 @@ def orders(A: np.ndarray, B: np.ndarray, rho: np.ndarray, tol: float, K: int, sh
         got = np.full(len(rest), K, dtype=np.int64)
         todo = np.arange(len(rest))
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            x = half_a[-1].reshape(-1)[ia] + half_b[-1].reshape(-1)[ib] - (K + 1) * nl_r
+            x = half_a(len(ls) - 1).reshape(-1)[ia] + half_b(len(ls) - 1).reshape(-1)[ib] - (K + 1) * nl_r
             for n in range(first + 1, len(ls) - 1):
-                hn = half_a[n].reshape(-1)[ia[todo]] + half_b[n].reshape(-1)[ib[todo]]
+                hn = half_a(n).reshape(-1)[ia[todo]] + half_b(n).reshape(-1)[ib[todo]]
                 L = np.maximum(np.ceil((hn - goal_r[todo]) / nl_r[todo]) - 1.0, ls[n])
                 hit = L < ls[n + 1]
                 L = np.minimum(coarse_order(L, K), K)
@@ -762,17 +794,19 @@ def stated_errors(A: np.ndarray, B: np.ndarray, K: int, order: np.ndarray, log_t
         # a side whose α₂ is 0 throughout (one parity: tanh) starts its rest at k = 3: r³, not r²
         za, zb = not np.any(a.grid(2)), not np.any(b.grid(2))
         r2 = r * r
-        wa = x(R_A0) + r * (x(R_A1) + r * from_two(a.grid(2), x(R_L1), r))
-        wb = y(R_A0) + r * (y(R_A1) + r * from_two(b.grid(2), y(R_L1), r))
+        # (terms 0 throughout, a parity's zeros, left out of the sums: the same bits, :func:`total`)
+        wa = plus(x(R_A0), r * plus(x(R_A1), r * from_two(a.grid(2), x(R_L1), r)))
+        wb = plus(y(R_A0), r * plus(y(R_A1), r * from_two(b.grid(2), y(R_L1), r)))
         coef = da * wb + db * wa + times((K + 1.0) * da, db)         # (L + 1)δ_αδ_β ≤ (K + 1)δ_αδ_β
-        t1 = r * times(x(R_A1), y(R_A1))
+        p1 = nonzero_product(x(R_A1), y(R_A1))
+        t1 = None if p1 is None else r * p1
         if za or zb:
             r2 *= r
-            m0 = times(x(R_A0), y(R_A0)) + t1 + r2 * times(x(R_N3), y(R_N3))
-            m1 = t1 + r2 * times(x(R_S2), y(R_S2))
+            m0 = total([nonzero_product(x(R_A0), y(R_A0)), t1, r2 * times(x(R_N3), y(R_N3))])
+            m1 = total([t1, r2 * times(x(R_S2), y(R_S2))])
         else:
-            m0 = times(x(R_A0), y(R_A0)) + t1 + r2 * times(x(R_N2), y(R_N2))
-            m1 = t1 + r2 * times(x(R_W2), y(R_W2))
+            m0 = total([nonzero_product(x(R_A0), y(R_A0)), t1, r2 * times(x(R_N2), y(R_N2))])
+            m1 = total([t1, r2 * times(x(R_W2), y(R_W2))])
         rnd = 2.0 * m0 + (2.0 + RHO_ROUNDINGS) * m1
         high = np.flatnonzero(order > HORNER_TOP)      # P = 0 at the others
         if len(high):                                  # cells summed beyond HORNER_TOP = 32: r^33 by squaring
@@ -797,7 +831,7 @@ def from_two(x2: np.ndarray, l1: np.ndarray, r: np.ndarray) -> np.ndarray:
     sum by 1/r on its larger part.  ‖x_{≥2}‖₁ − |x₂| is widened by 1e-12‖x_{≥2}‖₁ for the rounding of
     the stored sum (at most K·u relative)."""
     x2 = np.abs(x2)
-    return x2 + r * (np.maximum(l1 - x2, 0.0) + 1e-12 * l1)
+    return plus(x2, r * (np.maximum(l1 - x2, 0.0) + 1e-12 * l1))
 
 
 @lru_cache(maxsize=64)
