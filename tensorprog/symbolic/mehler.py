@@ -384,14 +384,15 @@ def compute_row_numbers(alpha: np.ndarray) -> np.ndarray:
     return out
 
 
-def weighted(x0, x1, x2, y0, y1, y2, r: np.ndarray) -> np.ndarray:
+def weighted(x0, x1, x2, y0, y1, y2, r: np.ndarray, out=None) -> np.ndarray:
     """A bound on Σ_k |ρ|^k |x_k y_k| (r = |ρ| ≤ 1) from |x₀|, |x₁|, ‖x_{≥2}‖ and the same of y:
     |x₀y₀| + r|x₁y₁| + r²‖x_{≥2}‖‖y_{≥2}‖ (Cauchy–Schwarz on the rest).  Exact to O(ρ²) as ρ → 0,
     and at ρ = 1 within the Cauchy–Schwarz factor of the sum."""
     p1, p2 = nonzero_product(x1, y1), nonzero_product(x2, y2)
     if p1 is None and p2 is None:
         p2 = times(x2, y2)                      # a NaN of r reaches the sum as before
-    return total([nonzero_product(x0, y0), None if p1 is None else r * p1, None if p2 is None else (r * r) * p2])
+    return total([nonzero_product(x0, y0), None if p1 is None else r * p1, None if p2 is None else (r * r) * p2],
+                 out)
 
 
 def plus(x: np.ndarray, g: np.ndarray) -> np.ndarray:
@@ -408,13 +409,15 @@ def nonzero_product(x: np.ndarray, y: np.ndarray) -> np.ndarray | None:
     return times(x, y)
 
 
-def total(terms: Sequence[np.ndarray | None]) -> np.ndarray:
+def total(terms: Sequence[np.ndarray | None], out=None) -> np.ndarray:
     """The sum of ``terms`` (≥ 0 or NaN) left to right, those None (0 throughout) left out: the same
-    bits as adding their zeros (a + 0 = 0 + a = a for a ≥ 0).  The last term is never None."""
-    got = None
-    for t in terms:
-        if t is not None:
-            got = t if got is None else got + t
+    bits as adding their zeros (a + 0 = 0 + a = a for a ≥ 0).  The last term is never None.  The
+    last addition goes into ``out`` where it has the sum's shape."""
+    live = [t for t in terms if t is not None]
+    got = live[0]
+    for n, t in enumerate(live[1:], 2):
+        last = n == len(live) and out is not None and out.shape == np.broadcast_shapes(np.shape(got), np.shape(t))
+        got = np.add(got, t, out=out if last else None)
     return got
 
 
@@ -487,8 +490,11 @@ def mehler_slope(A: np.ndarray, B: np.ndarray, rho: np.ndarray, out=None) -> np.
     if order_of(A) >= 4 and may_cancel([A[..., 1], A[..., 2], A[..., 3]], [B[..., 1], B[..., 2], B[..., 3]]):
         got = signed_weighted(A[..., 1], SQRT2 * A[..., 2], SQRT3 * A[..., 3], a[..., R_S3],
                               B[..., 1], SQRT2 * B[..., 2], SQRT3 * B[..., 3], b[..., R_S3], r)
-    else:
-        got = weighted(a[..., R_S0], a[..., R_S1], a[..., R_S2], b[..., R_S0], b[..., R_S1], b[..., R_S2], np.abs(r))
+    else:                                   # |clip(ρ, −1, 1)| = min(|ρ|, 1), bit for bit
+        got = weighted(a[..., R_S0], a[..., R_S1], a[..., R_S2], b[..., R_S0], b[..., R_S1], b[..., R_S2], np.minimum(np.abs(rho), 1.0),
+                       out=out)
+        if got is out:
+            return out
     return got if out is None else np.copyto(out, np.broadcast_to(got, out.shape)) or out
 
 
@@ -503,8 +509,11 @@ def mehler_curve(A: np.ndarray, B: np.ndarray, rho: np.ndarray, out=None) -> np.
     if order_of(A) >= 4 and may_cancel([A[..., 2], A[..., 3], A[..., 4]], [B[..., 0], B[..., 1], B[..., 2]]):
         got = signed_weighted(SQRT2 * A[..., 2], SQRT6 * A[..., 3], SQRT12 * A[..., 4], a[..., R_C3],
                               B[..., 0], B[..., 1], B[..., 2], b[..., R_N3], r)
-    else:
-        got = weighted(a[..., R_C0], a[..., R_C1], a[..., R_C2], b[..., R_A0], b[..., R_A1], b[..., R_N2], np.abs(r))
+    else:                                   # |clip(ρ, −1, 1)| = min(|ρ|, 1), bit for bit
+        got = weighted(a[..., R_C0], a[..., R_C1], a[..., R_C2], b[..., R_A0], b[..., R_A1], b[..., R_N2], np.minimum(np.abs(rho), 1.0),
+                       out=out)
+        if got is out:
+            return out
     return got if out is None else np.copyto(out, np.broadcast_to(got, out.shape)) or out
 
 
