@@ -684,7 +684,7 @@ def horner_sums(A: np.ndarray, B: np.ndarray, rho: np.ndarray, order: np.ndarray
     from there.  A term that is 0 at every row or every column (a parity zero: tanh's even orders)
     only multiplies."""
     a, b = Operand(A, shape), Operand(B, shape)
-    low, top = (int(order.min()), int(order.max())) if len(order) else (0, 0)
+    low, top = (min(int(order.min()), HORNER_TOP), int(order.max())) if len(order) else (0, 0)
     stop = min(top, HORNER_TOP) + 1
     ca, cb = a.columns(stop), b.columns(stop)
     live = np.any(ca != 0, axis=1) & np.any(cb != 0, axis=1)
@@ -816,7 +816,7 @@ def stated_errors(A: np.ndarray, B: np.ndarray, K: int, order: np.ndarray, log_t
         else:
             m0 = total([nonzero_product(x(R_A0), y(R_A0)), t1, r2 * times(x(R_N2), y(R_N2))])
             m1 = total([t1, r2 * times(x(R_W2), y(R_W2))])
-        rnd = 2.0 * m0 + (2.0 + RHO_ROUNDINGS) * m1
+        rnd = np.asarray(2.0 * m0 + (2.0 + RHO_ROUNDINGS) * m1, dtype=float).reshape(-1)
         high = np.flatnonzero(order > HORNER_TOP)      # P = 0 at the others
         if len(high):                                  # cells summed beyond HORNER_TOP = 32: r^33 by squaring
             rh = r.reshape(-1)[high]
@@ -826,8 +826,8 @@ def stated_errors(A: np.ndarray, B: np.ndarray, K: int, order: np.ndarray, log_t
             h *= rh
             h *= a.rows[a.under(high), r0 + R_N2] * b.rows[b.under(high), r0 + R_N2]
             h *= pairwise_roundings(np.arange(K + 1) - HORNER_TOP)[order[high]]
-            rnd.reshape(-1)[high] += h
-        coef += (UNIT * (1 + 1e-12)) * rnd
+            rnd[high] += h
+        coef += (UNIT * (1 + 1e-12)) * rnd.reshape(np.shape(coef))
     cells = own_tail_cells(a, b, order, K)           # the tails at the cells' own orders
     if cells is not None:
         trunc[cells] *= own_tails(a, b, cells, order[cells], K)
