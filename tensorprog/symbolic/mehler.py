@@ -395,11 +395,6 @@ def weighted(x0, x1, x2, y0, y1, y2, r: np.ndarray, out=None) -> np.ndarray:
                  out)
 
 
-def plus(x: np.ndarray, g: np.ndarray) -> np.ndarray:
-    """x + g for g ≥ 0 (or NaN): g itself where x is 0 throughout (0 + g = g, bit for bit)."""
-    return g if not np.any(x) else x + g
-
-
 def nonzero_product(x: np.ndarray, y: np.ndarray) -> np.ndarray | None:
     """:func:`times` (x, y), or None where the product is 0 throughout: x or y 0 throughout, the other
     finite (0·y = 0, bit for bit)."""
@@ -799,14 +794,19 @@ def stated_errors(A: np.ndarray, B: np.ndarray, K: int, order: np.ndarray, log_t
     r = np.abs(rho).reshape(shape)
     da, db = a.grid(e0), b.grid(e0)
     with np.errstate(over="ignore", invalid="ignore"):
-        trunc = np.exp(np.maximum(log_trunc, -700.0))
+        trunc = np.exp(log_trunc if np.min(log_trunc, initial=np.inf) >= -700.0 else np.maximum(log_trunc, -700.0))
         # a side whose α₂ is 0 throughout (one parity: tanh) starts its rest at k = 3: r³, not r²
         za, zb = not np.any(a.grid(2)), not np.any(b.grid(2))
         r2 = r * r
-        # (terms 0 throughout, a parity's zeros, left out of the sums: the same bits, :func:`total`)
-        wa = plus(x(R_A0), r * plus(x(R_A1), r * from_two(a.grid(2), x(R_L1), r)))
-        wb = plus(y(R_A0), r * plus(y(R_A1), r * from_two(b.grid(2), y(R_L1), r)))
-        coef = da * wb + db * wa + times((K + 1.0) * da, db)         # (L + 1)δ_αδ_β ≤ (K + 1)δ_αδ_β
+        # (terms 0 throughout, a parity's zeros, left out of the sums: the same bits, :func:`total`;
+        # the products and sums in place on fresh arrays, their operands in the same order)
+        wa = from_three(x(R_A0), x(R_A1), from_two(a.grid(2), x(R_L1), r), r)
+        wb = from_three(y(R_A0), y(R_A1), from_two(b.grid(2), y(R_L1), r), r)
+        wb *= da                                                     # δ_α·w_β + δ_β·w_α + (K + 1)δ_αδ_β
+        wa *= db
+        wb += wa
+        wb += times((K + 1.0) * da, db)                               # (L + 1)δ_αδ_β ≤ (K + 1)δ_αδ_β
+        coef = wb
         p1 = nonzero_product(x(R_A1), y(R_A1))
         t1 = None if p1 is None else r * p1
         if za or zb:
@@ -816,7 +816,10 @@ def stated_errors(A: np.ndarray, B: np.ndarray, K: int, order: np.ndarray, log_t
         else:
             m0 = total([nonzero_product(x(R_A0), y(R_A0)), t1, r2 * times(x(R_N2), y(R_N2))])
             m1 = total([t1, r2 * times(x(R_W2), y(R_W2))])
-        rnd = np.asarray(2.0 * m0 + (2.0 + RHO_ROUNDINGS) * m1, dtype=float).reshape(-1)
+        m0 *= 2.0
+        m1 *= 2.0 + RHO_ROUNDINGS
+        m0 += m1
+        rnd = np.asarray(m0, dtype=float).reshape(-1)
         high = np.flatnonzero(order > HORNER_TOP)      # P = 0 at the others
         if len(high):                                  # cells summed beyond HORNER_TOP = 32: r^33 by squaring
             rh = r.reshape(-1)[high]
@@ -827,11 +830,26 @@ def stated_errors(A: np.ndarray, B: np.ndarray, K: int, order: np.ndarray, log_t
             h *= a.rows[a.under(high), r0 + R_N2] * b.rows[b.under(high), r0 + R_N2]
             h *= pairwise_roundings(np.arange(K + 1) - HORNER_TOP)[order[high]]
             rnd[high] += h
-        coef += (UNIT * (1 + 1e-12)) * rnd.reshape(np.shape(coef))
+        rnd *= UNIT * (1 + 1e-12)
+        coef += rnd.reshape(np.shape(coef))
     cells = own_tail_cells(a, b, order, K)           # the tails at the cells' own orders
     if cells is not None:
         trunc[cells] *= own_tails(a, b, cells, order[cells], K)
-    return trunc * (1 + 1e-12) + coef.reshape(-1)
+    trunc *= 1 + 1e-12
+    trunc += np.reshape(coef, -1)
+    return trunc
+
+
+def from_three(x0: np.ndarray, x1: np.ndarray, f: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """x₀ + r(x₁ + r·f) for f ≥ 0 a fresh array of the grid's shape (:func:`from_two`'s), in place on
+    f, a term x 0 throughout left out (0 + g = g, bit for bit, for g ≥ 0 or NaN)."""
+    f *= r
+    if np.any(x1):
+        f += x1
+    f *= r
+    if np.any(x0):
+        f += x0
+    return f
 
 
 def from_two(x2: np.ndarray, l1: np.ndarray, r: np.ndarray) -> np.ndarray:
@@ -840,7 +858,10 @@ def from_two(x2: np.ndarray, l1: np.ndarray, r: np.ndarray) -> np.ndarray:
     sum by 1/r on its larger part.  ‖x_{≥2}‖₁ − |x₂| is widened by 1e-12‖x_{≥2}‖₁ for the rounding of
     the stored sum (at most K·u relative)."""
     x2 = np.abs(x2)
-    return plus(x2, r * (np.maximum(l1 - x2, 0.0) + 1e-12 * l1))
+    got = r * (np.maximum(l1 - x2, 0.0) + 1e-12 * l1)
+    if np.any(x2):
+        got += x2
+    return got
 
 
 @lru_cache(maxsize=64)
