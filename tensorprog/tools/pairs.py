@@ -11,7 +11,8 @@ Where every expectation of the template has a closed form, the batch compile of 
 recorded once (on a few of its pairs) and replayed (:mod:`..limit.replay`): a grid tape whose
 per-input work runs once per input.  A band of rows [r0, r1) is then cut into blocks of
 :data:`ROW_BLOCK` × :data:`COL_BLOCK` entries (i in the block's rows, j ≥ r0 in its columns;
-as many entries in wider blocks when the band has fewer rows);
+as many entries in wider blocks when the band has fewer rows, and in taller ones where the
+triangle's rows have fewer columns: :func:`band_blocks`);
 each block computes its Gram entries, classifies them, and replays the rest-class record on the
 whole block at once (rows' variances as an (R, 1) column, columns' as a (1, C) row).  Entries of
 the other classes — and those where the record does not hold, entry by entry — are gathered and
