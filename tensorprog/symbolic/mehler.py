@@ -486,8 +486,8 @@ def mehler_slope(A: np.ndarray, B: np.ndarray, rho: np.ndarray, out=None) -> np.
         got = signed_weighted(A[..., 1], SQRT2 * A[..., 2], SQRT3 * A[..., 3], a[..., R_S3],
                               B[..., 1], SQRT2 * B[..., 2], SQRT3 * B[..., 3], b[..., R_S3], r)
     else:                                   # |clip(ρ, −1, 1)| = min(|ρ|, 1), bit for bit
-        got = weighted(a[..., R_S0], a[..., R_S1], a[..., R_S2], b[..., R_S0], b[..., R_S1], b[..., R_S2], np.minimum(np.abs(rho), 1.0),
-                       out=out)
+        got = weighted(a[..., R_S0], a[..., R_S1], a[..., R_S2], b[..., R_S0], b[..., R_S1], b[..., R_S2],
+                       np.minimum(np.abs(rho), 1.0), out=out)
         if got is out:
             return out
     return got if out is None else np.copyto(out, np.broadcast_to(got, out.shape)) or out
@@ -505,8 +505,8 @@ def mehler_curve(A: np.ndarray, B: np.ndarray, rho: np.ndarray, out=None) -> np.
         got = signed_weighted(SQRT2 * A[..., 2], SQRT6 * A[..., 3], SQRT12 * A[..., 4], a[..., R_C3],
                               B[..., 0], B[..., 1], B[..., 2], b[..., R_N3], r)
     else:                                   # |clip(ρ, −1, 1)| = min(|ρ|, 1), bit for bit
-        got = weighted(a[..., R_C0], a[..., R_C1], a[..., R_C2], b[..., R_A0], b[..., R_A1], b[..., R_N2], np.minimum(np.abs(rho), 1.0),
-                       out=out)
+        got = weighted(a[..., R_C0], a[..., R_C1], a[..., R_C2], b[..., R_A0], b[..., R_A1], b[..., R_N2],
+                       np.minimum(np.abs(rho), 1.0), out=out)
         if got is out:
             return out
     return got if out is None else np.copyto(out, np.broadcast_to(got, out.shape)) or out
@@ -902,9 +902,12 @@ def own_tails(a: Operand, b: Operand, cells: np.ndarray, L: np.ndarray, K: int) 
     start = K + 5 + len(levels(K)) + ROW_NUMBERS          # the ratios of orders 0 … K
     got = None
     for side in (a, b):
-        index = side.under(cells) * side.rows.shape[1]
-        index += L
-        part = np.take(side.rows.reshape(-1), index + start)
+        if side.rows.flags.c_contiguous:                    # one flat take (no copy of the table)
+            index = side.under(cells) * side.rows.shape[1]
+            index += L
+            part = np.take(side.rows.reshape(-1), index + start)
+        else:
+            part = side.rows[side.under(cells), start + L]
         got = part if got is None else np.multiply(got, part, out=got)
     return got
 
