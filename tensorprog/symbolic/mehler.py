@@ -481,10 +481,9 @@ def mehler_slope(A: np.ndarray, B: np.ndarray, rho: np.ndarray, out=None) -> np.
     (Price's theorem: ∂E φ(u)ψ(v)/∂c = E φ′(u)ψ′(v)).  From the packed coefficients (the part of
     the sum beyond K is below the truncation target, relative: a sensitivity only weights errors)."""
     a, b = row_numbers(A), row_numbers(B)
-    r = np.clip(rho, -1.0, 1.0)
     if order_of(A) >= 4 and may_cancel([A[..., 1], A[..., 2], A[..., 3]], [B[..., 1], B[..., 2], B[..., 3]]):
         got = signed_weighted(A[..., 1], SQRT2 * A[..., 2], SQRT3 * A[..., 3], a[..., R_S3],
-                              B[..., 1], SQRT2 * B[..., 2], SQRT3 * B[..., 3], b[..., R_S3], r)
+                              B[..., 1], SQRT2 * B[..., 2], SQRT3 * B[..., 3], b[..., R_S3], np.clip(rho, -1.0, 1.0))
     else:                                   # |clip(ρ, −1, 1)| = min(|ρ|, 1), bit for bit
         got = weighted(a[..., R_S0], a[..., R_S1], a[..., R_S2], b[..., R_S0], b[..., R_S1], b[..., R_S2],
                        np.minimum(np.abs(rho), 1.0), out=out)
@@ -500,10 +499,9 @@ def mehler_curve(A: np.ndarray, B: np.ndarray, rho: np.ndarray, out=None) -> np.
     first terms can cancel (:func:`may_cancel`), else :func:`weighted`; x_k = √((k+1)(k+2)) α_{k+2},
     y_k = β_k."""
     a, b = row_numbers(A), row_numbers(B)
-    r = np.clip(rho, -1.0, 1.0)
     if order_of(A) >= 4 and may_cancel([A[..., 2], A[..., 3], A[..., 4]], [B[..., 0], B[..., 1], B[..., 2]]):
         got = signed_weighted(SQRT2 * A[..., 2], SQRT6 * A[..., 3], SQRT12 * A[..., 4], a[..., R_C3],
-                              B[..., 0], B[..., 1], B[..., 2], b[..., R_N3], r)
+                              B[..., 0], B[..., 1], B[..., 2], b[..., R_N3], np.clip(rho, -1.0, 1.0))
     else:                                   # |clip(ρ, −1, 1)| = min(|ρ|, 1), bit for bit
         got = weighted(a[..., R_C0], a[..., R_C1], a[..., R_C2], b[..., R_A0], b[..., R_A1], b[..., R_N2],
                        np.minimum(np.abs(rho), 1.0), out=out)
