@@ -418,7 +418,8 @@ def total(terms: Sequence[np.ndarray | None], out=None) -> np.ndarray:
 
 def times(x, y, out=None) -> np.ndarray:
     """x·y, broadcast: by einsum where one is a column (R, 1) and the other a row (1, C) of a grid
-    (numpy's broadcast multiply takes about twice as long there; one product each, the same bits),
+    (numpy's broadcast multiply takes about twice as long there; one product each, the same bits —
+    but for the sign of an exact zero: einsum adds the product to +0, so 0·(−y) is +0, not −0),
     else by numpy's multiply."""
     if np.ndim(x) == 2 and np.ndim(y) == 2:
         (r0, c0), (r1, c1) = np.shape(x), np.shape(y)
@@ -719,7 +720,8 @@ def outer(lead_a: tuple, lead_b: tuple, shape: tuple) -> Callable:
     """f(x, y, out): the products x_i·y_j of a row operand x (flat, shaped ``lead_a``) and a column
     operand y (``lead_b``) into out (``shape``): by einsum where they are a column (R, 1) and a row
     (1, C) of a 2-D grid, in either order (numpy's broadcast multiply takes twice its time there;
-    one product each, the same bits), else by the broadcast multiply."""
+    one product each, the same bits but for the sign of an exact zero: :func:`times`), else by the
+    broadcast multiply."""
     if len(shape) == 2 and shape[0] > 1 and shape[1] > 1:
         if lead_a == (shape[0], 1) and lead_b == (1, shape[1]):
             return lambda x, y, out: np.einsum("i,j->ij", x, y, out=out)
