@@ -187,3 +187,44 @@ def test_diagonal_cells_take_the_1d_square():
     assert value[0] == A[0, 256 + 1 + 6]                    # exactly S (ρ = 1: no truncation)
     other, _ = packed_sum(A, A[::-1], np.ones(3), 1e-10)
     assert other[0] != A[0, 256 + 1 + 6]
+
+
+@pytest.mark.parametrize("name", ["tanh", "silu"])
+def test_packed_sum_grid_cells_have_the_bits_of_each_cell_alone(name):
+    """A block's cells (rows × columns, either side the rows; ρ from 0 to ±1, so that cells sum to the
+    grid's floor, gathered orders up to HORNER_TOP and power sums beyond, and a diagonal cell) have
+    the values and stated errors of each cell computed alone, bit for bit: a cell's bits depend on its
+    own ρ, row and column, not on the block or on the path (grid, gathered, power sums) it took."""
+    from tensorprog.symbolic.mehler import HORNER_TOP, pack, packed_sum, step_for
+
+    def silu(t):
+        return t / (1 + np.exp(-t))
+
+    fn = np.tanh if name == "tanh" else silu
+    rng = np.random.default_rng(3)
+    a, b = np.sort(rng.uniform(0.3, 3.0, 7)), np.sort(rng.uniform(0.3, 3.0, 9))
+    b[2] = a[4]                                                    # one input among both sides
+    K = 384
+    A, B = pack(fn, K, step_for(K, 3.0), a), pack(fn, K, step_for(K, 3.0), b)
+    rho = np.tanh(rng.normal(0.0, 1.6, (7, 9)))
+    rho[0, :4] = [0.999999, -0.99999, 0.9995, 0.0]
+    rho[4, 2] = 1.0
+    for rows, cols, r in ((A[:, None, :], B[None, :, :], rho), (B[None, :, :], A[:, None, :], rho)):
+        value, err = packed_sum(rows, cols, r, 1e-10)
+        R, C = r.shape
+        for one in (lambda x: x, lambda x: x[None]):           # a cell alone: 0-d, and an array of one
+            alone = [[packed_sum(one(rows[min(i, rows.shape[0] - 1), min(j, rows.shape[1] - 1)]),
+                                 one(cols[min(i, cols.shape[0] - 1), min(j, cols.shape[1] - 1)]), one(r[i, j]),
+                                 1e-10) for j in range(C)] for i in range(R)]
+            assert np.array_equal(value, np.reshape([[v for v, _ in row] for row in alone], (R, C)))
+            # the errors to an ulp: a block with cells between levels scales all its cells' truncation
+            # bounds by their tail ratios, 1 to an ulp at a level (:func:`own_tail_cells`)
+            alone_err = np.reshape([[e for _, e in row] for row in alone], (R, C))
+            assert np.all(np.abs(err - alone_err) <= 2.3e-16 * err)
+    from tensorprog.symbolic.mehler import orders, diagonal_cells
+    cells = rho.reshape(-1)
+    shape = (7, 9)
+    same = diagonal_cells(A[:, None, :], B[None, :, :], cells, shape)
+    order, _ = orders(A[:, None, :], B[None, :, :], cells, 1e-10, K, shape, same)
+    assert list(same) == [4 * 9 + 2]
+    assert order.min() == 16 and 16 < order[1] and order.max() > HORNER_TOP      # every path taken

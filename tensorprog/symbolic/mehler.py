@@ -388,11 +388,50 @@ def compute_row_numbers(alpha: np.ndarray) -> np.ndarray:
     return out
 
 
-def weighted(x0, x1, x2, y0, y1, y2, r: np.ndarray) -> np.ndarray:
+def weighted(x0, x1, x2, y0, y1, y2, r: np.ndarray, out=None) -> np.ndarray:
     """A bound on Σ_k |ρ|^k |x_k y_k| (r = |ρ| ≤ 1) from |x₀|, |x₁|, ‖x_{≥2}‖ and the same of y:
     |x₀y₀| + r|x₁y₁| + r²‖x_{≥2}‖‖y_{≥2}‖ (Cauchy–Schwarz on the rest).  Exact to O(ρ²) as ρ → 0,
     and at ρ = 1 within the Cauchy–Schwarz factor of the sum."""
-    return x0 * y0 + r * (x1 * y1) + (r * r) * (x2 * y2)
+    p1, p2 = nonzero_product(x1, y1), nonzero_product(x2, y2)
+    if p1 is None and p2 is None:
+        p2 = times(x2, y2)                      # a NaN of r reaches the sum as before
+    return total([nonzero_product(x0, y0), None if p1 is None else r * p1, None if p2 is None else (r * r) * p2],
+                 out)
+
+
+def nonzero_product(x: np.ndarray, y: np.ndarray) -> np.ndarray | None:
+    """:func:`times` (x, y), or None where the product is 0 throughout: x or y 0 throughout, the other
+    finite (0·y = 0, bit for bit)."""
+    for u, v in ((x, y), (y, x)):
+        if not np.any(u) and np.all(np.isfinite(v)):
+            return None
+    return times(x, y)
+
+
+def total(terms: Sequence[np.ndarray | None], out=None) -> np.ndarray:
+    """The sum of ``terms`` (≥ 0 or NaN) left to right, those None (0 throughout) left out: the same
+    bits as adding their zeros (a + 0 = 0 + a = a for a ≥ 0).  The last term is never None.  The
+    last addition goes into ``out`` where it has the sum's shape."""
+    live = [t for t in terms if t is not None]
+    got = live[0]
+    for n, t in enumerate(live[1:], 2):
+        last = n == len(live) and out is not None and out.shape == np.broadcast_shapes(np.shape(got), np.shape(t))
+        got = np.add(got, t, out=out if last else None)
+    return got
+
+
+def times(x, y, out=None) -> np.ndarray:
+    """x·y, broadcast: by einsum where one is a column (R, 1) and the other a row (1, C) of a grid
+    (numpy's broadcast multiply takes about twice as long there; one product each, the same bits —
+    but for the sign of an exact zero: einsum adds the product to +0, so 0·(−y) is +0, not −0),
+    else by numpy's multiply."""
+    if np.ndim(x) == 2 and np.ndim(y) == 2:
+        (r0, c0), (r1, c1) = np.shape(x), np.shape(y)
+        if c0 == 1 and r1 == 1 and r0 > 1 and c1 > 1:
+            return np.einsum("i,j->ij", x[:, 0], y[0], out=out)
+        if r0 == 1 and c1 == 1 and c0 > 1 and r1 > 1:
+            return np.einsum("j,i->ij", x[0], y[:, 0], out=out)
+    return np.multiply(x, y, out=out)
 
 
 SQRT2, SQRT3, SQRT6, SQRT12 = (float(np.sqrt(v)) for v in (2.0, 3.0, 6.0, 12.0))
@@ -412,16 +451,16 @@ def signed_weighted(x0, x1, x2, x3, y0, y1, y2, y3, rho: np.ndarray) -> np.ndarr
     √2α₂β₀ against ρ²√12α₄β₂) it is the derivative to within the rest's bound, where :func:`weighted`
     adds them in absolute value (2.9× at ρ = 0.9)."""
     r = np.abs(rho)
-    first = rho * (x2 * y2)
-    first += x1 * y1
+    first = rho * times(x2, y2)
+    first += times(x1, y1)
     first *= rho
-    first += x0 * y0
+    first += times(x0, y0)
     np.abs(first, out=first)
     r3 = r * r
     r3 *= r
-    r3 *= x3 * y3
+    r3 *= times(x3, y3)
     first += r3
-    first += (8 * UNIT) * ((np.abs(x0) + np.abs(x1) + np.abs(x2)) * (np.abs(y0) + np.abs(y1) + np.abs(y2)))
+    first += (8 * UNIT) * times(np.abs(x0) + np.abs(x1) + np.abs(x2), np.abs(y0) + np.abs(y1) + np.abs(y2))
     return first
 
 
@@ -447,12 +486,14 @@ def mehler_slope(A: np.ndarray, B: np.ndarray, rho: np.ndarray, out=None) -> np.
     (Price's theorem: ∂E φ(u)ψ(v)/∂c = E φ′(u)ψ′(v)).  From the packed coefficients (the part of
     the sum beyond K is below the truncation target, relative: a sensitivity only weights errors)."""
     a, b = row_numbers(A), row_numbers(B)
-    r = np.clip(rho, -1.0, 1.0)
     if order_of(A) >= 4 and may_cancel([A[..., 1], A[..., 2], A[..., 3]], [B[..., 1], B[..., 2], B[..., 3]]):
         got = signed_weighted(A[..., 1], SQRT2 * A[..., 2], SQRT3 * A[..., 3], a[..., R_S3],
-                              B[..., 1], SQRT2 * B[..., 2], SQRT3 * B[..., 3], b[..., R_S3], r)
-    else:
-        got = weighted(a[..., R_S0], a[..., R_S1], a[..., R_S2], b[..., R_S0], b[..., R_S1], b[..., R_S2], np.abs(r))
+                              B[..., 1], SQRT2 * B[..., 2], SQRT3 * B[..., 3], b[..., R_S3], np.clip(rho, -1.0, 1.0))
+    else:                                   # |clip(ρ, −1, 1)| = min(|ρ|, 1), bit for bit
+        got = weighted(a[..., R_S0], a[..., R_S1], a[..., R_S2], b[..., R_S0], b[..., R_S1], b[..., R_S2],
+                       np.minimum(np.abs(rho), 1.0), out=out)
+        if got is out:
+            return out
     return got if out is None else np.copyto(out, np.broadcast_to(got, out.shape)) or out
 
 
@@ -463,12 +504,14 @@ def mehler_curve(A: np.ndarray, B: np.ndarray, rho: np.ndarray, out=None) -> np.
     first terms can cancel (:func:`may_cancel`), else :func:`weighted`; x_k = √((k+1)(k+2)) α_{k+2},
     y_k = β_k."""
     a, b = row_numbers(A), row_numbers(B)
-    r = np.clip(rho, -1.0, 1.0)
     if order_of(A) >= 4 and may_cancel([A[..., 2], A[..., 3], A[..., 4]], [B[..., 0], B[..., 1], B[..., 2]]):
         got = signed_weighted(SQRT2 * A[..., 2], SQRT6 * A[..., 3], SQRT12 * A[..., 4], a[..., R_C3],
-                              B[..., 0], B[..., 1], B[..., 2], b[..., R_N3], r)
-    else:
-        got = weighted(a[..., R_C0], a[..., R_C1], a[..., R_C2], b[..., R_A0], b[..., R_A1], b[..., R_N2], np.abs(r))
+                              B[..., 0], B[..., 1], B[..., 2], b[..., R_N3], np.clip(rho, -1.0, 1.0))
+    else:                                   # |clip(ρ, −1, 1)| = min(|ρ|, 1), bit for bit
+        got = weighted(a[..., R_C0], a[..., R_C1], a[..., R_C2], b[..., R_A0], b[..., R_A1], b[..., R_N2],
+                       np.minimum(np.abs(rho), 1.0), out=out)
+        if got is out:
+            return out
     return got if out is None else np.copyto(out, np.broadcast_to(got, out.shape)) or out
 
 
@@ -499,21 +542,39 @@ class Operand:
         self.lead = A.shape[:-1]
         self.rows = A.reshape(-1, A.shape[-1])
         self.shape = shape
+        self.got: dict[int, np.ndarray] = {}
 
     def grid(self, k: int) -> np.ndarray:
-        """Packed column k, shaped to broadcast against the grid (contiguous)."""
-        return np.ascontiguousarray(self.rows[:, k]).reshape(self.lead)
+        """Packed column k, shaped to broadcast against the grid (contiguous; the same array on
+        every call: not to be written)."""
+        got = self.got.get(k)
+        if got is None:
+            got = self.got[k] = np.ascontiguousarray(self.rows[:, k]).reshape(self.lead)
+        return got
 
     def columns(self, stop: int) -> np.ndarray:
         """Packed columns 0 … stop − 1 as contiguous rows (one per column)."""
         return np.ascontiguousarray(self.rows[:, :stop].T)
 
     def under(self, flat: np.ndarray) -> np.ndarray:
-        """The row index of A under the cells ``flat`` (flat indices of the grid)."""
+        """The row index of A under the cells ``flat`` (flat indices of the grid; intp): the cells'
+        coordinates along A's own axes (those of length > 1), raveled in A's lead shape."""
         if len(self.rows) == 1:
             return np.zeros(len(flat), dtype=np.intp)
-        index = np.arange(len(self.rows), dtype=np.int32).reshape(self.lead)
-        return np.broadcast_to(index, self.shape).reshape(-1)[flat]
+        lead = (1,) * (len(self.shape) - len(self.lead)) + self.lead
+        flat = np.asarray(flat, dtype=np.intp)
+        out, inner, step = None, 1, 1
+        for axis in range(len(lead) - 1, -1, -1):                   # the last axis first
+            n = self.shape[axis]
+            if lead[axis] > 1:                                      # (then n is its length)
+                coord = flat // inner if inner > 1 else flat
+                if axis:                                            # (the first axis needs no modulo)
+                    coord = coord % n
+                coord = coord * step if step > 1 else coord
+                out = coord if out is None else out + coord
+                step *= n
+            inner *= n
+        return flat.copy() if out is flat else out
 
 
 def spread(x: np.ndarray, shape: tuple) -> np.ndarray:
@@ -545,17 +606,15 @@ def orders(A: np.ndarray, B: np.ndarray, rho: np.ndarray, tol: float, K: int, sh
     t0, _, _, n0 = packed_columns(K)
     a, b = Operand(A, shape), Operand(B, shape)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        nlr = np.log(np.abs(rho))
+        nlr = np.abs(rho)
+        np.log(nlr, out=nlr)
         np.subtract(0.0, nlr, out=nlr)                        # −log|ρ| ≥ +0 (+∞ at ρ = 0)
         ln_a, ln_b = np.log(a.grid(n0)), np.log(b.grid(n0))
         base = float(np.log(tol * AIM * SHARE))
-        scale = np.maximum(ln_a + ln_b, -700.0)                # log ‖α̃‖‖β̃‖ (a zero row: no goal below e^-700)
-        # the smaller of the aim's goal and TIGHT ulps of the scale: a stated error within a small
-        # factor of the sum's own rounding (:func:`stated_errors`), not of the aim
-        log_goal = spread(np.minimum(np.maximum(scale, 0.0) + base, scale + LOG_TIGHT), shape)
-        half_a = [0.5 * np.log(a.grid(t0 + n)) for n in range(len(ls))]
-        half_b = [0.5 * np.log(b.grid(t0 + n)) for n in range(len(ls))]
-        h = spread(np.add(half_a[first], half_b[first]), shape)
+        log_goal = spread(log_goals(ln_a, ln_b, base), shape)
+        half_a = lambda n: 0.5 * np.log(a.grid(t0 + n))           # ½ log T(L_n), as needed
+        half_b = lambda n: 0.5 * np.log(b.grid(t0 + n))
+        h = spread(np.add(half_a(first), half_b(first)), shape)
         steps = h - log_goal                                   # L + 1 ≥ steps / (−log|ρ|)
         steps /= nlr
         np.ceil(steps, out=steps)
@@ -575,9 +634,9 @@ def orders(A: np.ndarray, B: np.ndarray, rho: np.ndarray, tol: float, K: int, sh
         got = np.full(len(rest), K, dtype=np.int64)
         todo = np.arange(len(rest))
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            x = half_a[-1].reshape(-1)[ia] + half_b[-1].reshape(-1)[ib] - (K + 1) * nl_r
+            x = half_a(len(ls) - 1).reshape(-1)[ia] + half_b(len(ls) - 1).reshape(-1)[ib] - (K + 1) * nl_r
             for n in range(first + 1, len(ls) - 1):
-                hn = half_a[n].reshape(-1)[ia[todo]] + half_b[n].reshape(-1)[ib[todo]]
+                hn = half_a(n).reshape(-1)[ia[todo]] + half_b(n).reshape(-1)[ib[todo]]
                 L = np.maximum(np.ceil((hn - goal_r[todo]) / nl_r[todo]) - 1.0, ls[n])
                 hit = L < ls[n + 1]
                 L = np.minimum(coarse_order(L, K), K)
@@ -590,6 +649,21 @@ def orders(A: np.ndarray, B: np.ndarray, rho: np.ndarray, tol: float, K: int, sh
         order[rest] = got
         log_trunc[rest] = x
     return order, log_trunc
+
+
+def log_goals(ln_a: np.ndarray, ln_b: np.ndarray, base: float) -> np.ndarray:
+    """Per cell, min(max(s, 0) + base, s + log(TIGHT·ε)), s = max(log ‖α̃‖ + log ‖β̃‖, −700) (a zero row:
+    no goal below e^-700): the smaller of the aim's goal and TIGHT ulps of the scale, a stated error
+    within a small factor of the sum's own rounding (:func:`stated_errors`), not of the aim.  Where
+    log(TIGHT·ε) ≤ base (tol ≥ 9e-12) that is s + log(TIGHT·ε), bit for bit (rounding is monotone:
+    fl(s + log(TIGHT·ε)) ≤ fl(max(s, 0) + base)); and s is the sum itself where no sum is below −700."""
+    scale = ln_a + ln_b
+    if not (float(np.min(ln_a, initial=np.inf)) + float(np.min(ln_b, initial=np.inf)) >= -700.0):
+        np.maximum(scale, -700.0, out=scale)
+    if LOG_TIGHT <= base:
+        scale += LOG_TIGHT
+        return scale
+    return np.minimum(np.maximum(scale, 0.0) + base, scale + LOG_TIGHT)
 
 
 def coarse_order(L: np.ndarray, K: int) -> np.ndarray:
@@ -608,7 +682,7 @@ def horner_sums(A: np.ndarray, B: np.ndarray, rho: np.ndarray, order: np.ndarray
     from there.  A term that is 0 at every row or every column (a parity zero: tanh's even orders)
     only multiplies."""
     a, b = Operand(A, shape), Operand(B, shape)
-    low, top = int(order.min(initial=0)), int(order.max(initial=0))
+    low, top = (min(int(order.min()), HORNER_TOP), int(order.max())) if len(order) else (0, 0)
     stop = min(top, HORNER_TOP) + 1
     ca, cb = a.columns(stop), b.columns(stop)
     live = np.any(ca != 0, axis=1) & np.any(cb != 0, axis=1)
@@ -629,20 +703,35 @@ def horner_sums(A: np.ndarray, B: np.ndarray, rho: np.ndarray, order: np.ndarray
         for k, n in zip(steps, len(by) - np.searchsorted(L[::-1], steps, side="left")):   # n: cells with L ≥ k
             acc[:n] *= r[:n]
             if live[k]:
-                np.take(ca[k], ia[:n], out=term[:n])
-                np.take(cb[k], ib[:n], out=other[:n])
+                np.take(ca[k], ia[:n], out=term[:n], mode="clip")      # "raise" buffers out=: 3x slower
+                np.take(cb[k], ib[:n], out=other[:n], mode="clip")
                 term[:n] *= other[:n]
                 acc[:n] += term[:n]
         s[by] = acc
     s = s.reshape(shape)
     rg = rho.reshape(shape)
     term = np.empty(shape)
+    product = outer(a.lead, b.lead, shape)
     for k in range(low, -1, -1):
         s *= rg
         if live[k]:
-            np.multiply(ca[k].reshape(a.lead), cb[k].reshape(b.lead), out=term)
+            product(ca[k], cb[k], term)
             s += term
     return s.reshape(-1)
+
+
+def outer(lead_a: tuple, lead_b: tuple, shape: tuple) -> Callable:
+    """f(x, y, out): the products x_i·y_j of a row operand x (flat, shaped ``lead_a``) and a column
+    operand y (``lead_b``) into out (``shape``): by einsum where they are a column (R, 1) and a row
+    (1, C) of a 2-D grid, in either order (numpy's broadcast multiply takes twice its time there;
+    one product each, the same bits but for the sign of an exact zero: :func:`times`), else by the
+    broadcast multiply."""
+    if len(shape) == 2 and shape[0] > 1 and shape[1] > 1:
+        if lead_a == (shape[0], 1) and lead_b == (1, shape[1]):
+            return lambda x, y, out: np.einsum("i,j->ij", x, y, out=out)
+        if lead_a == (1, shape[1]) and lead_b == (shape[0], 1):
+            return lambda x, y, out: np.einsum("j,i->ij", x, y, out=out)
+    return lambda x, y, out: np.multiply(x.reshape(lead_a), y.reshape(lead_b), out=out)
 
 
 def power_sums(alpha: np.ndarray, beta: np.ndarray, rho: np.ndarray) -> np.ndarray:
@@ -707,38 +796,64 @@ def stated_errors(A: np.ndarray, B: np.ndarray, K: int, order: np.ndarray, log_t
     a, b = Operand(A, shape), Operand(B, shape)
     x, y = (lambda j: a.grid(r0 + j)), (lambda j: b.grid(r0 + j))
     r = np.abs(rho).reshape(shape)
-    L = order.reshape(shape)
-    P = pairwise_roundings(np.arange(K + 1) - HORNER_TOP)[L] if order.max(initial=0) > HORNER_TOP else None
     da, db = a.grid(e0), b.grid(e0)
     with np.errstate(over="ignore", invalid="ignore"):
-        trunc = np.exp(np.maximum(log_trunc, -700.0))
+        trunc = np.exp(log_trunc if np.min(log_trunc, initial=np.inf) >= -700.0 else np.maximum(log_trunc, -700.0))
         # a side whose α₂ is 0 throughout (one parity: tanh) starts its rest at k = 3: r³, not r²
         za, zb = not np.any(a.grid(2)), not np.any(b.grid(2))
         r2 = r * r
-        wa = x(R_A0) + r * (x(R_A1) + r * from_two(a.grid(2), x(R_L1), r))
-        wb = y(R_A0) + r * (y(R_A1) + r * from_two(b.grid(2), y(R_L1), r))
-        coef = da * wb + db * wa + ((K + 1.0) * da) * db            # (L + 1)δ_αδ_β ≤ (K + 1)δ_αδ_β
-        t1 = r * (x(R_A1) * y(R_A1))
+        # (terms 0 throughout, a parity's zeros, left out of the sums: the same bits, :func:`total`;
+        # the products and sums in place on fresh arrays, their operands in the same order)
+        wa = from_three(x(R_A0), x(R_A1), from_two(a.grid(2), x(R_L1), r), r)
+        wb = from_three(y(R_A0), y(R_A1), from_two(b.grid(2), y(R_L1), r), r)
+        wb *= da                                                     # δ_α·w_β + δ_β·w_α + (K + 1)δ_αδ_β
+        wa *= db
+        wb += wa
+        wb += times((K + 1.0) * da, db)                               # (L + 1)δ_αδ_β ≤ (K + 1)δ_αδ_β
+        coef = wb
+        p1 = nonzero_product(x(R_A1), y(R_A1))
+        t1 = None if p1 is None else r * p1
         if za or zb:
             r2 *= r
-            m0 = x(R_A0) * y(R_A0) + t1 + r2 * (x(R_N3) * y(R_N3))
-            m1 = t1 + r2 * (x(R_S2) * y(R_S2))
+            m0 = total([nonzero_product(x(R_A0), y(R_A0)), t1, r2 * times(x(R_N3), y(R_N3))])
+            m1 = total([t1, r2 * times(x(R_S2), y(R_S2))])
         else:
-            m0 = x(R_A0) * y(R_A0) + t1 + r2 * (x(R_N2) * y(R_N2))
-            m1 = t1 + r2 * (x(R_W2) * y(R_W2))
-        rnd = 2.0 * m0 + (2.0 + RHO_ROUNDINGS) * m1
-        if P is not None:                             # cells summed beyond HORNER_TOP = 32: r^33 by squaring
-            high = r * r
+            m0 = total([nonzero_product(x(R_A0), y(R_A0)), t1, r2 * times(x(R_N2), y(R_N2))])
+            m1 = total([t1, r2 * times(x(R_W2), y(R_W2))])
+        m0 *= 2.0
+        m1 *= 2.0 + RHO_ROUNDINGS
+        m0 += m1
+        rnd = np.asarray(m0, dtype=float).reshape(-1)
+        high = np.flatnonzero(order > HORNER_TOP)      # P = 0 at the others
+        if len(high):                                  # cells summed beyond HORNER_TOP = 32: r^33 by squaring
+            rh = r.reshape(-1)[high]
+            h = rh * rh
             for _ in range(4):
-                high *= high
-            high *= r
-            high *= x(R_N2) * y(R_N2)
-            high *= P
-            rnd += high
-        coef += (UNIT * (1 + 1e-12)) * rnd
-    if not np.all(is_level(K)[order]):               # the tails at the cells' own orders
-        trunc *= own_tails(a, b, L, K).reshape(-1)
-    return trunc * (1 + 1e-12) + coef.reshape(-1)
+                h *= h
+            h *= rh
+            h *= a.rows[a.under(high), r0 + R_N2] * b.rows[b.under(high), r0 + R_N2]
+            h *= pairwise_roundings(np.arange(K + 1) - HORNER_TOP)[order[high]]
+            rnd[high] += h
+        rnd *= UNIT * (1 + 1e-12)
+        coef += rnd.reshape(np.shape(coef))
+    cells = own_tail_cells(a, b, order, K)           # the tails at the cells' own orders
+    if cells is not None:
+        trunc[cells] *= own_tails(a, b, cells, order[cells], K)
+    trunc *= 1 + 1e-12
+    trunc += np.reshape(coef, -1)
+    return trunc
+
+
+def from_three(x0: np.ndarray, x1: np.ndarray, f: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """x₀ + r(x₁ + r·f) for f ≥ 0 a fresh array of the grid's shape (:func:`from_two`'s), in place on
+    f, a term x 0 throughout left out (0 + g = g, bit for bit, for g ≥ 0 or NaN)."""
+    f *= r
+    if np.any(x1):
+        f += x1
+    f *= r
+    if np.any(x0):
+        f += x0
+    return f
 
 
 def from_two(x2: np.ndarray, l1: np.ndarray, r: np.ndarray) -> np.ndarray:
@@ -747,7 +862,10 @@ def from_two(x2: np.ndarray, l1: np.ndarray, r: np.ndarray) -> np.ndarray:
     sum by 1/r on its larger part.  ‖x_{≥2}‖₁ − |x₂| is widened by 1e-12‖x_{≥2}‖₁ for the rounding of
     the stored sum (at most K·u relative)."""
     x2 = np.abs(x2)
-    return x2 + r * (np.maximum(l1 - x2, 0.0) + 1e-12 * l1)
+    got = r * (np.maximum(l1 - x2, 0.0) + 1e-12 * l1)
+    if np.any(x2):
+        got += x2
+    return got
 
 
 @lru_cache(maxsize=64)
@@ -758,8 +876,29 @@ def is_level(K: int) -> np.ndarray:
     return out
 
 
-def own_tails(a: Operand, b: Operand, L: np.ndarray, K: int) -> np.ndarray:
-    """Per cell (orders L on the grid), √(T_α(L)/T_α(L′))·√(T_β(L)/T_β(L′)) (:func:`tail_ratios`; 1 where
+def own_tail_cells(a: Operand, b: Operand, order: np.ndarray, K: int) -> np.ndarray | None:
+    """The cells (flat) whose factor :func:`own_tails` may differ from 1, or None where it is applied
+    to no cell (every order a level: the levels' own tails).  A cell at a level L′ whose row and
+    column store a ratio of 1 there keeps its bound as it is; the cells at the grid's level (FLOOR:
+    most of them) are tested by their rows and columns, the others one by one."""
+    ls = levels(K)
+    floor = ls[max(n for n, L in enumerate(ls) if L <= FLOOR or n == 0)]
+    other = np.flatnonzero(order != floor)
+    if not len(other) or is_level(K)[order[other]].all():
+        return None
+    start = K + 5 + len(ls) + ROW_NUMBERS + floor           # the ratios at the grid's level
+    off = [side.rows[:, start] != 1.0 for side in (a, b)]
+    if not any(o.any() for o in off):
+        return other
+    mask = order != floor
+    for side, o in zip((a, b), off):
+        if o.any():
+            mask |= spread(o.reshape(side.lead), side.shape)
+    return np.flatnonzero(mask)
+
+
+def own_tails(a: Operand, b: Operand, cells: np.ndarray, L: np.ndarray, K: int) -> np.ndarray:
+    """Per cell (flat indices ``cells``, orders L), √(T_α(L)/T_α(L′))·√(T_β(L)/T_β(L′)) (:func:`tail_ratios`; 1 where
     L is a level): the factor from the truncation bound r^{L+1}√(T_α(L′)T_β(L′)) of :func:`orders` (the
     tails of the largest level L′ ≤ L, loose: T(16) for a cell summed to order 31) to
     r^{L+1}√(T_α(L)T_β(L)) at the cell's own order.  The order is not changed: only the stated bound
@@ -767,9 +906,12 @@ def own_tails(a: Operand, b: Operand, L: np.ndarray, K: int) -> np.ndarray:
     start = K + 5 + len(levels(K)) + ROW_NUMBERS          # the ratios of orders 0 … K
     got = None
     for side in (a, b):
-        table = np.ascontiguousarray(side.rows[:, start:start + K + 1])
-        index = np.arange(len(table)).reshape(side.lead) * (K + 1) + L
-        part = np.take(table, index)
+        if side.rows.flags.c_contiguous:                    # one flat take (no copy of the table)
+            index = side.under(cells) * side.rows.shape[1]
+            index += L
+            part = np.take(side.rows.reshape(-1), index + start)
+        else:
+            part = side.rows[side.under(cells), start + L]
         got = part if got is None else np.multiply(got, part, out=got)
     return got
 
@@ -784,12 +926,15 @@ def diagonal_cells(A: np.ndarray, B: np.ndarray, rho: np.ndarray, shape: tuple) 
     if not len(near):
         return near
     a, b = Operand(A, shape), Operand(B, shape)
-    ra, rb = a.rows[a.under(near)], b.rows[b.under(near)]
-    K = int(ra[0, -1])
+    ia, ib = a.under(near), b.under(near)
+    K = order_of(A)
     _, s0, _, n0 = packed_columns(K)
-    same = (ra[:, s0] == rb[:, s0]) & (ra[:, -1] == rb[:, -1])
-    same &= np.all(np.abs(ra[:, :K + 1] - rb[:, :K + 1]) <= 64 * EPS * ra[:, n0:n0 + 1], axis=1)
-    return near[same]
+    same = (a.rows[ia, s0] == b.rows[ib, s0]) & (a.rows[ia, -1] == b.rows[ib, -1])
+    if not same.any():
+        return near[same]
+    ia, ib, near = ia[same], ib[same], near[same]
+    close = np.abs(a.rows[ia, :K + 1] - b.rows[ib, :K + 1]) <= 64 * EPS * a.rows[ia, n0:n0 + 1]
+    return near[np.all(close, axis=1)]
 
 
 def diagonal(A: np.ndarray, B: np.ndarray, rho: np.ndarray, cells: np.ndarray, shape: tuple,
@@ -802,11 +947,11 @@ def diagonal(A: np.ndarray, B: np.ndarray, rho: np.ndarray, cells: np.ndarray, s
     if not len(cells):
         return
     a = Operand(A, shape)
-    a = a.rows[a.under(cells)]
     d = 1.0 - rho[cells]
-    K = int(a[0, -1])
+    K = order_of(A)
     ls = levels(K)
     t0, s0, e0, n0 = packed_columns(K)
+    a = a.rows[a.under(cells), :n0 + 1]                      # the coefficients, tails, S, its error, δ, ‖α̃‖
     moments = np.cumsum(np.arange(K + 1) * a[:, :K + 1] ** 2, axis=1)
     e, n = a[:, e0] * np.sqrt(K + 1), a[:, n0]            # ‖α − α̃‖₂ ≤ √(K+1)·δ
     gap = np.min([d * (moments[:, L] + L * (2 * n * e + e * e)) + a[:, t0 + m] for m, L in enumerate(ls)], axis=0)

@@ -11,7 +11,8 @@ Where every expectation of the template has a closed form, the batch compile of 
 recorded once (on a few of its pairs) and replayed (:mod:`..limit.replay`): a grid tape whose
 per-input work runs once per input.  A band of rows [r0, r1) is then cut into blocks of
 :data:`ROW_BLOCK` × :data:`COL_BLOCK` entries (i in the block's rows, j ≥ r0 in its columns;
-as many entries in wider blocks when the band has fewer rows);
+as many entries in wider blocks when the band has fewer rows, and in taller ones where the
+triangle's rows have fewer columns: :func:`band_blocks`);
 each block computes its Gram entries, classifies them, and replays the rest-class record on the
 whole block at once (rows' variances as an (R, 1) column, columns' as a (1, C) row); a series
 record's diagonal part gives the cells (i, i) from the band's rows (no x ≡ y compile).  Entries of
@@ -367,9 +368,7 @@ def limit_band(spec: LimitSpec, rows: tuple[int, int], values: dict[str, np.ndar
     N = spec.X.shape[0]
     diag = gram_pairs(spec.X, np.arange(N), np.arange(N))
     rest = replay_for(spec, "rest", rest_candidates(spec), cache)
-    width = max(COL_BLOCK, ROW_BLOCK * COL_BLOCK // min(ROW_BLOCK, r1 - r0))    # a band of few rows: wider
-    blocks = [Block(i0, min(r1, i0 + ROW_BLOCK), j0, min(N, j0 + width))
-              for i0 in range(r0, r1, ROW_BLOCK) for j0 in range(i0, N, width)]
+    blocks = band_blocks(r0, r1, N)
 
     s, b = spec.scale, spec.shift
     sides = rest.replay.tape.sides([s * diag[r0:r1, None] + b], [s * diag[None, r0:] + b]) if rest else None
@@ -408,6 +407,20 @@ def diagonal_part(rest: Recorded | None, sides: dict | None) -> DiagonalPart | N
         return None
     got_values, got_errors, valid = rest.replay.diagonal_values(sides)
     return DiagonalPart([np.ravel(v) for v in got_values], [np.ravel(e) for e in got_errors], np.ravel(valid))
+
+
+def band_blocks(r0: int, r1: int, N: int) -> list[Block]:
+    """The blocks of the band's rows [r0, r1) (columns j ≥ i0 of each block's first row i0): about
+    :data:`ROW_BLOCK` × :data:`COL_BLOCK` entries each — a band of few rows in wider blocks, and
+    the triangle's later rows, whose columns are fewer, in more rows per block (N = 1000: 17 blocks,
+    not 32), since a block's tape pays a fixed cost per call (hundreds of numpy calls)."""
+    blocks, i0 = [], r0
+    while i0 < r1:
+        i1 = min(r1, i0 + max(ROW_BLOCK, ROW_BLOCK * COL_BLOCK // max(1, N - i0)))
+        width = max(COL_BLOCK, ROW_BLOCK * COL_BLOCK // (i1 - i0))
+        blocks += [Block(i0, i1, j0, min(N, j0 + width)) for j0 in range(i0, N, width)]
+        i0 = i1
+    return blocks
 
 
 def block_values(spec: LimitSpec, block: Block, rows: tuple[int, int], diag: np.ndarray,
