@@ -164,22 +164,26 @@ class Folded:
         ‖X₁‖₁ ≤ 1.01·l1 + n·2^{e−β} (``l1`` ≥ the row's ‖hi + rest‖₁): about 2^{−β}n^{3/2}u·√S."""
         out = np.zeros((hi.shape[0], K + 1), dtype=LD)
         bound = np.zeros(hi.shape[0])
+        zero = len(self.zero)
         for half, sign, start in ((self.even, 1.0, 0), (self.odd, -1.0, 1)):
             if half is None:
                 continue
-            if sign > 0:
-                x1 = np.concatenate([hi[:, self.zero], hi[:, self.pos] + hi[:, self.neg]], axis=1)
-                xr = np.concatenate([rest[:, self.zero], rest[:, self.pos] + rest[:, self.neg]], axis=1)
-            else:
-                x1, xr = hi[:, self.pos] - hi[:, self.neg], rest[:, self.pos] - rest[:, self.neg]
-            if not np.any(x1) and not np.any(xr):
+            n = half.hi.shape[0]
+            buf = np.empty((hi.shape[0], 2 * n))               # [X_r X₁]: the folded parts, side by side
+            xr, x1 = buf[:, :n], buf[:, n:]
+            fold_op = np.add if sign > 0 else np.subtract
+            first = zero if sign > 0 else 0
+            if first:
+                x1[:, 0], xr[:, 0] = hi[:, self.zero[0]], rest[:, self.zero[0]]
+            fold_op(hi[:, self.pos], hi[:, self.neg], out=x1[:, first:])
+            fold_op(rest[:, self.pos], rest[:, self.neg], out=xr[:, first:])
+            if not buf.any():                                # φ of the other parity (tanh: its even part)
                 continue
             exact = x1 @ half.hi
-            inexact = np.concatenate([xr, x1], axis=1) @ half.stack
+            inexact = buf @ half.stack
             part = exact.astype(LD)
             part += inexact.astype(LD)
             out[:, start::2] = part
-            n = x1.shape[1]
             bound += (gamma(2 * n) + 3 * UNIT) * (1 + 1e-7) * 2.0 ** -self.beta * (
                 top * float(half.l1.max(initial=0.0)) + (1.01 * l1 + n * top * 2.0 ** -self.beta) *
                 float(half.scale.max(initial=0.0)))
