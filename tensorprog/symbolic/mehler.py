@@ -1,8 +1,12 @@
 """The numbers of the Mehler series (see :mod:`..expect.series` for the rule and its bound).
 
-Coefficients α_k(a) = E[φ(√a z) h_k(z)] of a numpy function φ at many variances by one matrix
-product (the trapezoidal rule on [−13, 13], error estimated by the rule at step 2h: every other node), their
-tail and error estimates, Horner's sum Σ_k ρ^k α_k β_k, and the stated error.  Also the grid
+Coefficients α_k(a) = E[φ(√a z) h_k(z)] of a numpy function φ at many variances by matrix products
+(the trapezoidal rule on [−13, 13], error estimated by the rule at step 2h: every other node), their
+tail and error estimates, Horner's sum Σ_k ρ^k α_k β_k, and the stated error.  The rule runs in
+extended precision (np.longdouble, 2⁻⁶⁴): φ in long double about z = 0, the products with the basis
+exact in float64 (an Ozaki split, :meth:`Folded.product`), so that a coefficient's error is its
+rounding to float64, u|α̃_k|, plus δ ≈ 0.1 u·√(E φ²) — not the float64 rule's 4–6 u·√(E φ²), which
+made up a third of the kernels' stated errors (tests/test_series_bounds.py).  Also the grid
 tape's operations of the series (:mod:`.grid`): a *row* operation packs one variance's
 coefficients with their tail, error and norm (:func:`pack`), computed once per input; *cell*
 operations sum the series and its bound for a pair (:func:`mehler_value`, :func:`mehler_error`).
@@ -191,6 +195,18 @@ class Folded:
         return out, bound
 
 
+    def plain(self, F: np.ndarray, K: int) -> np.ndarray:
+        """F @ fl(G)ᵀ (V, K+1) by the parity fold in plain float64 (as long double): for φ evaluated in
+        float64, whose values' errors (:data:`COEFF_ROUNDING`) the products' rounding joins."""
+        out = np.zeros((F.shape[0], K + 1), dtype=LD)
+        a, b = F[:, self.pos], F[:, self.neg]
+        for half, part, start in ((self.even, np.concatenate([F[:, self.zero], a + b], axis=1), 0),
+                                  (self.odd, a - b if self.odd is not None else None, 1)):
+            if half is not None and np.any(part):
+                out[:, start::2] = part @ half.stack[:half.hi.shape[0]]
+        return out
+
+
 def fold(z: np.ndarray, G: np.ndarray) -> Folded:
     """The parity fold of the nodes z (symmetric about 0, ascending) and their basis G (:class:`Folded`)."""
     n, odd = divmod(len(z), 2)
@@ -262,7 +278,8 @@ def evaluate(fn: Fn, points: np.ndarray, memo: dict | None = None) -> tuple[np.n
         got = None
     if got is not None and got.dtype == LD:
         return np.broadcast_to(got, points.shape), bool(np.finfo(LD).eps < EPS)
-    got = np.asarray(fn(points.astype(float)), dtype=float)
+    if got is None or got.dtype != np.float64:          # float64 values of φ: at points it rounded itself
+        got = np.asarray(fn(points.astype(float)), dtype=float)
     return np.broadcast_to(got, points.shape).astype(LD), False
 
 
@@ -331,15 +348,16 @@ def _rule(fn: Fn, variances: np.ndarray, K: int, h: float, memo: dict | None = N
     while True:
         core = slice(centre - d, centre + d + 1)
         vals, accurate = evaluate(fn, root[:, None] * z[core], None if memo is None else memo.setdefault(d, {}))
+        if not accurate:
+            return float_rule(fn, r64, z64, sw64, even, odd, K)
         F = np.empty((len(root), len(z)))
         for side in (slice(0, core.start), slice(core.stop, len(z))):
             F[:, side] = np.asarray(fn(r64 * z64[side]), dtype=float) * sw64[side]
         Fc = vals * sw[core]
         F[:, core] = Fc
         hi, rest, top = split(F, 1, beta)
-        if accurate:
-            Fc -= F[:, core]                             # F^ld − fl(F^ld): exact, then rounded once
-            rest[:, core] += Fc
+        Fc -= F[:, core]                                 # F^ld − fl(F^ld): exact, then rounded once
+        rest[:, core] += Fc
         tails = np.einsum("ij,ij->i", F[:, :core.start], F[:, :core.start]) + np.einsum(
             "ij,ij->i", F[:, core.stop:], F[:, core.stop:])
         coarse_square = squares(hi[:, ::2], rest[:, ::2])            # the rule's even nodes, then its odd ones
@@ -353,6 +371,19 @@ def _rule(fn: Fn, variances: np.ndarray, K: int, h: float, memo: dict | None = N
         fine, b_odd = odd.product(hi[:, 1::2], rest[:, 1::2], top, K, l1)
     fine += coarse
     return Rule(fine, square, 2 * coarse, 2 * coarse_square, b_even + b_odd, accurate, max(even.norm, odd.norm))
+
+
+def float_rule(fn: Fn, root: np.ndarray, z: np.ndarray, sw: np.ndarray, even: Folded, odd: Folded, K: int) -> Rule:
+    """:func:`_rule` for a φ evaluated in float64 (:func:`evaluate`): its values err by ~u each, and
+    the plain float64 products (:meth:`Folded.plain`) and sums add about as much — both within
+    :data:`COEFF_ROUNDING` and :data:`SQUARE_ROUNDING`, as the rule ran before it had long double."""
+    F = np.broadcast_to(np.asarray(fn(root * z), dtype=float), (len(root), len(z))) * sw
+    with one_thread():
+        coarse, fine = even.plain(F[:, ::2], K), odd.plain(F[:, 1::2], K)
+    fine += coarse
+    coarse_square = np.einsum("ij,ij->i", F[:, ::2], F[:, ::2]).astype(LD)
+    square = coarse_square + np.einsum("ij,ij->i", F[:, 1::2], F[:, 1::2])
+    return Rule(fine, square, 2 * coarse, 2 * coarse_square, np.zeros(len(F)), False, max(even.norm, odd.norm))
 
 
 def squares(hi: np.ndarray, rest: np.ndarray) -> np.ndarray:
