@@ -33,15 +33,18 @@ LD = np.longdouble
 #: its unit roundoff (2⁻⁶⁴ for the 80-bit format; ε/2 where np.longdouble is float64)
 UNIT_LD = float(np.finfo(LD).eps) / 2
 #: the error of one coefficient computed in extended precision (:func:`coefficients`: φ evaluated in
-#: np.longdouble), relative to √S = ‖F‖, beside the rule's own difference at 2h: the values
-#: F_i = √w_i φ(√a z_i) (libm's long double functions within 1.5 ulp, a few operations, the argument's
-#: rounding times φ's condition number) and the basis' recurrence (its error grows with k: ≤ 49 u_ld ·
-#: max_i |G_ki| at k = 512 against mpmath), ≤ ‖ΔF‖ + ‖ΔG_k‖√S.  Against 200-bit mpmath (tanh, SiLU,
-#: their derivatives and squares; K = 8 … 512; variances 0.002–4): max_k |α_k − α_k^ld| ≤ 30 u_ld √S;
-#: charged as 128 u_ld (0.06 u), and tests/test_series_bounds.py checks it
+#: np.longdouble on the core window), relative to √S = ‖F‖, beside the rule's own difference at 2h:
+#: the values F_i = √w_i φ(√a z_i) (libm's long double functions within 1.5 ulp, a few operations, the
+#: argument's rounding times φ's condition number) and the basis' recurrence (its error grows with k:
+#: ≤ 49 u_ld·max_i |G_ki| at k = 512 against mpmath), ≤ ‖ΔF‖ + ‖ΔG_k‖√S.  Against a 110-bit mpmath
+#: rule (bench/mehler_coefficients.py: tanh, SiLU, (1 − tanh²)², SiLU², SiLU′; K = 8, 64; variances 0.002–4):
+#: max_k |α_k − α_k^ld| ≤ 53 u_ld √S (SiLU², whose values grow like z²; ≤ 7 u_ld √S for the others),
+#: and the stated δ (this, the float64 tail's charge and the products') is ≥ 225 u_ld √S ≈ 0.11 u √S;
+#: tests/test_series_bounds.py checks coverage and δ ≤ 0.15 u √S
 LD_COEFF_ROUNDING = 128 * UNIT_LD
-#: the same for S = Σ_i F_i² (the squares and a pairwise sum in long double; F's error twice)
-LD_SQUARE_ROUNDING = 64 * UNIT_LD
+#: the same for S = Σ_i F_i²: F's error twice, the split sums' rounding (:func:`squares`: ≤ 32 u_ld·S)
+#: and the float64 values outside the core (2·FLOAT_VALUE_ROUNDING·CORE²·S ≤ 1e-4 u·S)
+LD_SQUARE_ROUNDING = 128 * UNIT_LD
 #: the rounding of one coefficient α̃_k = Σ_i F_i G_ki when φ is evaluated in float64 (a function
 #: without long double loops, or with constants float64 does not hold: :func:`evaluate`), relative
 #: to √S = ‖F‖ (|α̃_k| ≤ ‖F‖‖G_k‖, ‖G_k‖ ≈ 1).  Against the same rule in 80-bit floats (φ = tanh,
@@ -419,31 +422,40 @@ def coefficients(fn: Fn, variances: Sequence[float], K: int, h: float | None = N
     rule's difference overestimates the finer one's error), in long double (:func:`_rule`).
 
     Per coefficient, δ = max_k |α_k^ld − α_k^ld′| (the two rules) + the floor of
-    :data:`LD_COEFF_ROUNDING` (or :data:`COEFF_ROUNDING` for a φ evaluated in float64)·√S + the
-    products' bound (:func:`exact_product`) bounds |α_k − α_k^ld|, and the float64 coefficient
-    α̃_k = fl(α_k^ld) adds u|α̃_k|.  In ℓ2: ‖α − α̃‖ ≤ u‖α̃‖ + e, e = ‖α^ld − α^ld′‖ + √(K+1)·(floor +
-    products).  The tail T(K) = S − Σ_{k≤K} α_k² is bounded by the long double difference S^ld −
-    Σ α_k^ld² (exact to u_ld·S: both sums in long double), S's quadrature error |S − S′| and floor,
-    and |Σα² − Σ(α^ld)²| ≤ 2‖α^ld‖e + e²."""
+    :data:`LD_COEFF_ROUNDING`·√S, the float64 values' outside the core window (:data:`FLOAT_VALUE_ROUNDING`
+    ·CORE·√S·max_k ‖G_k‖: ‖F_tail‖ ≤ CORE·‖F‖) and the products' bound (:meth:`Folded.product`) bounds
+    |α_k − α_k^ld|, and the float64 coefficient α̃_k = fl(α_k^ld) adds u|α̃_k|.  In ℓ2: ‖α − α̃‖ ≤
+    u‖α̃‖ + e, e = ‖α^ld − α^ld′‖ + √(K+1)·(floor + products).  The tail T(K) = S − Σ_{k≤K} α_k² is
+    bounded by the long double difference S^ld − Σ α_k^ld² (S's error, and the pairwise sum of the
+    α_k^ld² in long double), and |Σα² − Σ(α^ld)²| ≤ 2‖α^ld‖e + e².  A φ evaluated in float64
+    (:func:`float_rule`) keeps the float64 rule's estimates: δ with :data:`COEFF_ROUNDING`, the ℓ2 error
+    with 16ε√S per coefficient, the tail with 2‖α̃‖e + e² + 16ε·S for e = ‖α̃ − α̃′‖ (S̃ − Σα̃² is
+    ‖F − its projection‖² ≥ 0 up to the rounding of a few sums of size S)."""
     a = np.asarray(variances, dtype=float).ravel()
     h = step_for(K, float(a.max(initial=0.0))) if h is None else h
     r = _rule(fn, a, K, h, memo)
     S = r.square.astype(float)
     root = np.sqrt(S)
-    floor = (LD_COEFF_ROUNDING + FLOAT_VALUE_ROUNDING * CORE * 1.01 * r.norm if r.accurate
-             else COEFF_ROUNDING) * root + r.products
     diff = (r.alpha - r.coarse).astype(float)
     quad = np.sqrt(np.sum(diff ** 2, axis=1))
-    e = quad + np.sqrt(K + 1.0) * floor                                   # ‖α − α^ld‖₂
-    alpha = r.alpha.astype(float)
-    norm = np.sqrt(np.sum(alpha ** 2, axis=1))
     kept = np.sum(r.alpha ** 2, axis=1)
     gap = np.abs(r.square - r.coarse_square).astype(float)
-    square_err = gap + (LD_SQUARE_ROUNDING if r.accurate else SQUARE_ROUNDING) * S
-    tail = np.clip((r.square - kept).astype(float), 0.0, None) * (1 + 4 * UNIT) + square_err + 2 * e * np.sqrt(
-        kept.astype(float)) + e ** 2 + (pairwise_roundings(K + 1) + 2) * UNIT_LD * S
+    if r.accurate:
+        floor = (LD_COEFF_ROUNDING + FLOAT_VALUE_ROUNDING * CORE * 1.01 * r.norm) * root + r.products
+        e = quad + np.sqrt(K + 1.0) * floor                               # ‖α − α^ld‖₂
+        square_err = gap + LD_SQUARE_ROUNDING * S
+        extra = square_err + (pairwise_roundings(K + 1) + 2) * UNIT_LD * S
+    else:
+        floor, e = COEFF_ROUNDING * root, quad
+        square_err = gap + SQUARE_ROUNDING * S
+        extra = gap + 16 * EPS * S
+    alpha = r.alpha.astype(float)
+    norm = np.sqrt(np.sum(alpha ** 2, axis=1))
+    tail = np.clip((r.square - kept).astype(float), 0.0, None) * (1 + 4 * UNIT) + extra + 2 * e * np.sqrt(
+        kept.astype(float)) + e ** 2
     sup = np.max(np.abs(diff), axis=1, initial=0.0) + floor
-    return Coefficients(alpha, tail, e + UNIT * norm * (1 + 4 * UNIT), norm, S, square_err + UNIT * S, sup)
+    err = (quad + np.sqrt(K + 1.0) * floor if r.accurate else quad + 16 * EPS * root * np.sqrt(K + 1.0))
+    return Coefficients(alpha, tail, err + UNIT * norm * (1 + 4 * UNIT), norm, S, square_err + UNIT * S, sup)
 
 
 def derivative(coef: Coefficients, variances: Sequence[float]) -> np.ndarray:
