@@ -37,7 +37,8 @@ UNIT_LD = float(np.finfo(LD).eps) / 2
 #: the values F_i = √w_i φ(√a z_i) (libm's long double functions within 1.5 ulp, a few operations, the
 #: argument's rounding times φ's condition number) and the basis' recurrence (its error grows with k:
 #: ≤ 49 u_ld·max_i |G_ki| at k = 512 against mpmath), ≤ ‖ΔF‖ + ‖ΔG_k‖√S.  Against a 110-bit mpmath
-#: rule (bench/mehler_coefficients.py: tanh, SiLU, (1 − tanh²)², SiLU², SiLU′; K = 8, 64; variances 0.002–4):
+#: rule (bench/mehler_coefficients.py: tanh, SiLU, (1 − tanh²)², SiLU², SiLU′; K = 8, 64 (512: tanh);
+#: variances 0.002–4):
 #: max_k |α_k − α_k^ld| ≤ 53 u_ld √S (SiLU², whose values grow like z²; ≤ 7 u_ld √S for the others),
 #: and the stated δ (this, the float64 tail's charge and the products') is ≥ 225 u_ld √S ≈ 0.11 u √S;
 #: tests/test_series_bounds.py checks coverage and δ ≤ 0.15 u √S
