@@ -334,59 +334,87 @@ class Rule:
 def _rule(fn: Fn, variances: np.ndarray, K: int, h: float, memo: dict | None = None) -> Rule:
     """The coefficients and E φ(√a z)² for each variance by the trapezoidal rule of step h (geometric
     convergence for φ analytic in a strip), and the same by its every other node (the rule of step
-    2h, for the error estimate: no new evaluation of φ), in long double.  F_i = √w_i φ(√a z_i) is
-    evaluated in float64 everywhere, then in long double (:func:`evaluate`) on a core window about
-    z = 0 (:data:`CORE_Z`, widened by :func:`core_window` for a φ that needs it): outside it
-    ‖F‖ ≤ CORE·‖F‖, and its float64 values' errors are charged as such (:func:`coefficients`); on it
+    2h, for the error estimate: no new evaluation of φ), in long double.  The nodes are laid out as
+    the rule's even nodes (the rule of step 2h), then its odd ones, each ascending (:func:`node_sets`).
+    F_i = √w_i φ(√a z_i) is evaluated in float64, then in long double (:func:`evaluate`) on a core
+    window about z = 0 (:data:`CORE_Z`, widened by :func:`core_window` for a φ that needs it): outside
+    it ‖F‖ ≤ CORE·‖F‖, and its float64 values' errors are charged as such (:func:`coefficients`); on it
     F = fl(F^ld) + fl(F^ld − fl(F^ld)) exactly.  One :func:`split` of the row (the core's low part
-    joins ``rest``: one rounding, u|rest|), then the products of the rule's even nodes (the rule of
-    step 2h) and odd nodes by the parity fold (:meth:`Folded.product`), on one BLAS thread
-    (:func:`one_thread`); S = Σ F_i² in long double on the core (the rest in float64: ≤ CORE²·S).
-    ``memo``: a dict for these variances and h (:meth:`PackCache.memo`), its entry for the core's
-    half-width handed to φ (:func:`evaluate`)."""
+    joins ``rest``: one rounding, u|rest|), then the products of the two node sets by the parity fold
+    (:meth:`Folded.product`), on one BLAS thread (:func:`one_thread`); S = Σ F_i² from the split
+    (:func:`squares`).  ``memo``: a dict for these variances and h (:meth:`PackCache.memo`), its entry for
+    the core's half-width handed to φ (:func:`evaluate`)."""
     z, sw, even, odd = folded_basis(K, h)
+    zs, ws, n0 = node_sets(K, h)
     root = np.sqrt(np.clip(variances, 0.0, None).astype(LD))
-    r64, z64, sw64 = root.astype(float)[:, None], z.astype(float), sw.astype(float)
+    r64 = root.astype(float)[:, None]
     centre, beta = len(z) // 2, min(even.beta, odd.beta)
+    F = np.broadcast_to(np.asarray(fn(r64 * zs.astype(float)), dtype=float), (len(root), len(z))) * ws.astype(float)
     d = min(int(np.ceil(CORE_Z / h / 8)) * 8, centre // 2 * 2)
     while True:
-        core = slice(centre - d, centre + d + 1)
-        vals, accurate = evaluate(fn, root[:, None] * z[core], None if memo is None else memo.setdefault(d, {}))
+        cores = core_slices(centre, d, n0)
+        vals, accurate = evaluate(fn, root[:, None] * np.concatenate([zs[c] for c in cores]),
+                                  None if memo is None else memo.setdefault(d, {}))
         if not accurate:
-            return float_rule(fn, r64, z64, sw64, even, odd, K)
-        F = np.empty((len(root), len(z)))
-        for side in (slice(0, core.start), slice(core.stop, len(z))):
-            F[:, side] = np.asarray(fn(r64 * z64[side]), dtype=float) * sw64[side]
-        Fc = vals * sw[core]
-        F[:, core] = Fc
-        hi, rest, top = split(F, 1, beta)
-        Fc -= F[:, core]                                 # F^ld − fl(F^ld): exact, then rounded once
-        rest[:, core] += Fc
-        tails = np.einsum("ij,ij->i", F[:, :core.start], F[:, :core.start]) + np.einsum(
-            "ij,ij->i", F[:, core.stop:], F[:, core.stop:])
-        coarse_square = squares(hi[:, ::2], rest[:, ::2])            # the rule's even nodes, then its odd ones
-        square = coarse_square + squares(hi[:, 1::2], rest[:, 1::2])
-        if d >= centre // 2 * 2 or not np.any(tails > CORE * CORE * square.astype(float)):
+            return float_rule(F, even, odd, n0, K)
+        Fc = vals * np.concatenate([ws[c] for c in cores])
+        if d >= centre // 2 * 2:
             break
-        d = min(max(d + 8, core_window(F, centre)), centre // 2 * 2)    # a φ growing faster than bounded ones
+        inner = np.sum(Fc.astype(float) ** 2, axis=1)
+        tails = np.sum(F * F, axis=1) - sum(np.sum(F[:, c] ** 2, axis=1) for c in cores)
+        if not np.any(tails > CORE * CORE * 0.99 * (inner + tails)):
+            break
+        d = min(max(d + 8, core_window(natural(F, n0), centre)), centre // 2 * 2)    # a φ growing faster
+    m = cores[0].stop - cores[0].start
+    F[:, cores[0]], F[:, cores[1]] = Fc[:, :m], Fc[:, m:]
+    hi, rest, top = split(F, 1, beta)
+    Fc[:, :m] -= F[:, cores[0]]                          # F^ld − fl(F^ld): exact, then rounded once
+    Fc[:, m:] -= F[:, cores[1]]
+    rest[:, cores[0]] += Fc[:, :m]
+    rest[:, cores[1]] += Fc[:, m:]
+    coarse_square = squares(hi[:, :n0], rest[:, :n0])
+    square = coarse_square + squares(hi[:, n0:], rest[:, n0:])
     l1 = np.sqrt(len(z) * square.astype(float)) * (1 + 1e-6)          # ≥ ‖F‖₁ (Cauchy–Schwarz)
     with one_thread():
-        coarse, b_even = even.product(hi[:, ::2], rest[:, ::2], top, K, l1)
-        fine, b_odd = odd.product(hi[:, 1::2], rest[:, 1::2], top, K, l1)
+        coarse, b_even = even.product(hi[:, :n0], rest[:, :n0], top, K, l1)
+        fine, b_odd = odd.product(hi[:, n0:], rest[:, n0:], top, K, l1)
     fine += coarse
     return Rule(fine, square, 2 * coarse, 2 * coarse_square, b_even + b_odd, accurate, max(even.norm, odd.norm))
 
 
-def float_rule(fn: Fn, root: np.ndarray, z: np.ndarray, sw: np.ndarray, even: Folded, odd: Folded, K: int) -> Rule:
-    """:func:`_rule` for a φ evaluated in float64 (:func:`evaluate`): its values err by ~u each, and
-    the plain float64 products (:meth:`Folded.plain`) and sums add about as much — both within
-    :data:`COEFF_ROUNDING` and :data:`SQUARE_ROUNDING`, as the rule ran before it had long double."""
-    F = np.broadcast_to(np.asarray(fn(root * z), dtype=float), (len(root), len(z))) * sw
+@lru_cache(maxsize=16)
+def node_sets(K: int, h: float) -> tuple[np.ndarray, np.ndarray, int]:
+    """(z, √w, n₀) of the rule of step h laid out as its even nodes (n₀ of them: the rule of step 2h)
+    then its odd ones, each ascending (long double): each set's fold (:class:`Folded`) then reads
+    contiguous columns."""
+    z, G = hermite_basis(K, h)
+    return np.concatenate([z[::2], z[1::2]]), np.concatenate([G[0, ::2], G[0, 1::2]]), (len(z) + 1) // 2
+
+
+def core_slices(centre: int, d: int, n0: int) -> tuple[slice, slice]:
+    """The columns of the core window, natural nodes centre − d … centre + d, in the layout of
+    :func:`node_sets`: natural node i is column i/2 (i even) or n₀ + (i − 1)/2 (i odd)."""
+    lo, hi = centre - d, centre + d
+    return (slice((lo + 1) // 2, hi // 2 + 1), slice(n0 + lo // 2, n0 + (hi - 1) // 2 + 1))
+
+
+def natural(F: np.ndarray, n0: int) -> np.ndarray:
+    """Values in the layout of :func:`node_sets` back in the natural order of the nodes."""
+    out = np.empty_like(F)
+    out[:, ::2], out[:, 1::2] = F[:, :n0], F[:, n0:]
+    return out
+
+
+def float_rule(F: np.ndarray, even: Folded, odd: Folded, n0: int, K: int) -> Rule:
+    """:func:`_rule` for a φ evaluated in float64 (:func:`evaluate`; F its weighted values in the layout
+    of :func:`node_sets`): its values err by ~u each, and the plain float64 products
+    (:meth:`Folded.plain`) and sums add about as much — both within :data:`COEFF_ROUNDING` and
+    :data:`SQUARE_ROUNDING`, as the rule ran before it had long double."""
     with one_thread():
-        coarse, fine = even.plain(F[:, ::2], K), odd.plain(F[:, 1::2], K)
+        coarse, fine = even.plain(F[:, :n0], K), odd.plain(F[:, n0:], K)
     fine += coarse
-    coarse_square = np.einsum("ij,ij->i", F[:, ::2], F[:, ::2]).astype(LD)
-    square = coarse_square + np.einsum("ij,ij->i", F[:, 1::2], F[:, 1::2])
+    coarse_square = np.einsum("ij,ij->i", F[:, :n0], F[:, :n0]).astype(LD)
+    square = coarse_square + np.einsum("ij,ij->i", F[:, n0:], F[:, n0:])
     return Rule(fine, square, 2 * coarse, 2 * coarse_square, np.zeros(len(F)), False, max(even.norm, odd.norm))
 
 
