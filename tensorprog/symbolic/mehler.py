@@ -114,13 +114,15 @@ def split_bits(n: int) -> int:
     return beta
 
 
-def split(X: np.ndarray, axis: int, beta: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(hi, rest, 2^e) of float64 X: along ``axis``'s other index, 2^e > max |X| (a power of two) and
+def split(X: np.ndarray, axis: int, beta: int, top: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(hi, rest, 2^e) of float64 X: along ``axis``'s other index, 2^e > max |X| (a power of two; from
+    ``top`` ≥ max |X| when given, else the maximum itself) and
     hi = 2^{e−β}·rint(X·2^{β−e}), by (X + c) − c with c = 1.5·2^{52}·2^{e−β} (X + c lies in c's binade,
     whose spacing is 2^{e−β}: rounded to nearest there, and − c is exact) — an integer of magnitude
     ≤ 2^β times 2^{e−β} — and rest = X − hi, exact (hi is a multiple of 2^{e−β}, itself a multiple of
     ulp(X), and |X − hi| ≤ min(|X|, 2^{e−β−1}))."""
-    top = np.maximum(np.max(X, axis=axis, keepdims=True), -np.min(X, axis=axis, keepdims=True))
+    if top is None:
+        top = np.maximum(np.max(X, axis=axis, keepdims=True), -np.min(X, axis=axis, keepdims=True))
     _, e = np.frexp(top)
     c = np.ldexp(1.5, e - beta + 52)
     hi = X + c
@@ -360,14 +362,15 @@ def _rule(fn: Fn, variances: np.ndarray, K: int, h: float, memo: dict | None = N
         Fc = vals * np.concatenate([ws[c] for c in cores])
         if d >= centre // 2 * 2:
             break
-        inner = np.sum(Fc.astype(float) ** 2, axis=1)
-        tails = np.sum(F * F, axis=1) - sum(np.sum(F[:, c] ** 2, axis=1) for c in cores)
-        if not np.any(tails > CORE * CORE * 0.99 * (inner + tails)):
+        total = np.einsum("ij,ij->i", F, F)
+        tails = sum(np.einsum("ij,ij->i", F[:, c], F[:, c]) for c in tail_slices(cores, n0, len(z)))
+        if not np.any(tails > CORE * CORE * 0.99 * total):
             break
         d = min(max(d + 8, core_window(natural(F, n0), centre)), centre // 2 * 2)    # a φ growing faster
     m = cores[0].stop - cores[0].start
     F[:, cores[0]], F[:, cores[1]] = Fc[:, :m], Fc[:, m:]
-    hi, rest, top = split(F, 1, beta)
+    # every |F_i| ≤ ‖F‖₂ = √S (S from the float64 values: within 1e-12, and 2^e > √S(1 + 1e-10))
+    hi, rest, top = split(F, 1, beta, np.sqrt(np.einsum("ij,ij->i", F, F))[:, None] * (1 + 1e-10))
     Fc[:, :m] -= F[:, cores[0]]                          # F^ld − fl(F^ld): exact, then rounded once
     Fc[:, m:] -= F[:, cores[1]]
     rest[:, cores[0]] += Fc[:, :m]
@@ -398,6 +401,11 @@ def core_slices(centre: int, d: int, n0: int) -> tuple[slice, slice]:
     return (slice((lo + 1) // 2, hi // 2 + 1), slice(n0 + lo // 2, n0 + (hi - 1) // 2 + 1))
 
 
+def tail_slices(cores: tuple[slice, slice], n0: int, n: int) -> list[slice]:
+    """The columns outside the core window (:func:`core_slices`) in the layout of :func:`node_sets`."""
+    return [slice(0, cores[0].start), slice(cores[0].stop, n0), slice(n0, cores[1].start), slice(cores[1].stop, n)]
+
+
 def natural(F: np.ndarray, n0: int) -> np.ndarray:
     """Values in the layout of :func:`node_sets` back in the natural order of the nodes."""
     out = np.empty_like(F)
@@ -425,7 +433,7 @@ def squares(hi: np.ndarray, rest: np.ndarray) -> np.ndarray:
     them), and 2Σ hi·rest + Σ rest² in float64 (|rest| ≤ 2^{e−β−1}(1 + 10⁻⁸): their rounding is at most
     γ_{n+1}·(2‖hi‖₁ + ‖rest‖₁)·2^{e−β−1}, about 2^{−β}n^{3/2}u·S ≤ 32 u_ld·S here)."""
     exact = np.einsum("ij,ij->i", hi, hi)
-    small = np.einsum("ij,ij->i", hi + hi + rest, rest)
+    small = 2 * np.einsum("ij,ij->i", hi, rest) + np.einsum("ij,ij->i", rest, rest)
     return exact.astype(LD) + small.astype(LD)
 
 
