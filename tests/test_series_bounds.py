@@ -132,9 +132,9 @@ def mp_coefficients(phi, a: float, K: int, h: float) -> tuple[list, object]:
 def test_coefficient_error_covers_mpmath_and_is_tight(act):
     """The coefficients' stated error, |α_k − α̃_k| ≤ δ + u|α̃_k| (δ: the long double rule's, u|α̃_k|: the
     rounding to float64), covers the true coefficients (a 110-bit trapezoid at another step) for every
-    k; δ is at most 0.15 u·√S (it was 4–6 u·√S when the rule ran in float64: the sums' rounding of
+    k; δ is at most 0.25 u·√S (it was 4–6 u·√S when the rule ran in float64: the sums' rounding of
     tests above then dominated the kernels' bounds), so the stated error is the float64 rounding of the
-    coefficients up to a tenth of an ulp of their scale.  E φ² likewise (its error ≤ 1.1 u·S).  A φ
+    coefficients up to a quarter of an ulp of their scale.  E φ² likewise (its error ≤ 1.1 u·S).  A φ
     evaluated in float64 (``tanh64``: no long double values) keeps the float64 rule's δ, which covers too."""
     import mpmath as mp
     mp.mp.prec = 110
@@ -156,5 +156,5 @@ def test_coefficient_error_covers_mpmath_and_is_tight(act):
         assert np.all(actual <= stated), (act, a[v], (actual / stated).max())
         assert float(abs(mp.mpf(float(c.square[v])) - S)) <= c.square_err[v]
         if act != "tanh64":
-            assert c.sup[v] <= 0.15 * u * np.sqrt(float(S))
+            assert c.sup[v] <= 0.25 * u * np.sqrt(float(S))
             assert c.square_err[v] <= 1.1 * u * float(S)

@@ -40,11 +40,11 @@ UNIT_LD = float(np.finfo(LD).eps) / 2
 #: rule (bench/mehler_coefficients.py: tanh, SiLU, (1 − tanh²)², SiLU², SiLU′; K = 8, 64 (512: tanh);
 #: variances 0.002–4):
 #: max_k |α_k − α_k^ld| ≤ 53 u_ld √S (SiLU², whose values grow like z²; ≤ 7 u_ld √S for the others),
-#: and the stated δ (this, the float64 tail's charge and the products') is ≥ 225 u_ld √S ≈ 0.11 u √S;
-#: tests/test_series_bounds.py checks coverage and δ ≤ 0.15 u √S
+#: and the stated δ (this, the float64 tail's charge and the products') is 156–275 u_ld √S there
+#: (0.08–0.13 u √S); tests/test_series_bounds.py checks coverage and δ ≤ 0.25 u √S
 LD_COEFF_ROUNDING = 128 * UNIT_LD
 #: the same for S = Σ_i F_i²: F's error twice, the split sums' rounding (:func:`squares`: ≤ 32 u_ld·S)
-#: and the float64 values outside the core (2·FLOAT_VALUE_ROUNDING·CORE²·S ≤ 1e-4 u·S)
+#: and the float64 values outside the core (2·(3(1 + |x|) + 10)u·CORE²·S ≤ 1e-3 u·S for |x| ≤ 150)
 LD_SQUARE_ROUNDING = 128 * UNIT_LD
 #: the rounding of one coefficient α̃_k = Σ_i F_i G_ki when φ is evaluated in float64 (a function
 #: without long double loops, or with constants float64 does not hold: :func:`evaluate`), relative
@@ -114,7 +114,8 @@ def split_bits(n: int) -> int:
     return beta
 
 
-def split(X: np.ndarray, axis: int, beta: int, top: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def split(X: np.ndarray, axis: int, beta: int,
+          top: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(hi, rest, 2^e) of float64 X: along ``axis``'s other index, 2^e > max |X| (a power of two; from
     ``top`` ≥ max |X| when given, else the maximum itself) and
     hi = 2^{e−β}·rint(X·2^{β−e}), by (X + c) − c with c = 1.5·2^{52}·2^{e−β} (X + c lies in c's binade,
@@ -289,14 +290,17 @@ def evaluate(fn: Fn, points: np.ndarray, memo: dict | None = None) -> tuple[np.n
     return np.broadcast_to(got, points.shape).astype(LD), False
 
 
-#: the nodes whose φ is evaluated in long double (:func:`_rule`): those within the smallest window
-#: about z = 0 outside which every row's weighted values F carry at most CORE·‖F‖ (ℓ2); the others
-#: keep their float64 values
+#: the nodes whose φ is evaluated in long double (:func:`_rule`): those within a window about z = 0
+#: outside which every row's weighted values F carry at most CORE·‖F‖ (ℓ2); the others keep their
+#: float64 values
 CORE = 2.0 ** -10
-#: the error of a float64 value F_i = √w_i φ(√a z_i), relative to |F_i|: the argument's two roundings
-#: times φ's condition number |xφ′/φ| (≤ 1 + |x| for tanh, SiLU and the like: ≤ 30 here), φ's own
-#: (libm's float64 functions within 4 ulp) and √w's and the product's roundings
-FLOAT_VALUE_ROUNDING = 64 * UNIT
+#: the error of a float64 value F_i = √w_i φ(x_i), x_i = √a z_i, relative to |F_i|, in units of u:
+#: the argument's three roundings (√a, z_i and their product) times φ's condition number |xφ′(x)/φ(x)|
+#: — at most 1 + |x| for the activations here (tanh, sigmoid, softplus, SiLU, Mish, ELU, softsign:
+#: their values vanish at most like x·e^x, or grow at most linearly), charged with the call's largest
+#: |x| (:attr:`Rule.reach`) — plus φ's own (libm's float64 functions within 4 ulp: 8) and √w's and the
+#: product's roundings (2): (3(1 + |x|) + 10)·u
+FLOAT_VALUE_ROUNDINGS = 10.0
 #: the core window is at least |z| ≤ CORE_Z (rounded up to 8 nodes): what bounded activations need
 #: (tanh: 5.6 at CORE = 2⁻¹⁰), so that the functions packed at one set of variances share it (and its memo)
 CORE_Z = 5.6
@@ -331,6 +335,7 @@ class Rule:
     products: np.ndarray
     accurate: bool
     norm: float
+    reach: np.ndarray | None = None         # per row, the largest |x| = √a·|z| at the rule's nodes
 
 
 def _rule(fn: Fn, variances: np.ndarray, K: int, h: float, memo: dict | None = None) -> Rule:
@@ -382,7 +387,8 @@ def _rule(fn: Fn, variances: np.ndarray, K: int, h: float, memo: dict | None = N
         coarse, b_even = even.product(hi[:, :n0], rest[:, :n0], top, K, l1)
         fine, b_odd = odd.product(hi[:, n0:], rest[:, n0:], top, K, l1)
     fine += coarse
-    return Rule(fine, square, 2 * coarse, 2 * coarse_square, b_even + b_odd, accurate, max(even.norm, odd.norm))
+    return Rule(fine, square, 2 * coarse, 2 * coarse_square, b_even + b_odd, accurate, max(even.norm, odd.norm),
+                r64[:, 0] * float(np.max(np.abs(zs))))
 
 
 @lru_cache(maxsize=16)
@@ -459,8 +465,8 @@ def coefficients(fn: Fn, variances: Sequence[float], K: int, h: float | None = N
     rule's difference overestimates the finer one's error), in long double (:func:`_rule`).
 
     Per coefficient, δ = max_k |α_k^ld − α_k^ld′| (the two rules) + the floor of
-    :data:`LD_COEFF_ROUNDING`·√S, the float64 values' outside the core window (:data:`FLOAT_VALUE_ROUNDING`
-    ·CORE·√S·max_k ‖G_k‖: ‖F_tail‖ ≤ CORE·‖F‖) and the products' bound (:meth:`Folded.product`) bounds
+    :data:`LD_COEFF_ROUNDING`·√S, the float64 values' outside the core window ((3(1 + max|x|) +
+    :data:`FLOAT_VALUE_ROUNDINGS`)·u·CORE·√S·max_k ‖G_k‖: ‖F_tail‖ ≤ CORE·‖F‖) and the products' bound (:meth:`Folded.product`) bounds
     |α_k − α_k^ld|, and the float64 coefficient α̃_k = fl(α_k^ld) adds u|α̃_k|.  In ℓ2: ‖α − α̃‖ ≤
     u‖α̃‖ + e, e = ‖α^ld − α^ld′‖ + √(K+1)·(floor + products).  The tail T(K) = S − Σ_{k≤K} α_k² is
     bounded by the long double difference S^ld − Σ α_k^ld² (S's error, and the pairwise sum of the
@@ -478,7 +484,8 @@ def coefficients(fn: Fn, variances: Sequence[float], K: int, h: float | None = N
     kept = np.sum(r.alpha ** 2, axis=1)
     gap = np.abs(r.square - r.coarse_square).astype(float)
     if r.accurate:
-        floor = (LD_COEFF_ROUNDING + FLOAT_VALUE_ROUNDING * CORE * 1.01 * r.norm) * root + r.products
+        values = (3 * (1 + r.reach) + FLOAT_VALUE_ROUNDINGS) * UNIT           # the float64 values outside the core
+        floor = (LD_COEFF_ROUNDING + values * CORE * 1.01 * r.norm) * root + r.products
         e = quad + np.sqrt(K + 1.0) * floor                               # ‖α − α^ld‖₂
         square_err = gap + LD_SQUARE_ROUNDING * S
         extra = square_err + (pairwise_roundings(K + 1) + 2) * UNIT_LD * S
