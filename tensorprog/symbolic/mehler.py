@@ -67,21 +67,29 @@ def step_for(K: int, largest_variance: float) -> float:
 
 
 @lru_cache(maxsize=16)
-def hermite_basis(K: int, h: float) -> tuple[np.ndarray, np.ndarray]:
+def hermite_basis(K: int, h: float, dtype: type = LD) -> tuple[np.ndarray, np.ndarray]:
     """(z, G) of the trapezoidal rule of step h on [−T, T] (Σ w_i f(z_i) ≈ E f(z), z ~ N(0, 1),
     w_i = h·pdf(z_i)), in np.longdouble: G[k, i] = √w_i h_k(z_i), k ≤ K, by the recurrence
     h_{k+1} = (z h_k − √k h_{k−1})/√(k+1) on the scaled values (bounded: |h_k(z)| e^{−z²/4} ≤ 1).
-    The nodes z_i = i·h are exact (a 53-bit h times an integer below 2¹¹ in a 64-bit significand)."""
-    n = int(np.ceil(HALF_WIDTH / h))
-    z = LD(h) * np.arange(-n, n + 1).astype(LD)
-    sw = np.sqrt(LD(h) * np.exp(-z * z / 2) / np.sqrt(2 * np.arccos(LD(-1))))
-    G = np.empty((K + 1, len(z)), dtype=LD)
+    The nodes z_i = i·h are exact (a 53-bit h times an integer below 2¹¹ in a 64-bit significand).
+    ``dtype`` float: the same in float64 (for a φ evaluated in float64: :func:`float_rule`)."""
+    z, sw = rule_nodes(h)
+    z, sw = z.astype(dtype), sw.astype(dtype)
+    G = np.empty((K + 1, len(z)), dtype=dtype)
     G[0] = sw
     if K:
         G[1] = z * sw
     for k in range(1, K):
-        G[k + 1] = (z * G[k] - np.sqrt(LD(k)) * G[k - 1]) / np.sqrt(LD(k + 1))
+        G[k + 1] = (z * G[k] - np.sqrt(dtype(k)) * G[k - 1]) / np.sqrt(dtype(k + 1))
     return z, G
+
+
+@lru_cache(maxsize=16)
+def rule_nodes(h: float) -> tuple[np.ndarray, np.ndarray]:
+    """(z, √w) of the trapezoidal rule of step h on [−T, T], in long double (:func:`hermite_basis`)."""
+    n = int(np.ceil(HALF_WIDTH / h))
+    z = LD(h) * np.arange(-n, n + 1).astype(LD)
+    return z, np.sqrt(LD(h) * np.exp(-z * z / 2) / np.sqrt(2 * np.arccos(LD(-1))))
 
 
 def gamma(n: int) -> float:
@@ -231,11 +239,11 @@ def fold(z: np.ndarray, G: np.ndarray) -> Folded:
 
 
 @lru_cache(maxsize=16)
-def folded_basis(K: int, h: float) -> tuple[np.ndarray, np.ndarray, Folded, Folded]:
+def folded_basis(K: int, h: float, dtype: type = LD) -> tuple[np.ndarray, np.ndarray, Folded, Folded]:
     """(z, √w, the fold of the rule's even nodes, the fold of its odd nodes) of the rule of step h
     (:func:`hermite_basis`; z and √w in long double): the even nodes are the rule of step 2h, and
     the rule of step h is the sum of the two."""
-    z, G = hermite_basis(K, h)
+    z, G = hermite_basis(K, h, dtype)
     return z, G[0], fold(z[::2], G[:, ::2]), fold(z[1::2], G[:, 1::2])
 
 
@@ -351,27 +359,28 @@ def _rule(fn: Fn, variances: np.ndarray, K: int, h: float, memo: dict | None = N
     (:meth:`Folded.product`), on one BLAS thread (:func:`one_thread`); S = Σ F_i² from the split
     (:func:`squares`).  ``memo``: a dict for these variances and h (:meth:`PackCache.memo`), its entry for
     the core's half-width handed to φ (:func:`evaluate`)."""
-    z, sw, even, odd = folded_basis(K, h)
-    zs, ws, n0 = node_sets(K, h)
+    zs, ws, n0 = node_sets(h)
     root = np.sqrt(np.clip(variances, 0.0, None).astype(LD))
     r64 = root.astype(float)[:, None]
-    centre, beta = len(z) // 2, min(even.beta, odd.beta)
-    F = np.broadcast_to(np.asarray(fn(r64 * zs.astype(float)), dtype=float), (len(root), len(z))) * ws.astype(float)
+    centre = len(zs) // 2
+    F = np.broadcast_to(np.asarray(fn(r64 * zs.astype(float)), dtype=float), (len(root), len(zs))) * ws.astype(float)
     d = min(int(np.ceil(CORE_Z / h / 8)) * 8, centre // 2 * 2)
     while True:
         cores = core_slices(centre, d, n0)
         vals, accurate = evaluate(fn, root[:, None] * np.concatenate([zs[c] for c in cores]),
                                   None if memo is None else memo.setdefault(d, {}))
         if not accurate:
-            return float_rule(F, even, odd, n0, K)
+            return float_rule(F, *folded_basis(K, h, float)[2:], n0, K)
         Fc = vals * np.concatenate([ws[c] for c in cores])
         if d >= centre // 2 * 2:
             break
         total = np.einsum("ij,ij->i", F, F)
-        tails = sum(np.einsum("ij,ij->i", F[:, c], F[:, c]) for c in tail_slices(cores, n0, len(z)))
+        tails = sum(np.einsum("ij,ij->i", F[:, c], F[:, c]) for c in tail_slices(cores, n0, len(zs)))
         if not np.any(tails > CORE * CORE * 0.99 * total):
             break
         d = min(max(d + 8, core_window(natural(F, n0), centre)), centre // 2 * 2)    # a φ growing faster
+    _, _, even, odd = folded_basis(K, h)
+    beta = min(even.beta, odd.beta)
     m = cores[0].stop - cores[0].start
     F[:, cores[0]], F[:, cores[1]] = Fc[:, :m], Fc[:, m:]
     # every |F_i| ≤ ‖F‖₂ = √S (S from the float64 values: within 1e-12, and 2^e > √S(1 + 1e-10))
@@ -382,7 +391,7 @@ def _rule(fn: Fn, variances: np.ndarray, K: int, h: float, memo: dict | None = N
     rest[:, cores[1]] += Fc[:, m:]
     coarse_square = squares(hi[:, :n0], rest[:, :n0])
     square = coarse_square + squares(hi[:, n0:], rest[:, n0:])
-    l1 = np.sqrt(len(z) * square.astype(float)) * (1 + 1e-6)          # ≥ ‖F‖₁ (Cauchy–Schwarz)
+    l1 = np.sqrt(len(zs) * square.astype(float)) * (1 + 1e-6)         # ≥ ‖F‖₁ (Cauchy–Schwarz)
     with one_thread():
         coarse, b_even = even.product(hi[:, :n0], rest[:, :n0], top, K, l1)
         fine, b_odd = odd.product(hi[:, n0:], rest[:, n0:], top, K, l1)
@@ -392,12 +401,12 @@ def _rule(fn: Fn, variances: np.ndarray, K: int, h: float, memo: dict | None = N
 
 
 @lru_cache(maxsize=16)
-def node_sets(K: int, h: float) -> tuple[np.ndarray, np.ndarray, int]:
+def node_sets(h: float) -> tuple[np.ndarray, np.ndarray, int]:
     """(z, √w, n₀) of the rule of step h laid out as its even nodes (n₀ of them: the rule of step 2h)
     then its odd ones, each ascending (long double): each set's fold (:class:`Folded`) then reads
     contiguous columns."""
-    z, G = hermite_basis(K, h)
-    return np.concatenate([z[::2], z[1::2]]), np.concatenate([G[0, ::2], G[0, 1::2]]), (len(z) + 1) // 2
+    z, sw = rule_nodes(h)
+    return np.concatenate([z[::2], z[1::2]]), np.concatenate([sw[::2], sw[1::2]]), (len(z) + 1) // 2
 
 
 def core_slices(centre: int, d: int, n0: int) -> tuple[slice, slice]:
