@@ -614,15 +614,17 @@ class PackCache:
         self.size = 0
         self.memos: OrderedDict = OrderedDict()
 
-    def memo(self, variances: np.ndarray, h: float, size: int = 24) -> dict:
+    def memo(self, variances: np.ndarray, h: float) -> dict:
         """A memo of function heads' long double values at the rule of step h for these (distinct,
         sorted) variances, by their bytes and h — {core half-width: {(head, slots): values}} (:func:`_rule`,
         :meth:`.tape.Tape.__call__`): the functions packed at one set of variances (tanh, tanh², (1 − tanh²)²
-        at one layer) evaluate their heads once in long double; the ``size`` most recent kept."""
+        at one layer) evaluate their heads once in long double.  The most recent kept, up to 24 sets and
+        about ``limit`` bytes (a core of about 256 long double values per variance and head)."""
         key = (variances.tobytes(), h)
         got = self.memos.get(key)
         if got is None:
             got = self.memos[key] = {}
+            size = min(24, max(2, self.limit // (16 * 256 * max(1, len(variances)))))
             while len(self.memos) > size:
                 self.memos.popitem(last=False)
         self.memos.move_to_end(key)
