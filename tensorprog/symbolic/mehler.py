@@ -317,7 +317,7 @@ CORE_Z = 5.6
 def core_window(F: np.ndarray, centre: int) -> int:
     """The half-width d (in nodes) of the smallest window [centre − d, centre + d], a multiple of 16
     (so that functions at the same variances share it: :class:`.tape.HermiteArg`'s memo), outside
-    which every row's Σ F² is at most CORE²·Σ F² (:data:`CORE`)."""
+    which every row's Σ F² is at most 0.98·CORE²·Σ F² (:data:`CORE`)."""
     sq = F * F
     right = sq[:, centre:]
     left = sq[:, centre::-1]
@@ -326,7 +326,7 @@ def core_window(F: np.ndarray, centre: int) -> int:
     folded[:, 0] = sq[:, centre]
     outside = np.cumsum(folded[:, ::-1], axis=1)[:, ::-1]             # Σ_{j' ≥ j}
     total = outside[:, 0]
-    ok = np.concatenate([outside[:, 1:], np.zeros((len(F), 1))], axis=1) <= CORE * CORE * total[:, None]
+    ok = np.concatenate([outside[:, 1:], np.zeros((len(F), 1))], axis=1) <= 0.98 * CORE * CORE * total[:, None]
     d = int(np.max(np.argmax(ok, axis=1), initial=0))
     return min(-(-(d + 1) // 16) * 16, (m - 1) // 2 * 2)
 
@@ -364,21 +364,21 @@ def _rule(fn: Fn, variances: np.ndarray, K: int, h: float, memo: dict | None = N
     r64 = root.astype(float)[:, None]
     centre = len(zs) // 2
     F = np.broadcast_to(np.asarray(fn(r64 * zs.astype(float)), dtype=float), (len(root), len(zs))) * ws.astype(float)
-    d = min(int(np.ceil(CORE_Z / h / 8)) * 8, centre // 2 * 2)
-    while True:
-        cores = core_slices(centre, d, n0)
-        vals, accurate = evaluate(fn, root[:, None] * np.concatenate([zs[c] for c in cores]),
-                                  None if memo is None else memo.setdefault(d, {}))
-        if not accurate:
-            return float_rule(F, *folded_basis(K, h, float)[2:], n0, K)
-        Fc = vals * np.concatenate([ws[c] for c in cores])
-        if d >= centre // 2 * 2:
-            break
-        total = np.einsum("ij,ij->i", F, F)
-        tails = sum(np.einsum("ij,ij->i", F[:, c], F[:, c]) for c in tail_slices(cores, n0, len(zs)))
+    cap = centre // 2 * 2
+    d = min(int(np.ceil(CORE_Z / h / 8)) * 8, cap)
+    total = np.einsum("ij,ij->i", F, F)
+    while d < cap:          # the window from the float64 values (their ~100u errors: far inside the 1 % slack)
+        outside = tail_slices(core_slices(centre, d, n0), n0, len(zs))
+        tails = sum(np.einsum("ij,ij->i", F[:, c], F[:, c]) for c in outside)
         if not np.any(tails > CORE * CORE * 0.99 * total):
             break
-        d = min(max(d + 8, core_window(natural(F, n0), centre)), centre // 2 * 2)    # a φ growing faster
+        d = min(max(d + 8, core_window(natural(F, n0), centre)), cap)    # a φ growing faster than bounded ones
+    cores = core_slices(centre, d, n0)
+    vals, accurate = evaluate(fn, root[:, None] * np.concatenate([zs[c] for c in cores]),
+                              None if memo is None else memo.setdefault(d, {}))
+    if not accurate:
+        return float_rule(F, *folded_basis(K, h, float)[2:], n0, K)
+    Fc = vals * np.concatenate([ws[c] for c in cores])
     _, _, even, odd = folded_basis(K, h)
     beta = min(even.beta, odd.beta)
     m = cores[0].stop - cores[0].start
@@ -475,9 +475,10 @@ def coefficients(fn: Fn, variances: Sequence[float], K: int, h: float | None = N
 
     Per coefficient, δ = max_k |α_k^ld − α_k^ld′| (the two rules) + the floor of
     :data:`LD_COEFF_ROUNDING`·√S, the float64 values' outside the core window ((3(1 + max|x|) +
-    :data:`FLOAT_VALUE_ROUNDINGS`)·u·CORE·√S·max_k ‖G_k‖: ‖F_tail‖ ≤ CORE·‖F‖) and the products' bound (:meth:`Folded.product`) bounds
-    |α_k − α_k^ld|, and the float64 coefficient α̃_k = fl(α_k^ld) adds u|α̃_k|.  In ℓ2: ‖α − α̃‖ ≤
-    u‖α̃‖ + e, e = ‖α^ld − α^ld′‖ + √(K+1)·(floor + products).  The tail T(K) = S − Σ_{k≤K} α_k² is
+    :data:`FLOAT_VALUE_ROUNDINGS`)·u·CORE·√S·max_k ‖G_k‖: ‖F_tail‖ ≤ CORE·‖F‖) and the products'
+    bound (:meth:`Folded.product`) bounds |α_k − α_k^ld|, and the float64 coefficient α̃_k = fl(α_k^ld)
+    adds u|α̃_k|.  In ℓ2: ‖α − α̃‖ ≤ u‖α̃‖ + e, e = ‖α^ld − α^ld′‖ + √(K+1)·(floor + products).  The tail
+    T(K) = S − Σ_{k≤K} α_k² is
     bounded by the long double difference S^ld − Σ α_k^ld² (S's error, and the pairwise sum of the
     α_k^ld² in long double), and |Σα² − Σ(α^ld)²| ≤ 2‖α^ld‖e + e².  A φ evaluated in float64
     (:func:`float_rule`) keeps the float64 rule's estimates: δ with :data:`COEFF_ROUNDING`, the ℓ2 error
