@@ -381,7 +381,7 @@ class Builder:
                 names[how[1]] = cov[ij]
             else:
                 self.ties.append((names[how[1]], cov[ij], how[2]))
-        self.smooth = self.smooth and smooth_form(F, tuple(names))
+        self.smooth = self.smooth and self.form_smooth(F, tuple(names))
         value = self.sub(F, names)
         magnitude = sp.Abs(value, evaluate=False)
         slopes = self.form_slopes(F, tuple(names))
@@ -391,7 +391,7 @@ class Builder:
             self.absolute[k] = sp.Abs(self.sub(error, names), evaluate=False)
             own = [self.absolute[k]] + ([self.sub(r, names)] if (r := self.form_arithmetic(F)) != 0 else [])
         elif polynomial_like(F):                  # a polynomial of the entries (E xy = c): its arithmetic
-            own = [self.sub(rounding(F), names)]
+            own = [self.sub(self.entry_derived(F)[1], names)]
         else:
             if any((i, i) not in cov for i in range(note.size)):
                 raise Unreplayable(f"estimate {k}: a variance taken as another's")
@@ -418,6 +418,13 @@ class Builder:
             self.derived[key] = self.slopes(F, names)
         return self.derived[key]
 
+    def form_smooth(self, F: sp.Expr, names: tuple[sp.Symbol, ...]) -> bool:
+        """:func:`smooth_form`, once per form (as :meth:`form_slopes`)."""
+        key = ("smooth", F, names)
+        if key not in self.derived:
+            self.derived[key] = smooth_form(F, names)
+        return self.derived[key]
+
     def form_arithmetic(self, F: sp.Expr) -> sp.Expr:
         """:meth:`form_rounding`, once per form (as :meth:`form_slopes`)."""
         key = ("rounding", F)
@@ -435,16 +442,16 @@ class Builder:
         heads = list(dict.fromkeys(heads))
         stand = {h: sp.Dummy(f"h{i}") for i, h in enumerate(heads)}
         G = F.xreplace(stand)
+        outer = {h: sp.diff(G, d) for h, d in stand.items()}            # ∂F/∂H, the same for every c_n
+        outer = {h: sp.Abs(o, evaluate=False) for h, o in outer.items() if o != 0}
         out = {}
         for n in names:
             explicit = sp.diff(G, n)
             if explicit.has(sp.Derivative, sp.Subs, sp.DiracDelta, Delta, sp.Heaviside, sp.Piecewise):
                 return None
             parts = [sp.Abs(explicit, evaluate=False)]
-            for h, d in stand.items():
-                outer = sp.diff(G, d)
-                if outer != 0:
-                    parts.append(sp.Mul(sp.Abs(outer, evaluate=False), head_slope(h, n), evaluate=False))
+            for h, o in outer.items():
+                parts.append(sp.Mul(o, head_slope(h, n), evaluate=False))
             total = sp.Add(*parts).xreplace({d: h for h, d in stand.items()})
             out[n] = total
         return out
@@ -475,16 +482,23 @@ class Builder:
         if not polynomial_like(expr):
             raise Unreplayable(f"{expr} is not a polynomial of the recorded numbers")
         terms = []
-        slopes = multilinear_slopes(expr)
+        slopes, r = self.entry_derived(expr)
         for s in sorted(expr.free_symbols & self.made.sources.keys(), key=sp.default_sort_key):
             err = self.symbol_error(s)
             if err != 0:
                 slope = slopes.get(s, sp.Integer(0)) if slopes is not None else sp.diff(expr, s)
                 terms.append(sp.Mul(sp.Abs(self.sub(slope), evaluate=False), err, evaluate=False))
-        r = rounding(expr)
         if r != 0:
             terms.append(self.sub(r))
         return sp.Add(*terms, evaluate=False) if len(terms) > 1 else terms[0] if terms else sp.Integer(0)
+
+    def entry_derived(self, expr: sp.Expr) -> tuple[dict[sp.Symbol, sp.Expr] | None, sp.Expr]:
+        """(:func:`multilinear_slopes`, :func:`rounding`) of a polynomial of batch symbols, once per
+        polynomial (kept in :attr:`derived`: the x ≡ y pass meets the pair pass's entries again)."""
+        key = ("entry", expr)
+        if key not in self.derived:
+            self.derived[key] = (multilinear_slopes(expr), rounding(expr))
+        return self.derived[key]
 
     def symbol_error(self, sym: sp.Symbol) -> sp.Expr:
         """err of a batch symbol: an initial entry's rounding (INPUT_ROUNDING·scale), or an
@@ -822,6 +836,8 @@ def head_slope(head: sp.Expr, n: sp.Symbol) -> sp.Expr:
     if not (isinstance(A, HermiteRow) and isinstance(B, HermiteRow)):
         raise Unreplayable(f"{head} is not over packed rows")
     a, b = A.args[0], B.args[0]
+    if n not in a.free_symbols and n not in b.free_symbols and n not in rho.free_symbols:
+        return sp.Integer(0)                    # H does not read c_n (as below, without building c)
     if A == B and (rho == 1 or rho.doit() == 1 or sp.simplify(rho - 1) == 0):   # u ≡ v: S(a) = E φ(√a z)²
         da = sp.diff(a, n)
         return 0 if da == 0 else DiagonalSlope(A) / (2 * absolute(a)) * absolute(da)
