@@ -156,6 +156,16 @@ class FormMemo:
     def __init__(self) -> None:
         self.failed: dict[tuple, bool] = {}          # problem -> whether an expansion was refused
         self.renamed: dict[tuple, tuple] = {}        # (expr, gaussians) -> the integrand's part of its key
+        self.covs: dict[tuple, tuple] = {}           # a batch's covariances -> :func:`_symbolic_cov`
+
+    def symbolic_cov(self, covs: np.ndarray) -> tuple[sp.Matrix, dict, dict]:
+        """:func:`_symbolic_cov` of ``covs``, once per content (a batch's expectation reads its
+        covariances in its closed-form attempt and again in the route that gives it); copies."""
+        key = (covs.shape, covs.dtype.str, covs.tobytes())
+        if key not in self.covs:
+            self.covs[key] = _symbolic_cov(covs)
+        S, values, layout = self.covs[key]
+        return S.copy(), dict(values), dict(layout)
 
     def key(self, expr: sp.Expr, gaussians: tuple, S: sp.Matrix, max_expand_size: float) -> tuple:
         if (expr, gaussians) not in self.renamed:     # the same integrand at every layer: renamed once
@@ -194,7 +204,7 @@ def _generic_form(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, max_expand_
     that vary over the batch (``values``: symbol -> its P values), or None if some part of it
     needs numerics; ``refused``: an expansion beyond ``max_expand_size`` was not attempted;
     ``layout``: how the covariance entries were read (:func:`_symbolic_cov`)."""
-    S, values, layout = _symbolic_cov(covs)
+    S, values, layout = _symbolic_cov(covs) if forms is None else forms.symbolic_cov(covs)
     key = None if forms is None else forms.key(expr, gaussians, S, max_expand_size)
     if key is not None and key in forms.failed:
         return None, values, forms.failed[key], layout
@@ -346,7 +356,7 @@ def _factored(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, exact: bool, bu
     if len(gaussians) == 2 and budget.series_terms > 0:
         return _series_batch(expr, gaussians, covs, exact, budget, retry, forms)
     if len(gaussians) == 1 and budget.series_terms > 0 and not kink_args([expr]):
-        return _mean_batch(expr, gaussians, covs, budget)
+        return _mean_batch(expr, gaussians, covs, budget, forms)
     return None
 
 
@@ -354,7 +364,8 @@ def _factored(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, exact: bool, bu
 MEAN_ORDER = 8
 
 
-def _mean_batch(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, budget: Budget) -> BatchResult | None:
+def _mean_batch(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, budget: Budget,
+                forms: FormMemo | None = None) -> BatchResult | None:
     """E φ(x) for every variance: α_0 of the series' coefficients (the trapezoidal rule, once per
     distinct variance, error from the rule at step 1.25h); None if some misses the target."""
     x = gaussians[0]
@@ -366,7 +377,7 @@ def _mean_batch(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, budget: Budge
     values, errors = c.alpha[ia, 0], c.err[ia] + 4 * np.finfo(float).eps * np.abs(c.alpha[ia, 0])
     if not np.all(np.isfinite(values) & (errors <= budget.tol * np.maximum(1.0, np.abs(values)))):
         return None
-    S, _, layout = _symbolic_cov(covs)
+    S, _, layout = _symbolic_cov(covs) if forms is None else forms.symbolic_cov(covs)
     A = hermite_head(expr.xreplace({x: T}), MEAN_ORDER, h)(S[0, 0])
     return BatchResult(values, errors, Uniform("series", len(covs)),
                        form=ClosedFormTrace(Mean(A), layout, MeanError(A)))
@@ -460,7 +471,7 @@ def _series_batch(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, exact: bool
     out = BatchResult(res.values, res.errors, Uniform("series", len(covs)))
     bad = np.nonzero(~(res.ok & np.isfinite(res.values)))[0]
     if not len(bad):
-        S, _, layout = _symbolic_cov(covs)
+        S, _, layout = _symbolic_cov(covs) if forms is None else forms.symbolic_cov(covs)
         h = step_for(res.cover, 1.5 * float(max(covs[:, 0, 0].max(), covs[:, 1, 1].max())))
         A = hermite_head(f.xreplace({x: T}), res.cover, h)(S[0, 0])
         B = hermite_head(g.xreplace({y: T}), res.cover, h)(S[1, 1])

@@ -69,6 +69,8 @@ INPUT_ROUNDING = 2.1 * EPS
 #: the rounding of one operation of a polynomial of the recurrence, relative to its magnitude (module doc):
 #: the unit roundoff u = ε/2 (IEEE round to nearest: |fl(x ∘ y) − x ∘ y| ≤ u·|x ∘ y|)
 OP_ROUNDING = EPS / 2
+#: OP_ROUNDING as the sympy number the charges are written with
+OP_UNIT = sp.Float(OP_ROUNDING)
 
 
 @dataclass(frozen=True)
@@ -248,6 +250,8 @@ class Builder:
             self.placeholders, self.slots, self.glue = share.placeholders, share.slots, share.glue
         #: forms' slopes and roundings by form (:meth:`form_slopes`): the pair pass's, shared
         self.derived: dict[tuple, object] = {} if share is None else share.derived
+        #: :func:`rounding`'s memo (roundings and magnitudes by expression), shared likewise
+        self.arith: dict[tuple, sp.Expr] = {} if share is None else share.arith
         self.resolved: dict[sp.Symbol, int] = {}                  # batch symbol -> slot
         self.scope = Scope(self.resolved, self.batch.values)
         self.estimate: dict[int, tuple[sp.Expr, sp.Expr]] = {}   # k -> (value, error)
@@ -383,7 +387,6 @@ class Builder:
                 self.ties.append((names[how[1]], cov[ij], how[2]))
         self.smooth = self.smooth and self.form_smooth(F, tuple(names))
         value = self.sub(F, names)
-        magnitude = sp.Abs(value, evaluate=False)
         slopes = self.form_slopes(F, tuple(names))
         if error != 0:                           # the series' stated error, a formula of its own
             # |·|: the batch's formula is a bound's, but its symbols' assumptions could let sympy write |c|
@@ -396,6 +399,7 @@ class Builder:
             if any((i, i) not in cov for i in range(note.size)):
                 raise Unreplayable(f"estimate {k}: a variance taken as another's")
             diag = [sp.Abs(cov[(i, i)], evaluate=False) for i in range(note.size)]
+            magnitude = sp.Abs(value, evaluate=False)
             own = [sp.Float(ROUNDING) * sp.Add(magnitude, self.largest(diag), evaluate=False)]
         raw = {}
         for ij, how in layout.items():
@@ -497,7 +501,7 @@ class Builder:
         polynomial (kept in :attr:`derived`: the x ≡ y pass meets the pair pass's entries again)."""
         key = ("entry", expr)
         if key not in self.derived:
-            self.derived[key] = (multilinear_slopes(expr), rounding(expr))
+            self.derived[key] = (multilinear_slopes(expr), rounding(expr, self.arith))
         return self.derived[key]
 
     def symbol_error(self, sym: sp.Symbol) -> sp.Expr:
@@ -760,33 +764,43 @@ def absolute(expr: sp.Expr) -> sp.Expr:
     return abs(expr) if expr.is_Number else sp.Abs(expr, evaluate=False)
 
 
-def rounding(expr: sp.Expr) -> sp.Expr:
+def rounding(expr: sp.Expr, memo: dict | None = None) -> sp.Expr:
     """A bound on the rounding of evaluating a sum/product expression from exact leaves (the leaves'
     own errors are counted apart), each rounding to nearest at most u = OP_ROUNDING relative to its
     result, first order in u: a sum of n terms adds (n − 1)·u·Σ|t|⁺ to its terms' roundings (in any
     order of summation: each partial sum is at most Σ|t|⁺), a product of k factors (k − 1)·u·|P|⁺
     plus each factor's rounding times the others' magnitude, a power x^m :func:`power_roundings`·u·|P|⁺
     plus |m|·|x|^{m−1} times x's rounding; a number that float64 does not hold (a rational whose
-    denominator is not a power of 2) is rounded once where it is used."""
-    u = sp.Float(OP_ROUNDING)
+    denominator is not a power of 2) is rounded once where it is used.  ``memo``: the roundings and
+    magnitudes |·|⁺ already made, by expression (a sum's terms meet its magnitude's again)."""
+    memo = {} if memo is None else memo
+    key = ("rounding", expr)
+    if key not in memo:
+        memo[key] = expression_rounding(expr, memo)
+    return memo[key]
+
+
+def expression_rounding(expr: sp.Expr, memo: dict) -> sp.Expr:
+    """:func:`rounding` of one node, its parts' through ``memo``."""
+    u = OP_UNIT
     if expr.is_Add:
-        parts = [rounding(a) for a in expr.args]
-        parts.append(u * (len(expr.args) - 1) * positive(expr))
+        parts = [rounding(a, memo) for a in expr.args]
+        parts.append(u * (len(expr.args) - 1) * positive(expr, memo))
         return sp.Add(*[p for p in parts if p != 0])
     if expr.is_Mul:
         count = len(expr.args) - 1 + sum(1 for a in expr.args if inexact(a))
-        parts = [u * count * positive(expr)]
+        parts = [u * count * positive(expr, memo)]
         for i, a in enumerate(expr.args):
-            r = rounding(a)
+            r = rounding(a, memo)
             if r != 0:
-                parts.append(r * positive(sp.Mul(*(expr.args[:i] + expr.args[i + 1:]))))
+                parts.append(r * positive(sp.Mul(*(expr.args[:i] + expr.args[i + 1:])), memo))
         return sp.Add(*parts)
     if expr.is_Pow and expr.exp.is_Number and expr.exp != 1:
         base, m = expr.base, expr.exp
-        parts = [u * power_roundings(m) * positive(expr)]
-        r = rounding(base)
+        parts = [u * power_roundings(m) * positive(expr, memo)]
+        r = rounding(base, memo)
         if r != 0:
-            parts.append(abs(m) * positive(base) ** (m - 1) * r)
+            parts.append(abs(m) * positive(base, memo) ** (m - 1) * r)
         return sp.Add(*parts)
     if inexact(expr):
         return u * abs(expr)
@@ -812,10 +826,14 @@ def inexact(n: sp.Expr) -> bool:
     return q & (q - 1) != 0
 
 
-def positive(expr: sp.Expr) -> sp.Expr:
-    """|P|⁺: a sum or product with each leaf replaced by its absolute value."""
+def positive(expr: sp.Expr, memo: dict | None = None) -> sp.Expr:
+    """|P|⁺: a sum or product with each leaf replaced by its absolute value (``memo``: as :func:`rounding`'s)."""
     if expr.is_Add or expr.is_Mul:
-        return expr.func(*[positive(a) for a in expr.args])
+        memo = {} if memo is None else memo
+        key = ("positive", expr)
+        if key not in memo:
+            memo[key] = expr.func(*[positive(a, memo) for a in expr.args])
+        return memo[key]
     if expr.is_Number:
         return abs(expr)
     return sp.Abs(expr, evaluate=False)
