@@ -157,6 +157,14 @@ class FormMemo:
         self.failed: dict[tuple, bool] = {}          # problem -> whether an expansion was refused
         self.renamed: dict[tuple, tuple] = {}        # (expr, gaussians) -> the integrand's part of its key
         self.covs: dict[tuple, tuple] = {}           # a batch's covariances -> :func:`_symbolic_cov`
+        self.splits: dict[tuple, tuple | None] = {}  # (expr, gaussians, blocks) -> :func:`split_blocks`
+
+    def split(self, expr: sp.Expr, gaussians: tuple, blocks: list[list[int]]) -> tuple[sp.Expr, list] | None:
+        """:func:`split_blocks`, once per integrand and blocks (the same at every layer)."""
+        key = (expr, gaussians, tuple(map(tuple, blocks)))
+        if key not in self.splits:
+            self.splits[key] = split_blocks(expr, gaussians, blocks)
+        return self.splits[key]
 
     def symbolic_cov(self, covs: np.ndarray) -> tuple[sp.Matrix, dict, dict]:
         """:func:`_symbolic_cov` of ``covs``, once per content (a batch's expectation reads its
@@ -387,26 +395,19 @@ def _product(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, blocks: list[lis
              budget: Budget, retry: bool, forms: FormMemo | None = None) -> BatchResult | None:
     """E Π_b f_b = Π_b E f_b over independent blocks b (None if a factor ties two blocks); the
     error of a product A·B is |A|e_B + |B|e_A + e_A e_B."""
-    where = {gaussians[i]: n for n, block in enumerate(blocks) for i in block}
-    parts: list[list[sp.Expr]] = [[] for _ in blocks]
-    coeff = sp.Integer(1)
-    for f in sp.Mul.make_args(expr):
-        owners = {where[g] for g in f.free_symbols if g in where}
-        if len(owners) > 1:
-            return None
-        if owners:
-            parts[owners.pop()].append(f)
-        else:
-            coeff *= f
+    split = split_blocks(expr, gaussians, blocks) if forms is None else forms.split(expr, gaussians, blocks)
+    if split is None:
+        return None
+    coeff, parts = split
     P = len(covs)
     values, errors = np.full(P, float(coeff)), np.zeros(P)
     methods, budgets, heavy = Uniform("exact", P), set(), False
     F, E, layout = coeff, sp.Integer(0), _zero_layout(blocks, covs.shape[1])
-    for block, factors in zip(blocks, parts):
-        if not factors:
+    for block, integrand in zip(blocks, parts):
+        if integrand is None:
             continue
         idx = np.array(block)
-        res = _batch(sp.Mul(*factors), tuple(gaussians[i] for i in block), covs[:, idx][:, :, idx],
+        res = _batch(integrand, tuple(gaussians[i] for i in block), covs[:, idx][:, :, idx],
                      exact, budget, retry, forms)
         errors = np.abs(values) * res.errors + np.abs(res.values) * errors + errors * res.errors
         values = values * res.values
@@ -421,6 +422,23 @@ def _product(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, blocks: list[lis
         F = F * Fb
     form = None if layout is None else ClosedFormTrace(F, layout, E)
     return BatchResult(values, errors, methods, tuple(sorted(budgets)), heavy, form)
+
+
+def split_blocks(expr: sp.Expr, gaussians: tuple, blocks: list[list[int]]) -> tuple[sp.Expr, list] | None:
+    """(c, [f_b or None]): expr = c·Π_b f_b with f_b the product of its factors over block b's
+    Gaussians (None where it has none) and c free of them; None if a factor ties two blocks."""
+    where = {gaussians[i]: n for n, block in enumerate(blocks) for i in block}
+    parts: list[list[sp.Expr]] = [[] for _ in blocks]
+    coeff = sp.Integer(1)
+    for f in sp.Mul.make_args(expr):
+        owners = {where[g] for g in f.free_symbols if g in where}
+        if len(owners) > 1:
+            return None
+        if owners:
+            parts[owners.pop()].append(f)
+        else:
+            coeff *= f
+    return coeff, [sp.Mul(*factors) if factors else None for factors in parts]
 
 
 def _zero_layout(blocks: list[list[int]], d: int) -> dict:
