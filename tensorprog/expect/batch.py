@@ -150,11 +150,13 @@ class FormMemo:
     the names of its Gaussians: the integrand with its Gaussians renamed in order, their
     assumptions, the symbolic covariance and the expansion bound.  A deep template asks the same
     question at every layer of other Gaussians (E silu(x)silu(y) has none): the answer is found once
-    per compile.  Only the failures are kept: a form found is derived again, so its expression is
-    the one derived for its own names."""
+    per compile.  A form found is kept by the problem with its Gaussians' own names (``found``):
+    its expression is the one derived for them (the forms' coordinates ℓ0, ℓ1, … are the same at
+    every layer, and so is their covariance read symbolically where it has the same layout)."""
 
     def __init__(self) -> None:
         self.failed: dict[tuple, bool] = {}          # problem -> whether an expansion was refused
+        self.found: dict[tuple, tuple] = {}          # (expr, gaussians, problem) -> (F, refused)
         self.renamed: dict[tuple, tuple] = {}        # (expr, gaussians) -> the integrand's part of its key
         self.covs: dict[tuple, tuple] = {}           # a batch's covariances -> :func:`_symbolic_cov`
         self.splits: dict[tuple, tuple | None] = {}  # (expr, gaussians, blocks) -> :func:`split_blocks`
@@ -180,7 +182,7 @@ class FormMemo:
             names = {g: sp.Symbol(f"form_memo_z{k}", **g.assumptions0) for k, g in enumerate(gaussians)}
             self.renamed[(expr, gaussians)] = (expr.xreplace(names),
                                                tuple(frozenset(g.assumptions0.items()) for g in gaussians))
-        return self.renamed[(expr, gaussians)] + (tuple(S), max_expand_size)
+        return self.renamed[(expr, gaussians)] + (tuple(S.flat()), max_expand_size)
 
 
 def _batch(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, exact: bool, budget: Budget,
@@ -216,6 +218,9 @@ def _generic_form(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, max_expand_
     key = None if forms is None else forms.key(expr, gaussians, S, max_expand_size)
     if key is not None and key in forms.failed:
         return None, values, forms.failed[key], layout
+    if key is not None and (expr, gaussians, key) in forms.found:
+        F, refused = forms.found[(expr, gaussians, key)]
+        return F, values, refused, layout
     engine = Engine(True, max_expand_size)
     try:
         F = engine.E(expr, Ctx(gaussians, Matrix(S), ()))
@@ -223,6 +228,8 @@ def _generic_form(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, max_expand_
         F = None
     if key is not None and (F is None or engine.jobs):
         forms.failed[key] = engine.expansion_refused
+    elif key is not None:
+        forms.found[(expr, gaussians, key)] = (F, engine.expansion_refused)
     return (F if not engine.jobs else None), values, engine.expansion_refused, layout
 
 

@@ -393,7 +393,7 @@ class Builder:
             # as −c (an off-diagonal c_i_j once declared positive=False, i.e. ≤ 0: expect/batch.py)
             self.absolute[k] = sp.Abs(self.sub(error, names), evaluate=False)
             own = [self.absolute[k]] + ([self.sub(r, names)] if (r := self.form_arithmetic(F)) != 0 else [])
-        elif polynomial_like(F):                  # a polynomial of the entries (E xy = c): its arithmetic
+        elif self.form_polynomial(F):             # a polynomial of the entries (E xy = c): its arithmetic
             own = [self.sub(self.entry_derived(F)[1], names)]
         else:
             if any((i, i) not in cov for i in range(note.size)):
@@ -420,6 +420,13 @@ class Builder:
         key = ("slopes", F, names)
         if key not in self.derived:
             self.derived[key] = self.slopes(F, names)
+        return self.derived[key]
+
+    def form_polynomial(self, F: sp.Expr) -> bool:
+        """:func:`polynomial_like`, once per expression (as :meth:`form_slopes`)."""
+        key = ("polynomial", F)
+        if key not in self.derived:
+            self.derived[key] = polynomial_like(F)
         return self.derived[key]
 
     def form_smooth(self, F: sp.Expr, names: tuple[sp.Symbol, ...]) -> bool:
@@ -483,7 +490,7 @@ class Builder:
 
     def propagated(self, expr: sp.Expr) -> sp.Expr:
         """:meth:`error_of` without its memo."""
-        if not polynomial_like(expr):
+        if not self.form_polynomial(expr):
             raise Unreplayable(f"{expr} is not a polynomial of the recorded numbers")
         terms = []
         slopes, r = self.entry_derived(expr)
