@@ -451,13 +451,13 @@ class Builder:
         of its explicit symbols and of the heads' values)."""
         heads = [h for h in sp.preorder_traversal(F) if isinstance(h, (MehlerValue, Mean))]
         heads = list(dict.fromkeys(heads))
-        stand = {h: sp.Dummy(f"h{i}") for i, h in enumerate(heads)}
-        G = F.xreplace(stand)
-        outer = {h: sp.diff(G, d) for h, d in stand.items()}            # ∂F/∂H, the same for every c_n
+        stand = {h: self.head_symbol(i) for i, h in enumerate(heads)}
+        G = F.xreplace(stand)                 # the same at every layer: its derivatives are kept
+        outer = {h: self.derivative(G, d) for h, d in stand.items()}     # ∂F/∂H, the same for every c_n
         outer = {h: sp.Abs(o, evaluate=False) for h, o in outer.items() if o != 0}
         out = {}
         for n in names:
-            explicit = sp.diff(G, n)
+            explicit = self.derivative(G, n)
             if explicit.has(sp.Derivative, sp.Subs, sp.DiracDelta, Delta, sp.Heaviside, sp.Piecewise):
                 return None
             parts = [sp.Abs(explicit, evaluate=False)]
@@ -466,6 +466,21 @@ class Builder:
             total = sp.Add(*parts).xreplace({d: h for h, d in stand.items()})
             out[n] = total
         return out
+
+    def head_symbol(self, i: int) -> sp.Dummy:
+        """The symbol standing for a form's i-th series head in :meth:`slopes` (one per i, shared by
+        the passes: a form's expression over its heads' symbols is the same at every layer)."""
+        key = ("head", i)
+        if key not in self.derived:
+            self.derived[key] = sp.Dummy(f"h{i}")
+        return self.derived[key]
+
+    def derivative(self, G: sp.Expr, symbol: sp.Symbol) -> sp.Expr:
+        """sympy's ∂G/∂symbol, once per (G, symbol)."""
+        key = ("derivative", G, symbol)
+        if key not in self.derived:
+            self.derived[key] = sp.diff(G, symbol)
+        return self.derived[key]
 
     @staticmethod
     def form_rounding(F: sp.Expr) -> sp.Expr:
