@@ -83,10 +83,14 @@ class BatchResult:
     form: ClosedFormTrace | None = None      # all values by one closed form: how (else None)
 
 
+#: batches longer than this are probed before the whole is compared (:func:`_same`)
+PROBE_FROM = 256
+
+
 def _same(a: np.ndarray, b: np.ndarray, sign: int = 1) -> bool:
-    """a = sign·b to rounding over the whole batch (a cheap probe of a few entries first)."""
-    probe = slice(None, None, max(1, len(a) // 16))
-    if not np.allclose(a[probe], sign * b[probe], rtol=1e-12, atol=0):
+    """a = sign·b to rounding over the whole batch (a cheap probe of a few entries first, in a large
+    batch: the same test on every 16th entry)."""
+    if len(a) > PROBE_FROM and not same_columns(a[::len(a) // 16], b[::len(a) // 16], sign):
         return False
     return same_columns(a, b, sign)
 
@@ -146,17 +150,39 @@ class FormMemo:
     the names of its Gaussians: the integrand with its Gaussians renamed in order, their
     assumptions, the symbolic covariance and the expansion bound.  A deep template asks the same
     question at every layer of other Gaussians (E silu(x)silu(y) has none): the answer is found once
-    per compile.  Only the failures are kept: a form found is derived again, so its expression is
-    the one derived for its own names."""
+    per compile.  A form found is kept by the problem with its Gaussians' own names (``found``):
+    its expression is the one derived for them (the forms' coordinates ℓ0, ℓ1, … are the same at
+    every layer, and so is their covariance read symbolically where it has the same layout)."""
 
     def __init__(self) -> None:
         self.failed: dict[tuple, bool] = {}          # problem -> whether an expansion was refused
+        self.found: dict[tuple, tuple] = {}          # (expr, gaussians, problem) -> (F, refused)
+        self.renamed: dict[tuple, tuple] = {}        # (expr, gaussians) -> the integrand's part of its key
+        self.covs: dict[tuple, tuple] = {}           # a batch's covariances -> :func:`_symbolic_cov`
+        self.splits: dict[tuple, tuple | None] = {}  # (expr, gaussians, blocks) -> :func:`split_blocks`
 
-    @staticmethod
-    def key(expr: sp.Expr, gaussians: tuple, S: sp.Matrix, max_expand_size: float) -> tuple:
-        names = {g: sp.Symbol(f"form_memo_z{k}", **g.assumptions0) for k, g in enumerate(gaussians)}
-        return (expr.xreplace(names), tuple(frozenset(g.assumptions0.items()) for g in gaussians),
-                tuple(S), max_expand_size)
+    def split(self, expr: sp.Expr, gaussians: tuple, blocks: list[list[int]]) -> tuple[sp.Expr, list] | None:
+        """:func:`split_blocks`, once per integrand and blocks (the same at every layer)."""
+        key = (expr, gaussians, tuple(map(tuple, blocks)))
+        if key not in self.splits:
+            self.splits[key] = split_blocks(expr, gaussians, blocks)
+        return self.splits[key]
+
+    def symbolic_cov(self, covs: np.ndarray) -> tuple[sp.Matrix, dict, dict]:
+        """:func:`_symbolic_cov` of ``covs``, once per content (a batch's expectation reads its
+        covariances in its closed-form attempt and again in the route that gives it); copies."""
+        key = (covs.shape, covs.dtype.str, covs.tobytes())
+        if key not in self.covs:
+            self.covs[key] = _symbolic_cov(covs)
+        S, values, layout = self.covs[key]
+        return S.copy(), dict(values), dict(layout)
+
+    def key(self, expr: sp.Expr, gaussians: tuple, S: sp.Matrix, max_expand_size: float) -> tuple:
+        if (expr, gaussians) not in self.renamed:     # the same integrand at every layer: renamed once
+            names = {g: sp.Symbol(f"form_memo_z{k}", **g.assumptions0) for k, g in enumerate(gaussians)}
+            self.renamed[(expr, gaussians)] = (expr.xreplace(names),
+                                               tuple(frozenset(g.assumptions0.items()) for g in gaussians))
+        return self.renamed[(expr, gaussians)] + (tuple(S.flat()), max_expand_size)
 
 
 def _batch(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, exact: bool, budget: Budget,
@@ -188,10 +214,13 @@ def _generic_form(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, max_expand_
     that vary over the batch (``values``: symbol -> its P values), or None if some part of it
     needs numerics; ``refused``: an expansion beyond ``max_expand_size`` was not attempted;
     ``layout``: how the covariance entries were read (:func:`_symbolic_cov`)."""
-    S, values, layout = _symbolic_cov(covs)
+    S, values, layout = _symbolic_cov(covs) if forms is None else forms.symbolic_cov(covs)
     key = None if forms is None else forms.key(expr, gaussians, S, max_expand_size)
     if key is not None and key in forms.failed:
         return None, values, forms.failed[key], layout
+    if key is not None and (expr, gaussians, key) in forms.found:
+        F, refused = forms.found[(expr, gaussians, key)]
+        return F, values, refused, layout
     engine = Engine(True, max_expand_size)
     try:
         F = engine.E(expr, Ctx(gaussians, Matrix(S), ()))
@@ -199,6 +228,8 @@ def _generic_form(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, max_expand_
         F = None
     if key is not None and (F is None or engine.jobs):
         forms.failed[key] = engine.expansion_refused
+    elif key is not None:
+        forms.found[(expr, gaussians, key)] = (F, engine.expansion_refused)
     return (F if not engine.jobs else None), values, engine.expansion_refused, layout
 
 
@@ -340,7 +371,7 @@ def _factored(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, exact: bool, bu
     if len(gaussians) == 2 and budget.series_terms > 0:
         return _series_batch(expr, gaussians, covs, exact, budget, retry, forms)
     if len(gaussians) == 1 and budget.series_terms > 0 and not kink_args([expr]):
-        return _mean_batch(expr, gaussians, covs, budget)
+        return _mean_batch(expr, gaussians, covs, budget, forms)
     return None
 
 
@@ -348,7 +379,8 @@ def _factored(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, exact: bool, bu
 MEAN_ORDER = 8
 
 
-def _mean_batch(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, budget: Budget) -> BatchResult | None:
+def _mean_batch(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, budget: Budget,
+                forms: FormMemo | None = None) -> BatchResult | None:
     """E φ(x) for every variance: α_0 of the series' coefficients (the trapezoidal rule, once per
     distinct variance, error from the rule at step 1.25h); None if some misses the target."""
     x = gaussians[0]
@@ -360,7 +392,7 @@ def _mean_batch(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, budget: Budge
     values, errors = c.alpha[ia, 0], c.err[ia] + 4 * np.finfo(float).eps * np.abs(c.alpha[ia, 0])
     if not np.all(np.isfinite(values) & (errors <= budget.tol * np.maximum(1.0, np.abs(values)))):
         return None
-    S, _, layout = _symbolic_cov(covs)
+    S, _, layout = _symbolic_cov(covs) if forms is None else forms.symbolic_cov(covs)
     A = hermite_head(expr.xreplace({x: T}), MEAN_ORDER, h)(S[0, 0])
     return BatchResult(values, errors, Uniform("series", len(covs)),
                        form=ClosedFormTrace(Mean(A), layout, MeanError(A)))
@@ -370,26 +402,19 @@ def _product(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, blocks: list[lis
              budget: Budget, retry: bool, forms: FormMemo | None = None) -> BatchResult | None:
     """E Π_b f_b = Π_b E f_b over independent blocks b (None if a factor ties two blocks); the
     error of a product A·B is |A|e_B + |B|e_A + e_A e_B."""
-    where = {gaussians[i]: n for n, block in enumerate(blocks) for i in block}
-    parts: list[list[sp.Expr]] = [[] for _ in blocks]
-    coeff = sp.Integer(1)
-    for f in sp.Mul.make_args(expr):
-        owners = {where[g] for g in f.free_symbols if g in where}
-        if len(owners) > 1:
-            return None
-        if owners:
-            parts[owners.pop()].append(f)
-        else:
-            coeff *= f
+    split = split_blocks(expr, gaussians, blocks) if forms is None else forms.split(expr, gaussians, blocks)
+    if split is None:
+        return None
+    coeff, parts = split
     P = len(covs)
     values, errors = np.full(P, float(coeff)), np.zeros(P)
     methods, budgets, heavy = Uniform("exact", P), set(), False
     F, E, layout = coeff, sp.Integer(0), _zero_layout(blocks, covs.shape[1])
-    for block, factors in zip(blocks, parts):
-        if not factors:
+    for block, integrand in zip(blocks, parts):
+        if integrand is None:
             continue
         idx = np.array(block)
-        res = _batch(sp.Mul(*factors), tuple(gaussians[i] for i in block), covs[:, idx][:, :, idx],
+        res = _batch(integrand, tuple(gaussians[i] for i in block), covs[:, idx][:, :, idx],
                      exact, budget, retry, forms)
         errors = np.abs(values) * res.errors + np.abs(res.values) * errors + errors * res.errors
         values = values * res.values
@@ -404,6 +429,23 @@ def _product(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, blocks: list[lis
         F = F * Fb
     form = None if layout is None else ClosedFormTrace(F, layout, E)
     return BatchResult(values, errors, methods, tuple(sorted(budgets)), heavy, form)
+
+
+def split_blocks(expr: sp.Expr, gaussians: tuple, blocks: list[list[int]]) -> tuple[sp.Expr, list] | None:
+    """(c, [f_b or None]): expr = c·Π_b f_b with f_b the product of its factors over block b's
+    Gaussians (None where it has none) and c free of them; None if a factor ties two blocks."""
+    where = {gaussians[i]: n for n, block in enumerate(blocks) for i in block}
+    parts: list[list[sp.Expr]] = [[] for _ in blocks]
+    coeff = sp.Integer(1)
+    for f in sp.Mul.make_args(expr):
+        owners = {where[g] for g in f.free_symbols if g in where}
+        if len(owners) > 1:
+            return None
+        if owners:
+            parts[owners.pop()].append(f)
+        else:
+            coeff *= f
+    return coeff, [sp.Mul(*factors) if factors else None for factors in parts]
 
 
 def _zero_layout(blocks: list[list[int]], d: int) -> dict:
@@ -454,7 +496,7 @@ def _series_batch(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, exact: bool
     out = BatchResult(res.values, res.errors, Uniform("series", len(covs)))
     bad = np.nonzero(~(res.ok & np.isfinite(res.values)))[0]
     if not len(bad):
-        S, _, layout = _symbolic_cov(covs)
+        S, _, layout = _symbolic_cov(covs) if forms is None else forms.symbolic_cov(covs)
         h = step_for(res.cover, 1.5 * float(max(covs[:, 0, 0].max(), covs[:, 1, 1].max())))
         A = hermite_head(f.xreplace({x: T}), res.cover, h)(S[0, 0])
         B = hermite_head(g.xreplace({y: T}), res.cover, h)(S[1, 1])

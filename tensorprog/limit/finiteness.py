@@ -102,9 +102,12 @@ class Finiteness:
         """``result.defect`` of a number (params at their values); None if it is not one."""
         if not isinstance(value, sp.Basic):
             value = as_number(value)
-        if value.free_symbols:
-            value = value.subs(self.params) if self.params else value
-            if value.free_symbols:           # vectors, or batch items (checked per item)
+        free = value.free_symbols
+        if free:
+            if free.isdisjoint(self.params):  # vectors, or batch items (checked per item): no subs to make
+                return None
+            value = value.subs(self.params)
+            if value.free_symbols:
                 return None
         return defect(value)
 

@@ -69,6 +69,8 @@ INPUT_ROUNDING = 2.1 * EPS
 #: the rounding of one operation of a polynomial of the recurrence, relative to its magnitude (module doc):
 #: the unit roundoff u = ε/2 (IEEE round to nearest: |fl(x ∘ y) − x ∘ y| ≤ u·|x ∘ y|)
 OP_ROUNDING = EPS / 2
+#: OP_ROUNDING as the sympy number the charges are written with
+OP_UNIT = sp.Float(OP_ROUNDING)
 
 
 @dataclass(frozen=True)
@@ -248,6 +250,8 @@ class Builder:
             self.placeholders, self.slots, self.glue = share.placeholders, share.slots, share.glue
         #: forms' slopes and roundings by form (:meth:`form_slopes`): the pair pass's, shared
         self.derived: dict[tuple, object] = {} if share is None else share.derived
+        #: :func:`rounding`'s memo (roundings and magnitudes by expression), shared likewise
+        self.arith: dict[tuple, sp.Expr] = {} if share is None else share.arith
         self.resolved: dict[sp.Symbol, int] = {}                  # batch symbol -> slot
         self.scope = Scope(self.resolved, self.batch.values)
         self.estimate: dict[int, tuple[sp.Expr, sp.Expr]] = {}   # k -> (value, error)
@@ -381,21 +385,21 @@ class Builder:
                 names[how[1]] = cov[ij]
             else:
                 self.ties.append((names[how[1]], cov[ij], how[2]))
-        self.smooth = self.smooth and smooth_form(F, tuple(names))
+        self.smooth = self.smooth and self.form_smooth(F, tuple(names))
         value = self.sub(F, names)
-        magnitude = sp.Abs(value, evaluate=False)
         slopes = self.form_slopes(F, tuple(names))
         if error != 0:                           # the series' stated error, a formula of its own
             # |·|: the batch's formula is a bound's, but its symbols' assumptions could let sympy write |c|
             # as −c (an off-diagonal c_i_j once declared positive=False, i.e. ≤ 0: expect/batch.py)
             self.absolute[k] = sp.Abs(self.sub(error, names), evaluate=False)
             own = [self.absolute[k]] + ([self.sub(r, names)] if (r := self.form_arithmetic(F)) != 0 else [])
-        elif polynomial_like(F):                  # a polynomial of the entries (E xy = c): its arithmetic
-            own = [self.sub(rounding(F), names)]
+        elif self.form_polynomial(F):             # a polynomial of the entries (E xy = c): its arithmetic
+            own = [self.sub(self.entry_derived(F)[1], names)]
         else:
             if any((i, i) not in cov for i in range(note.size)):
                 raise Unreplayable(f"estimate {k}: a variance taken as another's")
             diag = [sp.Abs(cov[(i, i)], evaluate=False) for i in range(note.size)]
+            magnitude = sp.Abs(value, evaluate=False)
             own = [sp.Float(ROUNDING) * sp.Add(magnitude, self.largest(diag), evaluate=False)]
         raw = {}
         for ij, how in layout.items():
@@ -418,6 +422,20 @@ class Builder:
             self.derived[key] = self.slopes(F, names)
         return self.derived[key]
 
+    def form_polynomial(self, F: sp.Expr) -> bool:
+        """:func:`polynomial_like`, once per expression (as :meth:`form_slopes`)."""
+        key = ("polynomial", F)
+        if key not in self.derived:
+            self.derived[key] = polynomial_like(F)
+        return self.derived[key]
+
+    def form_smooth(self, F: sp.Expr, names: tuple[sp.Symbol, ...]) -> bool:
+        """:func:`smooth_form`, once per form (as :meth:`form_slopes`)."""
+        key = ("smooth", F, names)
+        if key not in self.derived:
+            self.derived[key] = smooth_form(F, names)
+        return self.derived[key]
+
     def form_arithmetic(self, F: sp.Expr) -> sp.Expr:
         """:meth:`form_rounding`, once per form (as :meth:`form_slopes`)."""
         key = ("rounding", F)
@@ -433,21 +451,36 @@ class Builder:
         of its explicit symbols and of the heads' values)."""
         heads = [h for h in sp.preorder_traversal(F) if isinstance(h, (MehlerValue, Mean))]
         heads = list(dict.fromkeys(heads))
-        stand = {h: sp.Dummy(f"h{i}") for i, h in enumerate(heads)}
-        G = F.xreplace(stand)
+        stand = {h: self.head_symbol(i) for i, h in enumerate(heads)}
+        G = F.xreplace(stand)                 # the same at every layer: its derivatives are kept
+        outer = {h: self.derivative(G, d) for h, d in stand.items()}     # ∂F/∂H, the same for every c_n
+        outer = {h: sp.Abs(o, evaluate=False) for h, o in outer.items() if o != 0}
         out = {}
         for n in names:
-            explicit = sp.diff(G, n)
+            explicit = self.derivative(G, n)
             if explicit.has(sp.Derivative, sp.Subs, sp.DiracDelta, Delta, sp.Heaviside, sp.Piecewise):
                 return None
             parts = [sp.Abs(explicit, evaluate=False)]
-            for h, d in stand.items():
-                outer = sp.diff(G, d)
-                if outer != 0:
-                    parts.append(sp.Mul(sp.Abs(outer, evaluate=False), head_slope(h, n), evaluate=False))
+            for h, o in outer.items():
+                parts.append(sp.Mul(o, head_slope(h, n), evaluate=False))
             total = sp.Add(*parts).xreplace({d: h for h, d in stand.items()})
             out[n] = total
         return out
+
+    def head_symbol(self, i: int) -> sp.Dummy:
+        """The symbol standing for a form's i-th series head in :meth:`slopes` (one per i, shared by
+        the passes: a form's expression over its heads' symbols is the same at every layer)."""
+        key = ("head", i)
+        if key not in self.derived:
+            self.derived[key] = sp.Dummy(f"h{i}")
+        return self.derived[key]
+
+    def derivative(self, G: sp.Expr, symbol: sp.Symbol) -> sp.Expr:
+        """sympy's ∂G/∂symbol, once per (G, symbol)."""
+        key = ("derivative", G, symbol)
+        if key not in self.derived:
+            self.derived[key] = sp.diff(G, symbol)
+        return self.derived[key]
 
     @staticmethod
     def form_rounding(F: sp.Expr) -> sp.Expr:
@@ -472,19 +505,26 @@ class Builder:
 
     def propagated(self, expr: sp.Expr) -> sp.Expr:
         """:meth:`error_of` without its memo."""
-        if not polynomial_like(expr):
+        if not self.form_polynomial(expr):
             raise Unreplayable(f"{expr} is not a polynomial of the recorded numbers")
         terms = []
-        slopes = multilinear_slopes(expr)
+        slopes, r = self.entry_derived(expr)
         for s in sorted(expr.free_symbols & self.made.sources.keys(), key=sp.default_sort_key):
             err = self.symbol_error(s)
             if err != 0:
                 slope = slopes.get(s, sp.Integer(0)) if slopes is not None else sp.diff(expr, s)
                 terms.append(sp.Mul(sp.Abs(self.sub(slope), evaluate=False), err, evaluate=False))
-        r = rounding(expr)
         if r != 0:
             terms.append(self.sub(r))
         return sp.Add(*terms, evaluate=False) if len(terms) > 1 else terms[0] if terms else sp.Integer(0)
+
+    def entry_derived(self, expr: sp.Expr) -> tuple[dict[sp.Symbol, sp.Expr] | None, sp.Expr]:
+        """(:func:`multilinear_slopes`, :func:`rounding`) of a polynomial of batch symbols, once per
+        polynomial (kept in :attr:`derived`: the x ≡ y pass meets the pair pass's entries again)."""
+        key = ("entry", expr)
+        if key not in self.derived:
+            self.derived[key] = (multilinear_slopes(expr), rounding(expr, self.arith))
+        return self.derived[key]
 
     def symbol_error(self, sym: sp.Symbol) -> sp.Expr:
         """err of a batch symbol: an initial entry's rounding (INPUT_ROUNDING·scale), or an
@@ -746,33 +786,43 @@ def absolute(expr: sp.Expr) -> sp.Expr:
     return abs(expr) if expr.is_Number else sp.Abs(expr, evaluate=False)
 
 
-def rounding(expr: sp.Expr) -> sp.Expr:
+def rounding(expr: sp.Expr, memo: dict | None = None) -> sp.Expr:
     """A bound on the rounding of evaluating a sum/product expression from exact leaves (the leaves'
     own errors are counted apart), each rounding to nearest at most u = OP_ROUNDING relative to its
     result, first order in u: a sum of n terms adds (n − 1)·u·Σ|t|⁺ to its terms' roundings (in any
     order of summation: each partial sum is at most Σ|t|⁺), a product of k factors (k − 1)·u·|P|⁺
     plus each factor's rounding times the others' magnitude, a power x^m :func:`power_roundings`·u·|P|⁺
     plus |m|·|x|^{m−1} times x's rounding; a number that float64 does not hold (a rational whose
-    denominator is not a power of 2) is rounded once where it is used."""
-    u = sp.Float(OP_ROUNDING)
+    denominator is not a power of 2) is rounded once where it is used.  ``memo``: the roundings and
+    magnitudes |·|⁺ already made, by expression (a sum's terms meet its magnitude's again)."""
+    memo = {} if memo is None else memo
+    key = ("rounding", expr)
+    if key not in memo:
+        memo[key] = expression_rounding(expr, memo)
+    return memo[key]
+
+
+def expression_rounding(expr: sp.Expr, memo: dict) -> sp.Expr:
+    """:func:`rounding` of one node, its parts' through ``memo``."""
+    u = OP_UNIT
     if expr.is_Add:
-        parts = [rounding(a) for a in expr.args]
-        parts.append(u * (len(expr.args) - 1) * positive(expr))
+        parts = [rounding(a, memo) for a in expr.args]
+        parts.append(u * (len(expr.args) - 1) * positive(expr, memo))
         return sp.Add(*[p for p in parts if p != 0])
     if expr.is_Mul:
         count = len(expr.args) - 1 + sum(1 for a in expr.args if inexact(a))
-        parts = [u * count * positive(expr)]
+        parts = [u * count * positive(expr, memo)]
         for i, a in enumerate(expr.args):
-            r = rounding(a)
+            r = rounding(a, memo)
             if r != 0:
-                parts.append(r * positive(sp.Mul(*(expr.args[:i] + expr.args[i + 1:]))))
+                parts.append(r * positive(sp.Mul(*(expr.args[:i] + expr.args[i + 1:])), memo))
         return sp.Add(*parts)
     if expr.is_Pow and expr.exp.is_Number and expr.exp != 1:
         base, m = expr.base, expr.exp
-        parts = [u * power_roundings(m) * positive(expr)]
-        r = rounding(base)
+        parts = [u * power_roundings(m) * positive(expr, memo)]
+        r = rounding(base, memo)
         if r != 0:
-            parts.append(abs(m) * positive(base) ** (m - 1) * r)
+            parts.append(abs(m) * positive(base, memo) ** (m - 1) * r)
         return sp.Add(*parts)
     if inexact(expr):
         return u * abs(expr)
@@ -798,10 +848,14 @@ def inexact(n: sp.Expr) -> bool:
     return q & (q - 1) != 0
 
 
-def positive(expr: sp.Expr) -> sp.Expr:
-    """|P|⁺: a sum or product with each leaf replaced by its absolute value."""
+def positive(expr: sp.Expr, memo: dict | None = None) -> sp.Expr:
+    """|P|⁺: a sum or product with each leaf replaced by its absolute value (``memo``: as :func:`rounding`'s)."""
     if expr.is_Add or expr.is_Mul:
-        return expr.func(*[positive(a) for a in expr.args])
+        memo = {} if memo is None else memo
+        key = ("positive", expr)
+        if key not in memo:
+            memo[key] = expr.func(*[positive(a, memo) for a in expr.args])
+        return memo[key]
     if expr.is_Number:
         return abs(expr)
     return sp.Abs(expr, evaluate=False)
@@ -822,6 +876,8 @@ def head_slope(head: sp.Expr, n: sp.Symbol) -> sp.Expr:
     if not (isinstance(A, HermiteRow) and isinstance(B, HermiteRow)):
         raise Unreplayable(f"{head} is not over packed rows")
     a, b = A.args[0], B.args[0]
+    if n not in a.free_symbols and n not in b.free_symbols and n not in rho.free_symbols:
+        return sp.Integer(0)                    # H does not read c_n (as below, without building c)
     if A == B and (rho == 1 or rho.doit() == 1 or sp.simplify(rho - 1) == 0):   # u ≡ v: S(a) = E φ(√a z)²
         da = sp.diff(a, n)
         return 0 if da == 0 else DiagonalSlope(A) / (2 * absolute(a)) * absolute(da)

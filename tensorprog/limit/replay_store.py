@@ -173,6 +173,8 @@ class ReplayStore:
 
     def save(self, key: str, found) -> None:
         """Keep ``found`` — a :class:`Recorded` or None — under ``key`` (atomically; best effort)."""
+        if self.path(key) is None:               # no store (TENSORPROG_CACHE_DIR=off): nothing to write
+            return
         self.save_data(key, {"replay": None if found is None else found.replay.to_json(),
                              "warnings": [] if found is None else list(found.warnings)})
 

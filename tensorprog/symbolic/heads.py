@@ -16,6 +16,8 @@ from typing import Callable
 
 import numpy as np
 import sympy as sp
+import sympy.assumptions.wrapper  # noqa: F401  (imported by sympy on its first Add and first is_eq: with
+import sympy.tensor.tensor  # noqa: F401       sympy, not in a compile's first steps — ~0.04 s CPU)
 from sympy.core.function import ArgumentIndexError
 
 from ..builtins import BUILTINS, Builtin, Head
