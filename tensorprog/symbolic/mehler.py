@@ -351,40 +351,46 @@ def _rule(fn: Fn, variances: np.ndarray, K: int, h: float, memo: dict | None = N
     convergence for φ analytic in a strip), and the same by its every other node (the rule of step
     2h, for the error estimate: no new evaluation of φ), in long double.  The nodes are laid out as
     the rule's even nodes (the rule of step 2h), then its odd ones, each ascending (:func:`node_sets`).
-    F_i = √w_i φ(√a z_i) is evaluated in float64, then in long double (:func:`evaluate`) on a core
-    window about z = 0 (:data:`CORE_Z`, widened by :func:`core_window` for a φ that needs it): outside
-    it ‖F‖ ≤ CORE·‖F‖, and its float64 values' errors are charged as such (:func:`coefficients`); on it
-    F = fl(F^ld) + fl(F^ld − fl(F^ld)) exactly.  One :func:`split` of the row (the core's low part
-    joins ``rest``: one rounding, u|rest|), then the products of the two node sets by the parity fold
-    (:meth:`Folded.product`), on one BLAS thread (:func:`one_thread`); S = Σ F_i² from the split
-    (:func:`squares`).  ``memo``: a dict for these variances and h (:meth:`PackCache.memo`), its entry for
-    the core's half-width handed to φ (:func:`evaluate`)."""
+    F_i = √w_i φ(√a z_i) is evaluated in long double (:func:`evaluate`) on a core window about z = 0
+    (:data:`CORE_Z`, widened by :func:`core_window` for a φ that needs it) and in float64 outside it
+    (:func:`outer_values`): outside it ‖F‖ ≤ CORE·‖F‖, and its float64 values' errors are charged as
+    such (:func:`coefficients`); on it F = fl(F^ld) + fl(F^ld − fl(F^ld)) exactly.  One :func:`split`
+    of the row (the core's low part joins ``rest``: one rounding, u|rest|), then the products of the
+    two node sets by the parity fold (:meth:`Folded.product`), on one BLAS thread (:func:`one_thread`);
+    S = Σ F_i² from the split (:func:`squares`).  ``memo``: a dict for these variances and h
+    (:meth:`PackCache.memo`): its entry for the core's half-width handed to φ (:func:`evaluate`), and
+    the core's points and the float64 values' heads (:func:`outer_values`) kept under ("points", d)
+    and ("float", d)."""
     zs, ws, n0 = node_sets(h)
     root = np.sqrt(np.clip(variances, 0.0, None).astype(LD))
     r64 = root.astype(float)[:, None]
     centre = len(zs) // 2
-    F = np.broadcast_to(np.asarray(fn(r64 * zs.astype(float)), dtype=float), (len(root), len(zs))) * ws.astype(float)
     cap = centre // 2 * 2
     d = min(int(np.ceil(CORE_Z / h / 8)) * 8, cap)
-    total = np.einsum("ij,ij->i", F, F)
-    while d < cap:          # the window from the float64 values (their ~100u errors: far inside the 1 % slack)
-        outside = tail_slices(core_slices(centre, d, n0), n0, len(zs))
-        tails = sum(np.einsum("ij,ij->i", F[:, c], F[:, c]) for c in outside)
-        if not np.any(tails > CORE * CORE * 0.99 * total):
-            break
-        d = min(max(d + 8, core_window(natural(F, n0), centre)), cap)    # a φ growing faster than bounded ones
+    F = np.empty((len(root), len(zs)))
+    outer_values(fn, r64, h, d, F, memo)
+    Fc, accurate = core_values(fn, root, h, d, memo)
     cores = core_slices(centre, d, n0)
-    vals, accurate = evaluate(fn, root[:, None] * np.concatenate([zs[c] for c in cores]),
-                              None if memo is None else memo.setdefault(d, {}))
-    if not accurate:
+    m = cores[0].stop - cores[0].start
+    if not accurate:                                      # φ in float64: its values on the core too
+        zc, wc = core_nodes(h, d)[2:]
+        got = np.broadcast_to(np.asarray(call(fn, r64 * zc), dtype=float), (len(root), len(zc))) * wc
+        F[:, cores[0]], F[:, cores[1]] = got[:, :m], got[:, m:]
         return float_rule(F, *folded_basis(K, h, float)[2:], n0, K)
-    Fc = vals * np.concatenate([ws[c] for c in cores])
+    F[:, cores[0]], F[:, cores[1]] = Fc[:, :m], Fc[:, m:]
+    total = np.einsum("ij,ij->i", F, F)
+    tails = sum(np.einsum("ij,ij->i", F[:, c], F[:, c]) for c in tail_slices(cores, n0, len(zs)))
+    if d < cap and np.any(tails > CORE * CORE * 0.99 * total):      # a φ growing faster than bounded ones
+        d = widen(F, centre, d, cap, n0)
+        cores = core_slices(centre, d, n0)
+        Fc, accurate = core_values(fn, root, h, d, memo)
+        m = cores[0].stop - cores[0].start
+        F[:, cores[0]], F[:, cores[1]] = Fc[:, :m], Fc[:, m:]
+        total = np.einsum("ij,ij->i", F, F)
     _, _, even, odd = folded_basis(K, h)
     beta = min(even.beta, odd.beta)
-    m = cores[0].stop - cores[0].start
-    F[:, cores[0]], F[:, cores[1]] = Fc[:, :m], Fc[:, m:]
     # every |F_i| ≤ ‖F‖₂ = √S (S from the float64 values: within 1e-12, and 2^e > √S(1 + 1e-10))
-    hi, rest, top = split(F, 1, beta, np.sqrt(np.einsum("ij,ij->i", F, F))[:, None] * (1 + 1e-10))
+    hi, rest, top = split(F, 1, beta, np.sqrt(total)[:, None] * (1 + 1e-10))
     Fc[:, :m] -= F[:, cores[0]]                          # F^ld − fl(F^ld): exact, then rounded once
     Fc[:, m:] -= F[:, cores[1]]
     rest[:, cores[0]] += Fc[:, :m]
@@ -398,6 +404,75 @@ def _rule(fn: Fn, variances: np.ndarray, K: int, h: float, memo: dict | None = N
     fine += coarse
     return Rule(fine, square, 2 * coarse, 2 * coarse_square, b_even + b_odd, accurate, max(even.norm, odd.norm),
                 r64[:, 0] * float(np.max(np.abs(zs))))
+
+
+def call(fn: Fn, points: np.ndarray, memo: dict | None = None) -> np.ndarray:
+    """fn(points), handing it ``memo`` where one is given (:meth:`.tape.HermiteArg.function`)."""
+    return fn(points) if memo is None else fn(points, memo=memo)
+
+
+@lru_cache(maxsize=64)
+def core_nodes(h: float, d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(z, √w) of the core window of half-width d (:func:`core_slices`) in long double, its two
+    column slices one after the other, and the same rounded to float64."""
+    zs, ws, n0 = node_sets(h)
+    cores = core_slices(len(zs) // 2, d, n0)
+    z, w = np.concatenate([zs[c] for c in cores]), np.concatenate([ws[c] for c in cores])
+    return z, w, z.astype(float), w.astype(float)
+
+
+@lru_cache(maxsize=64)
+def outer_nodes(h: float, d: int) -> tuple[list[slice], np.ndarray, np.ndarray]:
+    """(the columns outside the core window of half-width d, their z and √w in float64, one after
+    the other) (:func:`tail_slices`)."""
+    zs, ws, n0 = node_sets(h)
+    outside = tail_slices(core_slices(len(zs) // 2, d, n0), n0, len(zs))
+    z64, w64 = zs.astype(float), ws.astype(float)
+    return outside, np.concatenate([z64[c] for c in outside]), np.concatenate([w64[c] for c in outside])
+
+
+def outer_values(fn: Fn, r64: np.ndarray, h: float, d: int, F: np.ndarray, memo: dict | None) -> None:
+    """F_i = fl(fl(φ(fl(√a·z_i)))·√w_i) in float64 at the nodes outside the core window, written into
+    their columns of F: each value as φ evaluated at every node gives it (numpy's functions act per
+    element).  φ's heads at these points are kept in memo[("float", d)] (the functions packed at
+    one set of variances share them: :class:`.tape.HermiteArg`)."""
+    outside, z, w = outer_nodes(h, d)
+    sub = None if memo is None else memo.setdefault(("float", d), {})
+    got = np.broadcast_to(np.asarray(call(fn, r64 * z, sub), dtype=float), (len(r64), len(z))) * w
+    start = 0
+    for c in outside:
+        width = c.stop - c.start
+        F[:, c] = got[:, start:start + width]
+        start += width
+
+
+def core_values(fn: Fn, root: np.ndarray, h: float, d: int, memo: dict | None) -> tuple[np.ndarray, bool]:
+    """(F = φ(√a z)·√w on the core window of half-width d (the columns of :func:`core_nodes`), in
+    long double, whether φ was evaluated in long double: :func:`evaluate`); the points √a·z kept in
+    memo[("points", d)]."""
+    z, w = core_nodes(h, d)[:2]
+    if memo is None:
+        pts = root[:, None] * z
+    else:
+        pts = memo.get(("points", d))
+        if pts is None:
+            pts = memo[("points", d)] = root[:, None] * z
+    vals, accurate = evaluate(fn, pts, None if memo is None else memo.setdefault(d, {}))
+    return vals * w, accurate
+
+
+def widen(F: np.ndarray, centre: int, d: int, cap: int, n0: int) -> int:
+    """The core window's half-width for a φ whose values F (float64 outside the window of half-width
+    d, long double rounded to float64 on it) carry more than CORE·‖F‖ outside it: grown until they
+    do not (:func:`core_window`; the float64 values' ~100u errors are far inside the 1 % slack)."""
+    total = np.einsum("ij,ij->i", F, F)
+    while d < cap:
+        outside = tail_slices(core_slices(centre, d, n0), n0, F.shape[1])
+        tails = sum(np.einsum("ij,ij->i", F[:, c], F[:, c]) for c in outside)
+        if not np.any(tails > CORE * CORE * 0.99 * total):
+            break
+        d = min(max(d + 8, core_window(natural(F, n0), centre)), cap)
+    return d
 
 
 @lru_cache(maxsize=16)

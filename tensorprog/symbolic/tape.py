@@ -152,11 +152,15 @@ class HermiteArg:
 
     def function(self, t: np.ndarray, memo: dict | None = None) -> np.ndarray:
         """φ at the points t, in their precision where :attr:`extended`, else in float64; ``memo``:
-        long double values of its heads at these points (:meth:`.mehler.PackCache.memo`: tanh, tanh²
-        and (1 − tanh²)² at one layer's variances share one long double tanh)."""
-        if self.extended and t.dtype == np.longdouble:
-            return self.tape(t, dtype=np.longdouble, memo=memo)[0]
-        return self.tape(t)[0]
+        values of its heads at these points (:meth:`.mehler.PackCache.memo`: tanh, tanh² and
+        (1 − tanh²)² at one layer's variances share one long double tanh, and one float64 tanh at
+        the nodes outside the core: :func:`.mehler.outer_values`) — for long double points where φ
+        is :attr:`extended`, and for float64 points (the same numbers as without it)."""
+        if t.dtype == np.longdouble:
+            if self.extended:
+                return self.tape(t, dtype=np.longdouble, memo=memo)[0]
+            return self.tape(t)[0]
+        return self.tape(t, memo=memo)[0]
 
     def __call__(self, a: np.ndarray, out=None) -> np.ndarray:
         return self.cache.packed(self.key, self.function, self.K, self.h, a)
