@@ -201,9 +201,9 @@ class Folded:
                 continue
             exact = x1 @ half.hi
             inexact = buf @ half.stack
-            part = exact.astype(LD)
-            part += inexact.astype(LD)
-            out[:, start::2] = part
+            part = out[:, start::2]                          # exact + inexact, added in long double
+            part[...] = exact
+            part += inexact
             bound += (gamma(2 * n) + 3 * UNIT) * (1 + 1e-7) * 2.0 ** -self.beta * (
                 top * float(half.l1.max(initial=0.0)) + (1.01 * l1 + n * top * 2.0 ** -self.beta) *
                 float(half.scale.max(initial=0.0)))
@@ -293,7 +293,7 @@ def evaluate(fn: Fn, points: np.ndarray, memo: dict | None = None) -> tuple[np.n
     except TypeError:
         got = None
     if got is not None and got.dtype == LD:
-        return np.broadcast_to(got, points.shape), bool(np.finfo(LD).eps < EPS)
+        return (got if got.shape == points.shape else np.broadcast_to(got, points.shape)), bool(np.finfo(LD).eps < EPS)
     if got is None or got.dtype != np.float64:          # float64 values of φ: at points it rounded itself
         got = np.asarray(fn(points.astype(float)), dtype=float)
     return np.broadcast_to(got, points.shape).astype(LD), False
@@ -466,7 +466,12 @@ def core_values(fn: Fn, root: np.ndarray, h: float, d: int, memo: dict | None) -
         pts = memo.get(("points", d))
         if pts is None:
             pts = memo[("points", d)] = root[:, None] * z
-    vals, accurate = evaluate(fn, pts, None if memo is None else memo.setdefault(d, {}))
+    heads = None if memo is None else memo.setdefault(d, {})
+    vals, accurate = evaluate(fn, pts, heads)
+    if vals.flags.writeable and vals.shape == pts.shape and not np.may_share_memory(vals, pts) and not any(
+            np.may_share_memory(vals, v) for v in (heads or {}).values() if isinstance(v, np.ndarray)):
+        vals *= w                                        # φ's own array (not a memo's): the same numbers
+        return vals, accurate
     return vals * w, accurate
 
 

@@ -333,7 +333,8 @@ class Tape:
         — for these same input arrays (its owner keys it by them: :class:`HermiteArg`), read and filled
         (SiLU, its square and its derivative share one exp(−t)); with it,
         an arithmetic operation also writes its result into an array this call made for an argument
-        read for the last time (:meth:`spare`: the same numbers, without a fresh array's page faults)."""
+        read for the last time (:meth:`spare`: the same numbers, without a fresh array's page faults),
+        and an output that is such an array is returned as it is (writeable: its caller's to reuse)."""
         if len(arrays) != self.ninputs:
             raise ValueError(f"expected {self.ninputs} arrays, got {len(arrays)}")
         xs = [np.asarray(a, dtype=dtype) for a in arrays]
@@ -361,7 +362,8 @@ class Tape:
                 for a in free:
                     del slots[a]
                     owned.discard(a)
-        return [np.broadcast_to(slots[o], shape).astype(dtype, copy=False) for o in self.outputs]
+        return [slots[o] if o in owned and slots[o].shape == shape and slots[o].dtype == dtype
+                else np.broadcast_to(slots[o], shape).astype(dtype, copy=False) for o in self.outputs]
 
     @cached_property
     def memo_keys(self) -> dict[int, tuple]:
