@@ -201,8 +201,8 @@ class Exact(Interpretation):
         constant of more than :data:`.BIG_NUMBER` nodes as a tree (built over many steps, as the
         sums of exp() of attention weights), the engine on the values of those constants and of
         every covariance entry but a rational (Floats): a closed form would hold them, too large
-        to keep, and finding it multiplies them out.  No formula is kept then (exact None): what rests on it is computed from its
-        value (:meth:`value`) and claims no closed form (:meth:`summarize`)."""
+        to keep, and finding it multiplies them out.  No formula is kept then (exact None): what
+        rests on it is computed from its value (:meth:`value`) and claims none (:meth:`formula`)."""
         big = BIG_NUMBER
         if not any(large_numbers(e, big) for e in (expr, *cov) if isinstance(e, sp.Basic)):
             return super().closed_form(ledger, expr, gauss, cov, laws)
