@@ -39,12 +39,14 @@ MAX_DAG = 400
 #: seconds to minutes beyond them
 MAX_COV_ATOMS = 8
 MAX_GAUSSIANS_IN_HEAD = 2
-#: an exact constant larger than this as a tree (``compile --symbolic``: built over many steps, as
-#: the sums of exp() of a transformer's attention weights) goes to the engine as its value
+#: an exact constant larger than BIG_NUMBER nodes as a tree with MANY_HEADS distinct function heads
+#: (``compile --symbolic``: built over many steps, as the sums of exp() of a transformer's attention
+#: weights) goes to the engine as its value
 #: (``Exact.closed_form`` in :mod:`.interpret`): the engine's exact algebra multiplies such sums out
 #: (gp4a_transformer: E[relu(a + b) relu(c + d)] over covariance entries of 31-54 nodes, six to ten
 #: exp() terms each, took more than 10 CPU minutes and 20 GB; simplifying a scalar of 35 nodes too)
 BIG_NUMBER = 24
+MANY_HEADS = 4
 
 
 def tree_size(expr: sp.Basic, most: int) -> int:
@@ -150,13 +152,16 @@ def atomize(expr: sp.Expr, atoms: Atoms, big: int | None = None) -> sp.Expr:
 
 
 def large_numbers(expr: sp.Basic, big: int) -> set[sp.Basic]:
-    """The number sub-expressions of ``expr`` (no symbols) larger than ``big`` nodes as a tree."""
+    """The number sub-expressions of ``expr`` (no symbols) larger than ``big`` nodes as a tree and
+    holding at least :data:`MANY_HEADS` distinct function heads of numbers (exp(r₁), …, exp(r₆)
+    summed: a nested arc-cosine constant has one acos a layer)."""
     sizes: dict[sp.Basic, int] = {}
     number: dict[sp.Basic, bool] = {}
     for node in _post_order(expr):
         sizes[node] = min(big + 1, 1 + sum(sizes[a] for a in node.args))
         number[node] = not node.is_Symbol and all(number[a] for a in node.args)
-    return {node for node, size in sizes.items() if size > big and number[node]}
+    return {node for node, size in sizes.items() if size > big and number[node] and sum(
+        isinstance(n, sp.Function) for n in distinct_nodes(node)) >= MANY_HEADS}
 
 
 def at_values(expr: sp.Expr, values: Mapping[sp.Symbol, float], big: int | None = None) -> sp.Expr:
