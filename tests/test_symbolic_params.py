@@ -184,7 +184,7 @@ def test_deep_ntk_closed_form_in_every_param_equals_numeric_compiles_elsewhere()
 
 def test_large_exact_constants_go_by_value_and_claim_no_closed_form():
     """gp4a_transformer: the attention weights make the covariances of y sums of exp() of exact
-    rationals; past BIG_NUMBER nodes the engine takes their values (seconds, not the minutes and
+    rationals; past BIG_NUMBER nodes with MANY_HEADS function heads the engine takes their values (seconds, not the minutes and
     gigabytes of multiplying them out), and the kernel it rests on claims no formula."""
     from tensorprog.limit.params_expect import BIG_NUMBER, large_numbers
     program = tp.load(str(ROOT / "programs/gp4a_transformer.tp"))
