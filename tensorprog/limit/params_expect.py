@@ -157,11 +157,17 @@ def large_numbers(expr: sp.Basic, big: int) -> set[sp.Basic]:
     summed: a nested arc-cosine constant has one acos a layer)."""
     sizes: dict[sp.Basic, int] = {}
     number: dict[sp.Basic, bool] = {}
+    heads: dict[sp.Basic, frozenset] = {}       # its distinct function heads, MANY_HEADS at most
     for node in _post_order(expr):
         sizes[node] = min(big + 1, 1 + sum(sizes[a] for a in node.args))
         number[node] = not node.is_Symbol and all(number[a] for a in node.args)
-    return {node for node, size in sizes.items() if size > big and number[node] and sum(
-        isinstance(n, sp.Function) for n in distinct_nodes(node)) >= MANY_HEADS}
+        below = frozenset({node}) if isinstance(node, sp.Function) else frozenset()
+        for a in node.args:
+            if len(below) >= MANY_HEADS:
+                break
+            below |= heads[a]
+        heads[node] = below
+    return {node for node, size in sizes.items() if size > big and number[node] and len(heads[node]) >= MANY_HEADS}
 
 
 def at_values(expr: sp.Expr, values: Mapping[sp.Symbol, float], big: int | None = None) -> sp.Expr:
