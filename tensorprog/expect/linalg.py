@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+import mpmath
 import sympy as sp
 
 Matrix = sp.ImmutableMatrix
@@ -29,10 +30,48 @@ def is_zero(e: sp.Expr, scale: float = 1.0) -> bool:
     if e == 0:
         return True
     if e.is_number:
-        return abs(complex(e.evalf(50))) < (1e-12 * scale if e.has(sp.Float) else 1e-40)
+        return abs(approximate(e, 50)) < (1e-12 * scale if e.has(sp.Float) else 1e-40)
     if rational_nonzero(e):
         return False
     return sp.simplify(e) == 0
+
+
+#: mpmath's functions for sympy's heads that :func:`approximate` evaluates itself
+MPMATH_OF = {sp.exp: mpmath.exp, sp.log: mpmath.log, sp.erf: mpmath.erf, sp.erfc: mpmath.erfc,
+             sp.sin: mpmath.sin, sp.cos: mpmath.cos, sp.tan: mpmath.tan, sp.atan: mpmath.atan,
+             sp.asin: mpmath.asin, sp.acos: mpmath.acos, sp.tanh: mpmath.tanh, sp.Abs: abs}
+
+
+def approximate(e: sp.Expr, digits: int = 30) -> complex:
+    """The value of a number expression, computed to ``digits`` significant digits (and 10 guard
+    digits) once per distinct sub-expression: sympy's ``evalf`` walks a sub-tree shared by many
+    parents once per path, which on an exact covariance built over many steps (nested exp of the
+    attention weights) costs millions of calls for one entry.  Heads without an mpmath rule here
+    are evaluated by their own ``evalf`` (also once each)."""
+    memo: dict[sp.Expr, mpmath.mpc] = {}
+
+    def value(node: sp.Expr):
+        got = memo.get(node)
+        if got is None:
+            got = memo[node] = evaluate(node)
+        return got
+
+    def evaluate(node: sp.Expr):
+        if node.is_Rational:
+            return mpmath.mpf(int(node.p)) / int(node.q)
+        if node.is_Add:
+            return mpmath.fsum(value(a) for a in node.args)
+        if node.is_Mul:
+            return mpmath.fprod(value(a) for a in node.args)
+        if node.is_Pow:
+            base, exp = value(node.base), node.exp
+            return mpmath.power(base, int(exp) if exp.is_Integer else value(exp))
+        rule = MPMATH_OF.get(node.func)
+        if rule is not None and len(node.args) == 1:
+            return rule(value(node.args[0]))
+        return mpmath.mpmathify(complex(node.evalf(digits + 10)))
+    with mpmath.workdps(digits + 10):
+        return complex(value(e))
 
 
 #: the points at which :func:`rational_nonzero` evaluates (fixed: the same answer every run)
@@ -70,7 +109,7 @@ def rational_nonzero(e: sp.Expr) -> bool:
 
 def _scale(cov: sp.MatrixBase) -> float:
     """The largest numeric variance (1 if none is numeric)."""
-    diag = [abs(float(cov[i, i])) for i in range(cov.rows) if cov[i, i].is_number]
+    diag = [abs(approximate(cov[i, i])) for i in range(cov.rows) if cov[i, i].is_number]
     return max(diag, default=1.0) or 1.0
 
 
@@ -135,7 +174,7 @@ def reduce_basis(expr: sp.Expr, syms: tuple, cov: Matrix) -> tuple[sp.Expr, tupl
         vals = [(R[i, i], i) for i in left if not is_zero(R[i, i], scale)]
         if not vals:
             break
-        p = max(vals, key=lambda t: abs(float(t[0])) if t[0].is_number else 0.0)[1]
+        p = max(vals, key=lambda t: abs(approximate(t[0])) if t[0].is_number else 0.0)[1]
         basis.append(p)
         left.remove(p)
         piv = R[p, p]

@@ -51,6 +51,7 @@ import sympy as sp
 from .. import ir
 from ..expect.engine import Estimate, expect
 from ..expect.forms import to_forms
+from ..expect.linalg import approximate
 from ..symbolic import functions as fnsym
 from ..symbolic.dag import distinct_nodes
 from .accuracy import VALUE_ROUNDING
@@ -58,7 +59,7 @@ from .batch import Batch, BatchEstimate, BatchRecord, Note, estimate_source, inp
 from .haar import Arithmetic
 from .indices import IndexSet
 from .ledger import largest_variance, with_rounding
-from .params_expect import at_values, closed_form, number_at
+from .params_expect import BIG_NUMBER, at_values, closed_form, large_numbers, number_at
 from .result import LimitValue, summarize
 
 if TYPE_CHECKING:
@@ -130,11 +131,17 @@ class Interpretation:
     def summarize(self, value: sp.Expr, estimates: Sequence, propagated: float | None = None) -> LimitValue:
         """The limit of a scalar of value ``value`` resting on ``estimates``: its error is Σ of
         theirs (unit sensitivity), or ``propagated`` (Σ_a |∂f/∂c_a|·err(c_a), for a function of
-        scalars) plus float rounding; its method the least exact of theirs."""
-        out = summarize(value, estimates, self.exact, dict(self.params))
+        scalars) plus float rounding; its method the least exact of theirs; its closed form kept
+        where :attr:`exact` and :meth:`formula` allow."""
+        out = summarize(value, estimates, self.exact and self.formula(value, estimates), dict(self.params))
         if propagated is None:
             return out
         return LimitValue(out.value, propagated + VALUE_ROUNDING * (abs(out.value) + 1), out.method, out.exact)
+
+    def formula(self, value: sp.Expr, estimates: Sequence) -> bool:
+        """Whether a scalar of value ``value`` resting on ``estimates`` may claim a closed form
+        (where :attr:`exact`)."""
+        return True
 
     # ---- structure decided by values
     def zero(self, coeff: sp.Expr) -> bool:
@@ -187,6 +194,27 @@ class Exact(Interpretation):
 
     def expect(self, ledger: Ledger, expr: sp.Expr, where: ir.Eqn, deps: IndexSet) -> int:
         return general_route(ledger, expr, where, self.closed_form, self.params)
+
+    def closed_form(self, ledger: Ledger, expr: sp.Expr, gauss: list[sp.Symbol], cov: sp.Matrix,
+                    laws: Mapping) -> Estimate:
+        """The engine's closed form; but where the integrand or the covariance holds an exact
+        constant of more than :data:`.BIG_NUMBER` nodes as a tree (built over many steps, as the
+        sums of exp() of attention weights), the engine on the values of those constants and of
+        every covariance entry but a rational (Floats): a closed form would hold them, too large
+        to keep, and finding it multiplies them out.  No formula is kept then (exact None): what
+        rests on it is computed from its value (:meth:`value`) and claims none (:meth:`formula`)."""
+        big = BIG_NUMBER
+        if not any(large_numbers(e, big) for e in (expr, *cov) if isinstance(e, sp.Basic)):
+            return super().closed_form(ledger, expr, gauss, cov, laws)
+        cov = cov.applyfunc(lambda e: e if e.is_Rational or not e.is_number else sp.Float(approximate(e).real))
+        est = expect(at_values(expr, {}, big), gauss, cov, laws, exact=True, budget=ledger.budget)
+        return replace(est, exact=None)
+
+    def formula(self, value: sp.Expr, estimates: Sequence) -> bool:
+        """Not where an estimate kept none (:meth:`closed_form`), nor where ``value`` holds an exact
+        constant of more than :data:`.BIG_NUMBER` nodes (simplifying it takes minutes)."""
+        return not any(e.method == "exact" and e.exact is None for e in estimates) and not (
+            isinstance(value, sp.Basic) and large_numbers(value, BIG_NUMBER))
 
     def value(self, est: Estimate, index: int) -> sp.Expr:
         return est.exact if est.exact is not None else sp.Float(est.value)
@@ -248,11 +276,8 @@ class Params(Exact):
     def point(self, value):
         return value.subs(self.params) if self.params and isinstance(value, sp.Basic) else value
 
-    def summarize(self, value: sp.Expr, estimates: Sequence, propagated: float | None = None) -> LimitValue:
-        out = super().summarize(value, estimates, propagated)
-        if self.params and any(e.exact is None for e in estimates):    # a number at the params
-            out = replace(out, exact=None)
-        return out
+    def formula(self, value: sp.Expr, estimates: Sequence) -> bool:
+        return super().formula(value, estimates) and not (self.params and any(e.exact is None for e in estimates))
 
 
 class Batched(Interpretation):

@@ -24,6 +24,7 @@ import sympy as sp
 
 from ..expect.budget import Budget
 from ..expect.engine import Estimate, Law, expect
+from ..expect.linalg import approximate
 from ..symbolic.dag import distinct_nodes
 from ..symbolic.evaluate import evaluate
 
@@ -38,6 +39,14 @@ MAX_DAG = 400
 #: seconds to minutes beyond them
 MAX_COV_ATOMS = 8
 MAX_GAUSSIANS_IN_HEAD = 2
+#: an exact constant larger than BIG_NUMBER nodes as a tree with MANY_HEADS distinct function heads
+#: (``compile --symbolic``: built over many steps, as the sums of exp() of a transformer's attention
+#: weights) goes to the engine as its value
+#: (``Exact.closed_form`` in :mod:`.interpret`): the engine's exact algebra multiplies such sums out
+#: (gp4a_transformer: E[relu(a + b) relu(c + d)] over covariance entries of 31-54 nodes, six to ten
+#: exp() terms each, took more than 10 CPU minutes and 20 GB; simplifying a scalar of 35 nodes too)
+BIG_NUMBER = 24
+MANY_HEADS = 4
 
 
 def tree_size(expr: sp.Basic, most: int) -> int:
@@ -114,7 +123,7 @@ class Atoms:
             self.value[expr] = self.values[expr]
             return expr
         if expr not in self._of:
-            value = number_at(expr, self.values)
+            value = approximate(expr).real if expr.is_number else number_at(expr, self.values)
             atom = sp.Dummy(f"a{len(self._of)}", positive=True) if variance and value > 0 else \
                 sp.Dummy(f"a{len(self._of)}", real=True)
             self._of[expr], self.expr[atom], self.value[atom] = atom, expr, value
@@ -125,26 +134,48 @@ class Atoms:
         return expr.xreplace(self.expr)
 
 
-def atomize(expr: sp.Expr, atoms: Atoms) -> sp.Expr:
-    """``expr`` with each maximal sub-expression in the params alone replaced by its atom."""
+def atomize(expr: sp.Expr, atoms: Atoms, big: int | None = None) -> sp.Expr:
+    """``expr`` with each maximal sub-expression in the params alone replaced by its atom; with
+    ``big``, each maximal number sub-expression larger than ``big`` nodes as a tree too."""
     only = _only_params(expr, atoms.values)
+    large = large_numbers(expr, big) if big is not None else set()
     memo: dict[sp.Basic, sp.Basic] = {}
     for node in _post_order(expr):
         if only[node]:
             memo[node] = atoms.of(node)
-        elif not node.args:
+        elif not node.args or node in large:       # a large number: atomized where it is maximal
             memo[node] = node
         else:
-            args = [memo[a] for a in node.args]
+            args = [atoms.of(a) if a in large else memo[a] for a in node.args]
             memo[node] = node if all(a is b for a, b in zip(args, node.args)) else node.func(*args)
-    return memo[expr]
+    return atoms.of(expr) if expr in large else memo[expr]
 
 
-def at_values(expr: sp.Expr, values: Mapping[sp.Symbol, float]) -> sp.Expr:
+def large_numbers(expr: sp.Basic, big: int) -> set[sp.Basic]:
+    """The number sub-expressions of ``expr`` (no symbols) larger than ``big`` nodes as a tree and
+    holding at least :data:`MANY_HEADS` distinct function heads of numbers (exp(r₁), …, exp(r₆)
+    summed: a nested arc-cosine constant has one acos a layer)."""
+    sizes: dict[sp.Basic, int] = {}
+    number: dict[sp.Basic, bool] = {}
+    heads: dict[sp.Basic, frozenset] = {}       # its distinct function heads, MANY_HEADS at most
+    for node in _post_order(expr):
+        sizes[node] = min(big + 1, 1 + sum(sizes[a] for a in node.args))
+        number[node] = not node.is_Symbol and all(number[a] for a in node.args)
+        below = frozenset({node}) if isinstance(node, sp.Function) else frozenset()
+        for a in node.args:
+            if len(below) >= MANY_HEADS:
+                break
+            below |= heads[a]
+        heads[node] = below
+    return {node for node, size in sizes.items() if size > big and number[node] and len(heads[node]) >= MANY_HEADS}
+
+
+def at_values(expr: sp.Expr, values: Mapping[sp.Symbol, float], big: int | None = None) -> sp.Expr:
     """``expr`` with each maximal sub-expression in the params alone replaced by its float value
-    at ``values`` (over the DAG: sympy's ``subs`` walks the tree)."""
+    at ``values`` (over the DAG: sympy's ``subs`` walks the tree); with ``big``, each maximal
+    number sub-expression of more than ``big`` nodes as a tree too."""
     atoms = Atoms(values)
-    reduced = atomize(expr, atoms)
+    reduced = atomize(expr, atoms, big)
     return reduced.xreplace({a: sp.Float(v) for a, v in atoms.value.items()})
 
 
