@@ -146,28 +146,3 @@ def test_a_record_is_pure_data_of_its_compile(monkeypatch):
         first, again = replay.record(compiled, names), replay.record(compiled, names)
         assert first is not None and first.method == "exact"
         assert json.dumps(first.to_json()) == json.dumps(again.to_json())
-
-
-def test_memo_shares_heads_across_tapes_and_changes_no_number():
-    """Tapes run with one memo (what a PackCache hands the functions packed at one set of variances)
-    give, bit for bit, what they give without it, in long double and in float64; they share a head
-    by what it computes (SiLU's exp(−t) once for all three), and writing their arithmetic into
-    spare arrays never touches the memo's values or the input."""
-    t = sp.Symbol("t", real=True)
-    sig = 1 / (1 + sp.exp(-t))
-    exprs = [sp.tanh(t), sp.tanh(t) ** 2, 1 - sp.tanh(t) ** 2, (1 - sp.tanh(t) ** 2) ** 2,
-             t * sig, (t * sig) ** 2, sig + t * sig * (1 - sig), t]
-    for dtype in (np.longdouble, float):
-        x = np.linspace(-6, 6, 3 * 41, dtype=dtype).reshape(3, 41)
-        x0 = x.copy()
-        memo: dict = {}
-        tapes = [Tape.compile([e], [t]) for e in exprs]
-        for _ in range(2):                              # the second round reads the memo only
-            for tape in tapes:
-                got = tape(x, dtype=dtype, memo=memo)[0]
-                assert got.dtype == dtype and np.array_equal(got, tape(x, dtype=dtype)[0])
-        assert np.array_equal(x, x0)
-        exps = [k for k in memo if k[:2] == ("fn", "exp")]
-        assert len(exps) == 1 and len([k for k in memo if k[:2] == ("fn", "tanh")]) == 1
-        assert np.array_equal(memo[exps[0]], np.exp(-x0)) and np.array_equal(
-            memo[("fn", "tanh", (("in", 0),))], np.tanh(x0))

@@ -122,21 +122,21 @@ def split_bits(n: int) -> int:
     return beta
 
 
-def split(X: np.ndarray, axis: int, beta: int, top: np.ndarray | None = None,
-          inplace: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def split(X: np.ndarray, axis: int, beta: int,
+          top: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(hi, rest, 2^e) of float64 X: along ``axis``'s other index, 2^e > max |X| (a power of two; from
     ``top`` ≥ max |X| when given, else the maximum itself) and
     hi = 2^{e−β}·rint(X·2^{β−e}), by (X + c) − c with c = 1.5·2^{52}·2^{e−β} (X + c lies in c's binade,
     whose spacing is 2^{e−β}: rounded to nearest there, and − c is exact) — an integer of magnitude
     ≤ 2^β times 2^{e−β} — and rest = X − hi, exact (hi is a multiple of 2^{e−β}, itself a multiple of
-    ulp(X), and |X − hi| ≤ min(|X|, 2^{e−β−1})).  ``inplace``: rest written over X (the same numbers)."""
+    ulp(X), and |X − hi| ≤ min(|X|, 2^{e−β−1}))."""
     if top is None:
         top = np.maximum(np.max(X, axis=axis, keepdims=True), -np.min(X, axis=axis, keepdims=True))
     _, e = np.frexp(top)
     c = np.ldexp(1.5, e - beta + 52)
     hi = X + c
     hi -= c
-    return hi, np.subtract(X, hi, out=X if inplace else None), np.ldexp(1.0, e).ravel()
+    return hi, X - hi, np.ldexp(1.0, e).ravel()
 
 
 def half_basis(G: np.ndarray, beta: int) -> Half:
@@ -184,12 +184,11 @@ class Folded:
         out = np.zeros((hi.shape[0], K + 1), dtype=LD)
         bound = np.zeros(hi.shape[0])
         zero = len(self.zero)
-        space = np.empty(hi.shape[0] * 2 * self.even.hi.shape[0])      # the even half has the most nodes
         for half, sign, start in ((self.even, 1.0, 0), (self.odd, -1.0, 1)):
             if half is None:
                 continue
             n = half.hi.shape[0]
-            buf = space[:hi.shape[0] * 2 * n].reshape(hi.shape[0], 2 * n)   # [X_r X₁]: the folded parts
+            buf = np.empty((hi.shape[0], 2 * n))               # [X_r X₁]: the folded parts, side by side
             xr, x1 = buf[:, :n], buf[:, n:]
             fold_op = np.add if sign > 0 else np.subtract
             first = zero if sign > 0 else 0
@@ -201,9 +200,9 @@ class Folded:
                 continue
             exact = x1 @ half.hi
             inexact = buf @ half.stack
-            part = out[:, start::2]                          # exact + inexact, added in long double
-            part[...] = exact
-            part += inexact
+            part = exact.astype(LD)
+            part += inexact.astype(LD)
+            out[:, start::2] = part
             bound += (gamma(2 * n) + 3 * UNIT) * (1 + 1e-7) * 2.0 ** -self.beta * (
                 top * float(half.l1.max(initial=0.0)) + (1.01 * l1 + n * top * 2.0 ** -self.beta) *
                 float(half.scale.max(initial=0.0)))
@@ -293,7 +292,7 @@ def evaluate(fn: Fn, points: np.ndarray, memo: dict | None = None) -> tuple[np.n
     except TypeError:
         got = None
     if got is not None and got.dtype == LD:
-        return (got if got.shape == points.shape else np.broadcast_to(got, points.shape)), bool(np.finfo(LD).eps < EPS)
+        return np.broadcast_to(got, points.shape), bool(np.finfo(LD).eps < EPS)
     if got is None or got.dtype != np.float64:          # float64 values of φ: at points it rounded itself
         got = np.asarray(fn(points.astype(float)), dtype=float)
     return np.broadcast_to(got, points.shape).astype(LD), False
@@ -352,52 +351,44 @@ def _rule(fn: Fn, variances: np.ndarray, K: int, h: float, memo: dict | None = N
     convergence for φ analytic in a strip), and the same by its every other node (the rule of step
     2h, for the error estimate: no new evaluation of φ), in long double.  The nodes are laid out as
     the rule's even nodes (the rule of step 2h), then its odd ones, each ascending (:func:`node_sets`).
-    F_i = √w_i φ(√a z_i) is evaluated in long double (:func:`evaluate`) on a core window about z = 0
-    (:data:`CORE_Z`, widened by :func:`core_window` for a φ that needs it) and in float64 outside it
-    (:func:`outer_values`): outside it ‖F‖ ≤ CORE·‖F‖, and its float64 values' errors are charged as
-    such (:func:`coefficients`); on it F = fl(F^ld) + fl(F^ld − fl(F^ld)) exactly.  One :func:`split`
-    of the row (the core's low part joins ``rest``: one rounding, u|rest|), formed as fl(F^ld − hi):
-    F^ld − hi = rest + (F^ld − fl(F^ld)) is exact in long double — hi = 0, or |fl(F)| ≥ 2^{e−β−1}, so
-    |F^ld| ≥ 2^E with E ≥ e − β − 1, F^ld and hi (a multiple of 2^{e−β}, E − 63 ≤ e − β) are multiples
-    of 2^{E−63}, and |F^ld − hi| ≤ 2^{e−β−1} + 2^{E−53} < 2^{E+1}: 64 bits.  Then the products of the
-    two node sets by the parity fold (:meth:`Folded.product`), on one BLAS thread (:func:`one_thread`);
-    S = Σ F_i² from the split (:func:`squares`).  ``memo``: a dict for these variances and h
-    (:meth:`PackCache.memo`): its entry for the core's half-width handed to φ (:func:`evaluate`), and
-    the core's points, and the outer points and their float64 heads (:func:`outer_values`), kept
-    under ("points", d), ("outer", d) and ("float", d)."""
+    F_i = √w_i φ(√a z_i) is evaluated in float64, then in long double (:func:`evaluate`) on a core
+    window about z = 0 (:data:`CORE_Z`, widened by :func:`core_window` for a φ that needs it): outside
+    it ‖F‖ ≤ CORE·‖F‖, and its float64 values' errors are charged as such (:func:`coefficients`); on it
+    F = fl(F^ld) + fl(F^ld − fl(F^ld)) exactly.  One :func:`split` of the row (the core's low part
+    joins ``rest``: one rounding, u|rest|), then the products of the two node sets by the parity fold
+    (:meth:`Folded.product`), on one BLAS thread (:func:`one_thread`); S = Σ F_i² from the split
+    (:func:`squares`).  ``memo``: a dict for these variances and h (:meth:`PackCache.memo`), its entry for
+    the core's half-width handed to φ (:func:`evaluate`)."""
     zs, ws, n0 = node_sets(h)
     root = np.sqrt(np.clip(variances, 0.0, None).astype(LD))
     r64 = root.astype(float)[:, None]
     centre = len(zs) // 2
+    F = np.broadcast_to(np.asarray(fn(r64 * zs.astype(float)), dtype=float), (len(root), len(zs))) * ws.astype(float)
     cap = centre // 2 * 2
     d = min(int(np.ceil(CORE_Z / h / 8)) * 8, cap)
-    F = np.empty((len(root), len(zs)))
-    outer_values(fn, r64, h, d, F, memo)
-    Fc, accurate = core_values(fn, root, h, d, memo)
-    cores = core_slices(centre, d, n0)
-    m = cores[0].stop - cores[0].start
-    if not accurate:                                      # φ in float64: its values on the core too
-        zc, wc = core_nodes(h, d)[2:]
-        got = np.broadcast_to(np.asarray(call(fn, r64 * zc), dtype=float), (len(root), len(zc))) * wc
-        F[:, cores[0]], F[:, cores[1]] = got[:, :m], got[:, m:]
-        return float_rule(F, *folded_basis(K, h, float)[2:], n0, K)
-    F[:, cores[0]], F[:, cores[1]] = Fc[:, :m], Fc[:, m:]
     total = np.einsum("ij,ij->i", F, F)
-    tails = sum(np.einsum("ij,ij->i", F[:, c], F[:, c]) for c in tail_slices(cores, n0, len(zs)))
-    if d < cap and np.any(tails > CORE * CORE * 0.99 * total):      # a φ growing faster than bounded ones
-        d = widen(F, centre, d, cap, n0)
-        cores = core_slices(centre, d, n0)
-        Fc, accurate = core_values(fn, root, h, d, memo)
-        m = cores[0].stop - cores[0].start
-        F[:, cores[0]], F[:, cores[1]] = Fc[:, :m], Fc[:, m:]
-        total = np.einsum("ij,ij->i", F, F)
+    while d < cap:          # the window from the float64 values (their ~100u errors: far inside the 1 % slack)
+        outside = tail_slices(core_slices(centre, d, n0), n0, len(zs))
+        tails = sum(np.einsum("ij,ij->i", F[:, c], F[:, c]) for c in outside)
+        if not np.any(tails > CORE * CORE * 0.99 * total):
+            break
+        d = min(max(d + 8, core_window(natural(F, n0), centre)), cap)    # a φ growing faster than bounded ones
+    cores = core_slices(centre, d, n0)
+    vals, accurate = evaluate(fn, root[:, None] * np.concatenate([zs[c] for c in cores]),
+                              None if memo is None else memo.setdefault(d, {}))
+    if not accurate:
+        return float_rule(F, *folded_basis(K, h, float)[2:], n0, K)
+    Fc = vals * np.concatenate([ws[c] for c in cores])
     _, _, even, odd = folded_basis(K, h)
     beta = min(even.beta, odd.beta)
+    m = cores[0].stop - cores[0].start
+    F[:, cores[0]], F[:, cores[1]] = Fc[:, :m], Fc[:, m:]
     # every |F_i| ≤ ‖F‖₂ = √S (S from the float64 values: within 1e-12, and 2^e > √S(1 + 1e-10))
-    hi, rest, top = split(F, 1, beta, np.sqrt(total)[:, None] * (1 + 1e-10), inplace=True)
-    # the core's rest with its low part: fl(F^ld − hi), exact in long double, rounded once (docstring)
-    rest[:, cores[0]] = np.subtract(Fc[:, :m], hi[:, cores[0]])
-    rest[:, cores[1]] = np.subtract(Fc[:, m:], hi[:, cores[1]])
+    hi, rest, top = split(F, 1, beta, np.sqrt(np.einsum("ij,ij->i", F, F))[:, None] * (1 + 1e-10))
+    Fc[:, :m] -= F[:, cores[0]]                          # F^ld − fl(F^ld): exact, then rounded once
+    Fc[:, m:] -= F[:, cores[1]]
+    rest[:, cores[0]] += Fc[:, :m]
+    rest[:, cores[1]] += Fc[:, m:]
     coarse_square = squares(hi[:, :n0], rest[:, :n0])
     square = coarse_square + squares(hi[:, n0:], rest[:, n0:])
     l1 = np.sqrt(len(zs) * square.astype(float)) * (1 + 1e-6)         # ≥ ‖F‖₁ (Cauchy–Schwarz)
@@ -407,86 +398,6 @@ def _rule(fn: Fn, variances: np.ndarray, K: int, h: float, memo: dict | None = N
     fine += coarse
     return Rule(fine, square, 2 * coarse, 2 * coarse_square, b_even + b_odd, accurate, max(even.norm, odd.norm),
                 r64[:, 0] * float(np.max(np.abs(zs))))
-
-
-def call(fn: Fn, points: np.ndarray, memo: dict | None = None) -> np.ndarray:
-    """fn(points), handing it ``memo`` where one is given (:meth:`.tape.HermiteArg.function`)."""
-    return fn(points) if memo is None else fn(points, memo=memo)
-
-
-@lru_cache(maxsize=64)
-def core_nodes(h: float, d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(z, √w) of the core window of half-width d (:func:`core_slices`) in long double, its two
-    column slices one after the other, and the same rounded to float64."""
-    zs, ws, n0 = node_sets(h)
-    cores = core_slices(len(zs) // 2, d, n0)
-    z, w = np.concatenate([zs[c] for c in cores]), np.concatenate([ws[c] for c in cores])
-    return z, w, z.astype(float), w.astype(float)
-
-
-@lru_cache(maxsize=64)
-def outer_nodes(h: float, d: int) -> tuple[list[slice], np.ndarray, np.ndarray]:
-    """(the columns outside the core window of half-width d, their z and √w in float64, one after
-    the other) (:func:`tail_slices`)."""
-    zs, ws, n0 = node_sets(h)
-    outside = tail_slices(core_slices(len(zs) // 2, d, n0), n0, len(zs))
-    z64, w64 = zs.astype(float), ws.astype(float)
-    return outside, np.concatenate([z64[c] for c in outside]), np.concatenate([w64[c] for c in outside])
-
-
-def outer_values(fn: Fn, r64: np.ndarray, h: float, d: int, F: np.ndarray, memo: dict | None) -> None:
-    """F_i = fl(fl(φ(fl(√a·z_i)))·√w_i) in float64 at the nodes outside the core window, written into
-    their columns of F: each value as φ evaluated at every node gives it (numpy's functions act per
-    element).  The points are kept in memo[("outer", d)] and φ's heads at them in memo[("float", d)]
-    (the functions packed at one set of variances share them: :class:`.tape.HermiteArg`)."""
-    outside, z, w = outer_nodes(h, d)
-    if memo is None:
-        pts, sub = r64 * z, None
-    else:
-        pts = memo.get(("outer", d))
-        if pts is None:
-            pts = memo[("outer", d)] = r64 * z
-        sub = memo.setdefault(("float", d), {})
-    got = np.broadcast_to(np.asarray(call(fn, pts, sub), dtype=float), (len(r64), len(z)))
-    start = 0
-    for c in outside:
-        width = c.stop - c.start
-        np.multiply(got[:, start:start + width], w[start:start + width], out=F[:, c])
-        start += width
-
-
-def core_values(fn: Fn, root: np.ndarray, h: float, d: int, memo: dict | None) -> tuple[np.ndarray, bool]:
-    """(F = φ(√a z)·√w on the core window of half-width d (the columns of :func:`core_nodes`), in
-    long double, whether φ was evaluated in long double: :func:`evaluate`); the points √a·z kept in
-    memo[("points", d)]."""
-    z, w = core_nodes(h, d)[:2]
-    if memo is None:
-        pts = root[:, None] * z
-    else:
-        pts = memo.get(("points", d))
-        if pts is None:
-            pts = memo[("points", d)] = root[:, None] * z
-    heads = None if memo is None else memo.setdefault(d, {})
-    vals, accurate = evaluate(fn, pts, heads)
-    if vals.flags.writeable and vals.shape == pts.shape and not np.may_share_memory(vals, pts) and not any(
-            np.may_share_memory(vals, v) for v in (heads or {}).values() if isinstance(v, np.ndarray)):
-        vals *= w                                        # φ's own array (not a memo's): the same numbers
-        return vals, accurate
-    return vals * w, accurate
-
-
-def widen(F: np.ndarray, centre: int, d: int, cap: int, n0: int) -> int:
-    """The core window's half-width for a φ whose values F (float64 outside the window of half-width
-    d, long double rounded to float64 on it) carry more than CORE·‖F‖ outside it: grown until they
-    do not (:func:`core_window`; the float64 values' ~100u errors are far inside the 1 % slack)."""
-    total = np.einsum("ij,ij->i", F, F)
-    while d < cap:
-        outside = tail_slices(core_slices(centre, d, n0), n0, F.shape[1])
-        tails = sum(np.einsum("ij,ij->i", F[:, c], F[:, c]) for c in outside)
-        if not np.any(tails > CORE * CORE * 0.99 * total):
-            break
-        d = min(max(d + 8, core_window(natural(F, n0), centre)), cap)
-    return d
 
 
 @lru_cache(maxsize=16)
@@ -705,18 +616,16 @@ class PackCache:
         self.memos: OrderedDict = OrderedDict()
 
     def memo(self, variances: np.ndarray, h: float) -> dict:
-        """A memo of function heads' values at the rule of step h for these (distinct, sorted)
-        variances, by their bytes and h — {core half-width d: {(head, slots): long double values},
-        ("float", d): the same in float64 outside the core, ("points", d) and ("outer", d): the points
-        of both} (:func:`_rule`, :meth:`.tape.Tape.__call__`): the functions packed at one set of
-        variances (tanh, tanh², (1 − tanh²)² at one layer) evaluate their heads once.  The most recent
-        kept, up to 24 sets and about ``limit`` bytes (per variance and head a core of about 256 long
-        double values and about 320 float64 ones outside it)."""
+        """A memo of function heads' long double values at the rule of step h for these (distinct,
+        sorted) variances, by their bytes and h — {core half-width: {(head, slots): values}} (:func:`_rule`,
+        :meth:`.tape.Tape.__call__`): the functions packed at one set of variances (tanh, tanh², (1 − tanh²)²
+        at one layer) evaluate their heads once in long double.  The most recent kept, up to 24 sets and
+        about ``limit`` bytes (a core of about 256 long double values per variance and head)."""
         key = (variances.tobytes(), h)
         got = self.memos.get(key)
         if got is None:
             got = self.memos[key] = {}
-            size = min(24, max(2, self.limit // ((16 * 256 + 8 * 320) * max(1, len(variances)))))
+            size = min(24, max(2, self.limit // (16 * 256 * max(1, len(variances)))))
             while len(self.memos) > size:
                 self.memos.popitem(last=False)
         self.memos.move_to_end(key)

@@ -152,15 +152,11 @@ class HermiteArg:
 
     def function(self, t: np.ndarray, memo: dict | None = None) -> np.ndarray:
         """φ at the points t, in their precision where :attr:`extended`, else in float64; ``memo``:
-        values of its heads at these points (:meth:`.mehler.PackCache.memo`: tanh, tanh² and
-        (1 − tanh²)² at one layer's variances share one long double tanh, and one float64 tanh at
-        the nodes outside the core: :func:`.mehler.outer_values`) — for long double points where φ
-        is :attr:`extended`, and for float64 points (the same numbers as without it)."""
-        if t.dtype == np.longdouble:
-            if self.extended:
-                return self.tape(t, dtype=np.longdouble, memo=memo)[0]
-            return self.tape(t)[0]
-        return self.tape(t, memo=memo)[0]
+        long double values of its heads at these points (:meth:`.mehler.PackCache.memo`: tanh, tanh²
+        and (1 − tanh²)² at one layer's variances share one long double tanh)."""
+        if self.extended and t.dtype == np.longdouble:
+            return self.tape(t, dtype=np.longdouble, memo=memo)[0]
+        return self.tape(t)[0]
 
     def __call__(self, a: np.ndarray, out=None) -> np.ndarray:
         return self.cache.packed(self.key, self.function, self.K, self.h, a)
@@ -329,64 +325,26 @@ class Tape:
     def __call__(self, *arrays: np.ndarray, dtype: type = float, memo: dict | None = None) -> list[np.ndarray]:
         """The values of the outputs, given one array per input (broadcasting), in ``dtype`` (float64,
         or np.longdouble: the constants stay float64 numbers, promoted where they meet the inputs).
-        ``memo``: the values of function heads, by what they compute from the inputs (:attr:`memo_keys`)
-        — for these same input arrays (its owner keys it by them: :class:`HermiteArg`), read and filled
-        (SiLU, its square and its derivative share one exp(−t)); with it,
-        an arithmetic operation also writes its result into an array this call made for an argument
-        read for the last time (:meth:`spare`: the same numbers, without a fresh array's page faults),
-        and an output that is such an array is returned as it is (writeable: its caller's to reuse)."""
+        ``memo``: the values of function heads of the inputs alone, by (head, input slots) — for these
+        same input arrays (its owner keys it by them: :class:`HermiteArg`), read and filled."""
         if len(arrays) != self.ninputs:
             raise ValueError(f"expected {self.ninputs} arrays, got {len(arrays)}")
         xs = [np.asarray(a, dtype=dtype) for a in arrays]
         shape = np.broadcast_shapes(*(x.shape for x in xs)) if xs else ()
         slots: dict[int, object] = dict(enumerate(xs))
         slots.update({k: np.float64(v) for k, v in self.consts.items()})
-        owned: set[int] = set()                 # slots holding arrays this call made (not inputs, not memo's)
         with np.errstate(all="ignore"):
             for op, fn, free in zip(self.ops, self.functions, self.frees):
-                args = [slots[a] for a in op.args]
-                if memo is not None and op.kind == "fn":
-                    key = self.memo_keys[op.out]
+                if memo is not None and op.kind == "fn" and all(a < self.ninputs for a in op.args):
+                    key = (op.arg, op.args)
                     if key not in memo:
-                        memo[key] = fn(*args)
+                        memo[key] = fn(*[slots[a] for a in op.args])
                     slots[op.out] = memo[key]
-                elif memo is not None and op.kind in ("add", "mul", "pow"):
-                    out = self.spare(op, args, free, owned, slots)
-                    got = fn(*args) if out is None else fn(*args, out=out)
-                    slots[op.out] = got
-                    if isinstance(got, np.ndarray) and got.base is None and all(got is not x for x in args) or \
-                            got is out:
-                        owned.add(op.out)
                 else:
-                    slots[op.out] = fn(*args)
+                    slots[op.out] = fn(*[slots[a] for a in op.args])
                 for a in free:
                     del slots[a]
-                    owned.discard(a)
-        return [slots[o] if o in owned and slots[o].shape == shape and slots[o].dtype == dtype
-                else np.broadcast_to(slots[o], shape).astype(dtype, copy=False) for o in self.outputs]
-
-    @cached_property
-    def memo_keys(self) -> dict[int, tuple]:
-        """Per slot, what it computes from the inputs and constants, as nested tuples (("in", i),
-        ("const", value), (kind, arg, argument keys)): equal keys, equal values on the same inputs,
-        whichever tape computes them (the :meth:`__call__` memo)."""
-        keys: dict[int, tuple] = {i: ("in", i) for i in range(self.ninputs)}
-        keys.update({k: ("const", float(v)) for k, v in self.consts.items()})
-        for op in self.ops:
-            keys[op.out] = (op.kind, op.arg, tuple(keys[a] for a in op.args))
-        return keys
-
-    @staticmethod
-    def spare(op: Op, args: list, free: tuple[int, ...], owned: set[int], slots: dict) -> np.ndarray | None:
-        """An array for ``out=`` of an arithmetic operation: its first or second argument (a fold's
-        later ones are read after it writes) where this is that slot's last reading, the array was
-        made by this call (``owned``), and it has the result's shape and dtype; else None."""
-        for a in op.args[:2]:
-            x = slots[a]
-            if a in free and a in owned and isinstance(x, np.ndarray) and x.flags.writeable \
-                    and x.shape == np.broadcast_shapes(*(np.shape(y) for y in args)) and x.dtype == np.result_type(*args):
-                return x
-        return None
+        return [np.broadcast_to(slots[o], shape).astype(dtype, copy=False) for o in self.outputs]
 
     def to_json(self) -> dict:
         """The tape as JSON data (numbers, kinds and head names; exponents as [p, q] or a float)."""
