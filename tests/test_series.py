@@ -157,27 +157,15 @@ def test_dataset_kernel_matches_per_pair_compiles():
 
 @pytest.mark.parametrize("K,h", [(0, 0.05), (7, 0.05), (64, 0.05), (65, 0.0371)])
 def test_parity_fold_equals_the_plain_products(K, h):
-    """The folded, split products (even orders from F's even part, odd from its odd part; the rule's
-    even nodes — the rule at 2h, with and without z = 0 among them — and its odd nodes apart) equal
-    F @ Gᵀ in long double to within their stated bound (plus the long double reference's own rounding),
-    and the bound is far below one float64 ulp of the coefficients' scale."""
-    from tensorprog.symbolic.mehler import LD, UNIT_LD, folded_basis, hermite_basis, split
+    """The folded products (even orders from φ's even part, odd from its odd part) equal F @ Gᵀ
+    on the rule's nodes and on its every other node (with and without z = 0 among them)."""
+    from tensorprog.symbolic.mehler import folded_basis, hermite_basis
     z, G = hermite_basis(K, h)
-    _, sw, even, odd = folded_basis(K, h)
-    F = np.random.default_rng(1).standard_normal((5, len(z))) * sw.astype(float)
-    hi, rest, top = split(F, 1, min(even.beta, odd.beta))
-    assert np.array_equal(hi + rest, F)
-    l1 = np.sum(np.abs(F), axis=1)
-    pe, be = even.product(hi[:, ::2], rest[:, ::2], top, K, l1)
-    po, bo = odd.product(hi[:, 1::2], rest[:, 1::2], top, K, l1)
-    Fl = F.astype(LD)
-    for got, bound, cols in ((pe, be, slice(None, None, 2)), (pe + po, be + bo, slice(None))):
-        ref = Fl[:, cols] @ G[:, cols].T
-        slack = (len(z) + 2) * UNIT_LD * (np.abs(Fl[:, cols]) @ np.abs(G[:, cols]).T).max(axis=1)
-        assert np.all(np.abs(got - ref).max(axis=1) <= bound + slack)
-    scale = np.sqrt(np.sum(F * F, axis=1))
-    assert np.all(be + bo <= 1e-3 * np.finfo(float).eps * scale)
-    assert len(even.zero) == (1 if (len(z) // 2) % 2 == 0 else 0)
+    _, sw, fine, coarse = folded_basis(K, h)
+    F = np.random.default_rng(1).standard_normal((5, len(z))) * sw
+    assert np.allclose(fine.product(F, K), F @ G.T, rtol=0, atol=1e-14)
+    assert np.allclose(coarse.product(F[:, ::2], K), F[:, ::2] @ G[:, ::2].T, rtol=0, atol=1e-14)
+    assert len(coarse.zero) == (1 if (len(z) // 2) % 2 == 0 else 0)
 
 
 def test_diagonal_cells_take_the_1d_square():

@@ -1,12 +1,8 @@
 """The numbers of the Mehler series (see :mod:`..expect.series` for the rule and its bound).
 
-Coefficients α_k(a) = E[φ(√a z) h_k(z)] of a numpy function φ at many variances by matrix products
-(the trapezoidal rule on [−13, 13], error estimated by the rule at step 2h: every other node), their
-tail and error estimates, Horner's sum Σ_k ρ^k α_k β_k, and the stated error.  The rule runs in
-extended precision (np.longdouble, 2⁻⁶⁴): φ in long double about z = 0, the products with the basis
-exact in float64 (an Ozaki split, :meth:`Folded.product`), so that a coefficient's error is its
-rounding to float64, u|α̃_k|, plus δ ≈ 0.1 u·√(E φ²) — not the float64 rule's 4–6 u·√(E φ²), which
-made up a third of the kernels' stated errors (tests/test_series_bounds.py).  Also the grid
+Coefficients α_k(a) = E[φ(√a z) h_k(z)] of a numpy function φ at many variances by one matrix
+product (the trapezoidal rule on [−13, 13], error estimated by the rule at step 2h: every other node), their
+tail and error estimates, Horner's sum Σ_k ρ^k α_k β_k, and the stated error.  Also the grid
 tape's operations of the series (:mod:`.grid`): a *row* operation packs one variance's
 coefficients with their tail, error and norm (:func:`pack`), computed once per input; *cell*
 operations sum the series and its bound for a pair (:func:`mehler_value`, :func:`mehler_error`).
@@ -25,34 +21,12 @@ import sympy as sp
 
 EPS = np.finfo(float).eps
 Fn = Callable[[np.ndarray], np.ndarray]
-#: the unit roundoff of float64: a rounding to nearest errs by at most this relative to its result
-#: (and to the rounded value: |x − fl(x)| ≤ ½ulp(fl(x)) ≤ u|fl(x)|)
-UNIT = EPS / 2
-#: the extended precision the coefficients are computed in (x87's 80-bit format where numpy has it)
-LD = np.longdouble
-#: its unit roundoff (2⁻⁶⁴ for the 80-bit format; ε/2 where np.longdouble is float64)
-UNIT_LD = float(np.finfo(LD).eps) / 2
-#: the error of one coefficient computed in extended precision (:func:`coefficients`: φ evaluated in
-#: np.longdouble on the core window), relative to √S = ‖F‖, beside the rule's own difference at 2h:
-#: the values F_i = √w_i φ(√a z_i) (libm's long double functions within 1.5 ulp, a few operations, the
-#: argument's rounding times φ's condition number) and the basis' recurrence (its error grows with k:
-#: ≤ 49 u_ld·max_i |G_ki| at k = 512 against mpmath), ≤ ‖ΔF‖ + ‖ΔG_k‖√S.  Against a 110-bit mpmath
-#: rule (bench/mehler_coefficients.py: tanh, SiLU, (1 − tanh²)², SiLU², SiLU′; K = 8, 64 (512: tanh);
-#: variances 0.002–4):
-#: max_k |α_k − α_k^ld| ≤ 53 u_ld √S (SiLU², whose values grow like z²; ≤ 7 u_ld √S for the others),
-#: and the stated δ (this, the float64 tail's charge and the products') is 156–275 u_ld √S there
-#: (0.08–0.13 u √S); tests/test_series_bounds.py checks coverage and δ ≤ 0.25 u √S
-LD_COEFF_ROUNDING = 128 * UNIT_LD
-#: the same for S = Σ_i F_i²: F's error twice, the split sums' rounding (:func:`squares`: ≤ 32 u_ld·S)
-#: and the float64 values outside the core (2·(3(1 + |x|) + 10)u·CORE²·S ≤ 1e-3 u·S for |x| ≤ 150)
-LD_SQUARE_ROUNDING = 128 * UNIT_LD
-#: the rounding of one coefficient α̃_k = Σ_i F_i G_ki when φ is evaluated in float64 (a function
-#: without long double loops, or with constants float64 does not hold: :func:`evaluate`), relative
-#: to √S = ‖F‖ (|α̃_k| ≤ ‖F‖‖G_k‖, ‖G_k‖ ≈ 1).  Against the same rule in 80-bit floats (φ = tanh,
-#: SiLU, their squares and their derivatives' squares; K = 8, 64, 256; variances 0.002–4):
-#: max_k |α̃_k − α_k| ≤ 3.1 ε√S, and the stated δ = max_k |α̃_k − α̃'_k| + this ≥ 1.8× it everywhere
+#: the rounding of one coefficient α̃_k = Σ_i F_i G_ki, relative to √S = ‖F‖ (|α̃_k| ≤ ‖F‖‖G_k‖, ‖G_k‖ ≈ 1).
+#: Against the same rule in 80-bit floats (φ = tanh, SiLU, their squares and their derivatives' squares;
+#: K = 8, 64, 256; variances 0.002–4): max_k |α̃_k − α_k| ≤ 3.1 ε√S, and the stated
+#: δ = max_k |α̃_k − α̃'_k| + this (the rule at 2h differs by its own rounding) ≥ 1.8× it everywhere
 COEFF_ROUNDING = 2 * EPS
-#: the rounding of S̃ = Σ_i F_i² relative to S (float64 values of φ, measured as above: ≤ 3.5 ε)
+#: the rounding of S̃ = Σ_i F_i² relative to S (measured as above: ≤ 3.5 ε)
 SQUARE_ROUNDING = 4 * EPS
 
 
@@ -67,198 +41,31 @@ def step_for(K: int, largest_variance: float) -> float:
 
 
 @lru_cache(maxsize=16)
-def hermite_basis(K: int, h: float, dtype: type = LD) -> tuple[np.ndarray, np.ndarray]:
+def hermite_basis(K: int, h: float) -> tuple[np.ndarray, np.ndarray]:
     """(z, G) of the trapezoidal rule of step h on [−T, T] (Σ w_i f(z_i) ≈ E f(z), z ~ N(0, 1),
-    w_i = h·pdf(z_i)), in np.longdouble: G[k, i] = √w_i h_k(z_i), k ≤ K, by the recurrence
-    h_{k+1} = (z h_k − √k h_{k−1})/√(k+1) on the scaled values (bounded: |h_k(z)| e^{−z²/4} ≤ 1).
-    The nodes z_i = i·h are exact (a 53-bit h times an integer below 2¹¹ in a 64-bit significand).
-    ``dtype`` float: the same in float64 (for a φ evaluated in float64: :func:`float_rule`)."""
-    z, sw = rule_nodes(h)
-    z, sw = z.astype(dtype), sw.astype(dtype)
-    G = np.empty((K + 1, len(z)), dtype=dtype)
+    w_i = h·pdf(z_i)): G[k, i] = √w_i h_k(z_i), k ≤ K, by the recurrence
+    h_{k+1} = (z h_k − √k h_{k−1})/√(k+1) on the scaled values (bounded: |h_k(z)| e^{−z²/4} ≤ 1)."""
+    n = int(np.ceil(HALF_WIDTH / h))
+    z = h * np.arange(-n, n + 1)
+    sw = np.sqrt(h * np.exp(-z ** 2 / 2) / np.sqrt(2 * np.pi))
+    G = np.empty((K + 1, len(z)))
     G[0] = sw
     if K:
         G[1] = z * sw
     for k in range(1, K):
-        G[k + 1] = (z * G[k] - np.sqrt(dtype(k)) * G[k - 1]) / np.sqrt(dtype(k + 1))
+        G[k + 1] = (z * G[k] - np.sqrt(k) * G[k - 1]) / np.sqrt(k + 1)
     return z, G
-
-
-@lru_cache(maxsize=16)
-def rule_nodes(h: float) -> tuple[np.ndarray, np.ndarray]:
-    """(z, √w) of the trapezoidal rule of step h on [−T, T], in long double (:func:`hermite_basis`)."""
-    n = int(np.ceil(HALF_WIDTH / h))
-    z = LD(h) * np.arange(-n, n + 1).astype(LD)
-    return z, np.sqrt(LD(h) * np.exp(-z * z / 2) / np.sqrt(2 * np.arccos(LD(-1))))
-
-
-def gamma(n: int) -> float:
-    """γ_n = nu/(1 − nu): a dot product of n terms in float64, in any order, errs by at most
-    γ_n Σ|x_i y_i| (Higham, Accuracy and Stability, §3.1)."""
-    return n * UNIT / (1 - n * UNIT)
-
-
-@dataclass(frozen=True)
-class Half:
-    """One parity's half of a folded basis (:class:`Folded`), split for :meth:`Folded.product`: the
-    orders k ≡ p (mod 2) at their nodes (node-major, (n, m)).  ``hi``: G rounded to β bits of its
-    order's power of two 2^{f_k} > max_i |G_ki| (an integer of magnitude ≤ 2^β times 2^{f_k−β}, held
-    exactly); ``stack``: fl(G) above fl(G − hi) (2n, m); ``scale``: 2^{f_k}; ``l1``: ‖G_k‖₁ (rounded
-    up)."""
-    hi: np.ndarray
-    stack: np.ndarray
-    scale: np.ndarray
-    l1: np.ndarray
-
-
-def split_bits(n: int) -> int:
-    """The largest β with n·2^{2β+1} ≤ 2⁵³: a dot product of n terms, each a product of an integer of
-    magnitude ≤ 2^{β+1} (a folded sum of two) and one ≤ 2^β (times one power of two), has every partial
-    sum an integer below 2⁵³ (times that power): exact in float64, in any order of summation and
-    with or without fused operations."""
-    beta = 26
-    while n * 2.0 ** (2 * beta + 1) > 2.0 ** 53:
-        beta -= 1
-    return beta
-
-
-def split(X: np.ndarray, axis: int, beta: int,
-          top: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(hi, rest, 2^e) of float64 X: along ``axis``'s other index, 2^e > max |X| (a power of two; from
-    ``top`` ≥ max |X| when given, else the maximum itself) and
-    hi = 2^{e−β}·rint(X·2^{β−e}), by (X + c) − c with c = 1.5·2^{52}·2^{e−β} (X + c lies in c's binade,
-    whose spacing is 2^{e−β}: rounded to nearest there, and − c is exact) — an integer of magnitude
-    ≤ 2^β times 2^{e−β} — and rest = X − hi, exact (hi is a multiple of 2^{e−β}, itself a multiple of
-    ulp(X), and |X − hi| ≤ min(|X|, 2^{e−β−1}))."""
-    if top is None:
-        top = np.maximum(np.max(X, axis=axis, keepdims=True), -np.min(X, axis=axis, keepdims=True))
-    _, e = np.frexp(top)
-    c = np.ldexp(1.5, e - beta + 52)
-    hi = X + c
-    hi -= c
-    return hi, X - hi, np.ldexp(1.0, e).ravel()
-
-
-def half_basis(G: np.ndarray, beta: int) -> Half:
-    """The :class:`Half` of long double G (node-major (n, m)): G = fl(G) + fl(G − fl(G)) exactly (a
-    64-bit significand is two float64 pieces); hi by :func:`split` of fl(G), and
-    fl(G − hi) = fl((fl(G) − hi) + fl(G − fl(G)))."""
-    G64 = G.astype(float)
-    hi, rest, scale = split(G64, 0, beta)
-    rest += (G - G64).astype(float)
-    l1 = np.sum(np.abs(G64), axis=0) * (1 + 4 * UNIT) + 1e-300
-    return Half(np.ascontiguousarray(hi), np.ascontiguousarray(np.concatenate([G64, rest], axis=0)), scale, l1)
-
-
-@dataclass(frozen=True)
-class Folded:
-    """A symmetric node set folded by parity: h_k(−z) = (−1)^k h_k(z), so with F the weighted
-    values at the nodes, Σ_i F_i G[k, i] = Σ_{z_i>0} (F(z_i) ± F(−z_i)) G[k, i] (+ the node z = 0
-    for even k): the even orders from F's even part, the odd ones from its odd part, each a
-    product of half the nodes by half the orders (a quarter of the work, twice).  A part that is
-    0 (φ odd, or even: tanh, tanh², …) skips its product.  The even half's nodes are z = 0 (if a
-    node) then the z > 0; each half split (:class:`Half`) with β = :func:`split_bits` of its nodes."""
-    pos: slice               # the nodes z > 0, ascending
-    neg: slice               # their mirrors −z, in the same order
-    zero: np.ndarray         # the index of z = 0 (empty if not a node)
-    even: Half               # G[0::2] at [z = 0,] z > 0
-    odd: Half | None         # G[1::2] at z > 0 (None for K = 0)
-    norm: float              # max_k ‖G_k‖₂ (rounded up)
-    beta: int
-
-    def product(self, hi: np.ndarray, rest: np.ndarray, top: np.ndarray, K: int,
-                l1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """((hi + rest) @ Gᵀ (V, K+1) in long double, a bound per row on each coefficient's error (V,))
-        for values split by :func:`split` (hi: integers of magnitude ≤ 2^β times 2^{e−β}, 2^e = ``top``;
-        |rest| ≤ 2^{e−β−1}(1 + 10⁻⁸)), an Ozaki split: with G = G₁ + G_r and the parts folded,
-
-            (X₁ + X_r)·G = X₁·G₁ + X₁·G_r + X_r·G,
-
-        the first exact — X₁ = hi(z) ± hi(−z) is an exact sum of two such integers (≤ 2^{β+1}), and
-        :func:`split_bits` — the other two one float64 product [X_r X₁]·[fl(G); fl(G_r)], X_r =
-        fl(rest(z) ± rest(−z)).  Its error: the roundings of X_r (u|X_r|, |X_r| ≤ 2^{e−β}(1 + 10⁻⁸)), of
-        fl(G) (u|G|) and of G_r (u·2^{f−β−1}), and the product's γ_{2n}·(Σ|X_r||G| + Σ|X₁||G_r|)
-        (:func:`gamma`); the two sums are then added in long double (u_ld relative).  Charged per row as
-        (γ_{2n} + 3u)(1 + 10⁻⁷)·2^{−β}·(2^e max_k ‖G_k‖₁ + ‖X₁‖₁ max_k 2^{f_k}) + 2u_ld·max_k |(X₁·G₁)_k|,
-        ‖X₁‖₁ ≤ 1.01·l1 + n·2^{e−β} (``l1`` ≥ the row's ‖hi + rest‖₁): about 2^{−β}n^{3/2}u·√S."""
-        out = np.zeros((hi.shape[0], K + 1), dtype=LD)
-        bound = np.zeros(hi.shape[0])
-        zero = len(self.zero)
-        for half, sign, start in ((self.even, 1.0, 0), (self.odd, -1.0, 1)):
-            if half is None:
-                continue
-            n = half.hi.shape[0]
-            buf = np.empty((hi.shape[0], 2 * n))               # [X_r X₁]: the folded parts, side by side
-            xr, x1 = buf[:, :n], buf[:, n:]
-            fold_op = np.add if sign > 0 else np.subtract
-            first = zero if sign > 0 else 0
-            if first:
-                x1[:, 0], xr[:, 0] = hi[:, self.zero[0]], rest[:, self.zero[0]]
-            fold_op(hi[:, self.pos], hi[:, self.neg], out=x1[:, first:])
-            fold_op(rest[:, self.pos], rest[:, self.neg], out=xr[:, first:])
-            if not buf.any():                                # φ of the other parity (tanh: its even part)
-                continue
-            exact = x1 @ half.hi
-            inexact = buf @ half.stack
-            part = exact.astype(LD)
-            part += inexact.astype(LD)
-            out[:, start::2] = part
-            bound += (gamma(2 * n) + 3 * UNIT) * (1 + 1e-7) * 2.0 ** -self.beta * (
-                top * float(half.l1.max(initial=0.0)) + (1.01 * l1 + n * top * 2.0 ** -self.beta) *
-                float(half.scale.max(initial=0.0)))
-            bound += 2 * UNIT_LD * np.max(np.abs(exact), axis=1, initial=0.0)
-        return out, bound
-
-
-    def plain(self, F: np.ndarray, K: int) -> np.ndarray:
-        """F @ fl(G)ᵀ (V, K+1) by the parity fold in plain float64 (as long double): for φ evaluated in
-        float64, whose values' errors (:data:`COEFF_ROUNDING`) the products' rounding joins."""
-        out = np.zeros((F.shape[0], K + 1), dtype=LD)
-        a, b = F[:, self.pos], F[:, self.neg]
-        for half, part, start in ((self.even, np.concatenate([F[:, self.zero], a + b], axis=1), 0),
-                                  (self.odd, a - b if self.odd is not None else None, 1)):
-            if half is not None and np.any(part):
-                out[:, start::2] = part @ half.stack[:half.hi.shape[0]]
-        return out
-
-
-def fold(z: np.ndarray, G: np.ndarray) -> Folded:
-    """The parity fold of the nodes z (symmetric about 0, ascending) and their basis G (:class:`Folded`)."""
-    n, odd = divmod(len(z), 2)
-    first = n + odd                                  # the first node z > 0
-    if not np.array_equal(z[first:], -z[n - 1::-1] if n else z[:0]) or (odd and z[n] != 0):
-        raise ValueError("the parity fold needs nodes symmetric about 0")
-    pos = slice(first, len(z))
-    zero = np.arange(n, n + odd)
-    beta = split_bits(n + odd)
-    even = np.concatenate([G[0::2][:, zero], G[0::2][:, pos]], axis=1).T
-    G64 = G.astype(float)
-    norm = float(np.sqrt(np.max(np.sum(G64 * G64, axis=1)))) * (1 + 1e-12)
-    return Folded(pos, slice(n - 1, None, -1) if n else slice(0, 0), zero, half_basis(even, beta),
-                  half_basis(G[1::2][:, pos].T, beta) if G.shape[0] > 1 else None, norm, beta)
-
-
-@lru_cache(maxsize=16)
-def folded_basis(K: int, h: float, dtype: type = LD) -> tuple[np.ndarray, np.ndarray, Folded, Folded]:
-    """(z, √w, the fold of the rule's even nodes, the fold of its odd nodes) of the rule of step h
-    (:func:`hermite_basis`; z and √w in long double): the even nodes are the rule of step 2h, and
-    the rule of step h is the sum of the two."""
-    z, G = hermite_basis(K, h, dtype)
-    return z, G[0], fold(z[::2], G[:, ::2]), fold(z[1::2], G[:, 1::2])
 
 
 @dataclass(frozen=True)
 class Coefficients:
     """Hermite coefficients of one function at several variances, with what the bound needs.
 
-    ``alpha`` (V, K+1): α̃_k for each variance (float64: the extended-precision values rounded once,
-    |α̃_k − α_k^ld| ≤ u|α̃_k|); ``tail`` (V,): an upper estimate of T(K) = Σ_{k>K} α_k²; ``err``
-    (V,): of ‖α − α̃‖₂ (k ≤ K); ``norm`` (V,): ‖α̃‖₂ (≤ √(E φ²) + err); ``square`` (V,): E φ(√a z)²
-    (the diagonal of E φψ when φ = ψ); ``square_err`` (V,): its error estimate (the rule at step
-    2h, plus rounding); ``sup`` (V,): δ, of max_k |α_k − α_k^ld| (the extended-precision values':
-    the rule at step 2h, plus :data:`LD_COEFF_ROUNDING`·√S, or :data:`COEFF_ROUNDING`·√S where φ was
-    evaluated in float64, plus the products' bound), so that |α_k − α̃_k| ≤ δ + u|α̃_k| — what the
-    grid tape's per-cell bound uses (:func:`stated_errors`, :func:`mean_error`)."""
+    ``alpha`` (V, K+1): α̃_k for each variance; ``tail`` (V,): an upper estimate of
+    T(K) = Σ_{k>K} α_k²; ``err`` (V,): of ‖α − α̃‖₂ (k ≤ K); ``norm`` (V,): ‖α̃‖₂ (≤ √(E φ²) + err);
+    ``square`` (V,): E φ(√a z)² (the diagonal of E φψ when φ = ψ); ``square_err`` (V,): its error
+    estimate (the rule at step 2h, plus rounding); ``sup`` (V,): of max_k |α_k − α̃_k| (the rule at
+    step 2h, plus :data:`COEFF_ROUNDING`·√S: what the grid tape's per-cell bound uses)."""
     alpha: np.ndarray
     tail: np.ndarray
     err: np.ndarray
@@ -281,175 +88,69 @@ class Coefficients:
                             self.square, self.square_err, self.sup)
 
 
-def evaluate(fn: Fn, points: np.ndarray, memo: dict | None = None) -> tuple[np.ndarray, bool]:
-    """(φ at the long double ``points``, whether in long double): ``fn`` on them, or, where it
-    gives float64 (a function without long double loops, or one evaluated in float64: what
-    :class:`.tape.HermiteArg` hands over when its constants are not all held exactly), or has no
-    loop for them (TypeError), on their float64 roundings.  ``memo``: handed to ``fn`` (a
-    :meth:`.tape.HermiteArg.function`, whose heads' values at these points it keeps) when given."""
-    try:
-        got = np.asarray(fn(points) if memo is None else fn(points, memo=memo))
-    except TypeError:
-        got = None
-    if got is not None and got.dtype == LD:
-        return np.broadcast_to(got, points.shape), bool(np.finfo(LD).eps < EPS)
-    if got is None or got.dtype != np.float64:          # float64 values of φ: at points it rounded itself
-        got = np.asarray(fn(points.astype(float)), dtype=float)
-    return np.broadcast_to(got, points.shape).astype(LD), False
-
-
-#: the nodes whose φ is evaluated in long double (:func:`_rule`): those within a window about z = 0
-#: outside which every row's weighted values F carry at most CORE·‖F‖ (ℓ2); the others keep their
-#: float64 values
-CORE = 2.0 ** -10
-#: the error of a float64 value F_i = √w_i φ(x_i), x_i = √a z_i, relative to |F_i|, in units of u:
-#: the argument's three roundings (√a, z_i and their product) times φ's condition number |xφ′(x)/φ(x)|
-#: — at most 1 + |x| for the activations here (tanh, sigmoid, softplus, SiLU, Mish, ELU, softsign:
-#: their values vanish at most like x·e^x, or grow at most linearly), charged with the call's largest
-#: |x| (:attr:`Rule.reach`) — plus φ's own (libm's float64 functions within 4 ulp: 8) and √w's and the
-#: product's roundings (2): (3(1 + |x|) + 10)·u
-FLOAT_VALUE_ROUNDINGS = 10.0
-#: the core window is at least |z| ≤ CORE_Z (rounded up to 8 nodes): what bounded activations need
-#: (tanh: 5.6 at CORE = 2⁻¹⁰), so that the functions packed at one set of variances share it (and its memo)
-CORE_Z = 5.6
-
-
-def core_window(F: np.ndarray, centre: int) -> int:
-    """The half-width d (in nodes) of the smallest window [centre − d, centre + d], a multiple of 16
-    (so that functions at the same variances share it: :class:`.tape.HermiteArg`'s memo), outside
-    which every row's Σ F² is at most 0.98·CORE²·Σ F² (:data:`CORE`)."""
-    sq = F * F
-    right = sq[:, centre:]
-    left = sq[:, centre::-1]
-    m = min(right.shape[1], left.shape[1])
-    folded = right[:, :m] + left[:, :m]
-    folded[:, 0] = sq[:, centre]
-    outside = np.cumsum(folded[:, ::-1], axis=1)[:, ::-1]             # Σ_{j' ≥ j}
-    total = outside[:, 0]
-    ok = np.concatenate([outside[:, 1:], np.zeros((len(F), 1))], axis=1) <= 0.98 * CORE * CORE * total[:, None]
-    d = int(np.max(np.argmax(ok, axis=1), initial=0))
-    return min(-(-(d + 1) // 16) * 16, (m - 1) // 2 * 2)
-
-
 @dataclass(frozen=True)
-class Rule:
-    """What :func:`_rule` gives, in long double: the coefficients (V, K+1) and S = E φ² (V,) by the
-    rule of step h and by its every other node (step 2h), the products' error bound per row, and
-    whether φ was evaluated in long double (on the core window)."""
-    alpha: np.ndarray
-    square: np.ndarray
-    coarse: np.ndarray
-    coarse_square: np.ndarray
-    products: np.ndarray
-    accurate: bool
-    norm: float
-    reach: np.ndarray | None = None         # per row, the largest |x| = √a·|z| at the rule's nodes
+class Folded:
+    """A symmetric node set folded by parity: h_k(−z) = (−1)^k h_k(z), so with F the weighted
+    values at the nodes, Σ_i F_i G[k, i] = Σ_{z_i>0} (F(z_i) ± F(−z_i)) G[k, i] (+ the node z = 0
+    for even k): the even orders from F's even part, the odd ones from its odd part, each a
+    product of half the nodes by half the orders (a quarter of the work, twice).  A part that is
+    0 (φ odd, or even: tanh, tanh², …) skips its product."""
+    pos: slice               # the nodes z > 0, ascending
+    neg: slice               # their mirrors −z, in the same order
+    zero: np.ndarray         # the index of z = 0 (empty if not a node)
+    even: np.ndarray         # G[0::2, pos].T, contiguous
+    odd: np.ndarray          # G[1::2, pos].T, contiguous
+    even0: np.ndarray        # G[0::2, zero] (shape (len(zero), ⌈(K+1)/2⌉))
+
+    def product(self, F: np.ndarray, K: int) -> np.ndarray:
+        """F @ G.T (shape (V, K+1)) by the parity fold."""
+        plus, minus = F[:, self.pos], F[:, self.neg]
+        out = np.zeros((F.shape[0], K + 1))
+        even = plus + minus
+        if len(self.zero):
+            out[:, 0::2] = F[:, self.zero] @ self.even0
+        if np.any(even):
+            out[:, 0::2] += even @ self.even
+        if K:
+            np.subtract(plus, minus, out=even)
+            if np.any(even):
+                out[:, 1::2] = even @ self.odd
+        return out
 
 
-def _rule(fn: Fn, variances: np.ndarray, K: int, h: float, memo: dict | None = None) -> Rule:
-    """The coefficients and E φ(√a z)² for each variance by the trapezoidal rule of step h (geometric
-    convergence for φ analytic in a strip), and the same by its every other node (the rule of step
-    2h, for the error estimate: no new evaluation of φ), in long double.  The nodes are laid out as
-    the rule's even nodes (the rule of step 2h), then its odd ones, each ascending (:func:`node_sets`).
-    F_i = √w_i φ(√a z_i) is evaluated in float64, then in long double (:func:`evaluate`) on a core
-    window about z = 0 (:data:`CORE_Z`, widened by :func:`core_window` for a φ that needs it): outside
-    it ‖F‖ ≤ CORE·‖F‖, and its float64 values' errors are charged as such (:func:`coefficients`); on it
-    F = fl(F^ld) + fl(F^ld − fl(F^ld)) exactly.  One :func:`split` of the row (the core's low part
-    joins ``rest``: one rounding, u|rest|), then the products of the two node sets by the parity fold
-    (:meth:`Folded.product`), on one BLAS thread (:func:`one_thread`); S = Σ F_i² from the split
-    (:func:`squares`).  ``memo``: a dict for these variances and h (:meth:`PackCache.memo`), its entry for
-    the core's half-width handed to φ (:func:`evaluate`)."""
-    zs, ws, n0 = node_sets(h)
-    root = np.sqrt(np.clip(variances, 0.0, None).astype(LD))
-    r64 = root.astype(float)[:, None]
-    centre = len(zs) // 2
-    F = np.broadcast_to(np.asarray(fn(r64 * zs.astype(float)), dtype=float), (len(root), len(zs))) * ws.astype(float)
-    cap = centre // 2 * 2
-    d = min(int(np.ceil(CORE_Z / h / 8)) * 8, cap)
-    total = np.einsum("ij,ij->i", F, F)
-    while d < cap:          # the window from the float64 values (their ~100u errors: far inside the 1 % slack)
-        outside = tail_slices(core_slices(centre, d, n0), n0, len(zs))
-        tails = sum(np.einsum("ij,ij->i", F[:, c], F[:, c]) for c in outside)
-        if not np.any(tails > CORE * CORE * 0.99 * total):
-            break
-        d = min(max(d + 8, core_window(natural(F, n0), centre)), cap)    # a φ growing faster than bounded ones
-    cores = core_slices(centre, d, n0)
-    vals, accurate = evaluate(fn, root[:, None] * np.concatenate([zs[c] for c in cores]),
-                              None if memo is None else memo.setdefault(d, {}))
-    if not accurate:
-        return float_rule(F, *folded_basis(K, h, float)[2:], n0, K)
-    Fc = vals * np.concatenate([ws[c] for c in cores])
-    _, _, even, odd = folded_basis(K, h)
-    beta = min(even.beta, odd.beta)
-    m = cores[0].stop - cores[0].start
-    F[:, cores[0]], F[:, cores[1]] = Fc[:, :m], Fc[:, m:]
-    # every |F_i| ≤ ‖F‖₂ = √S (S from the float64 values: within 1e-12, and 2^e > √S(1 + 1e-10))
-    hi, rest, top = split(F, 1, beta, np.sqrt(np.einsum("ij,ij->i", F, F))[:, None] * (1 + 1e-10))
-    Fc[:, :m] -= F[:, cores[0]]                          # F^ld − fl(F^ld): exact, then rounded once
-    Fc[:, m:] -= F[:, cores[1]]
-    rest[:, cores[0]] += Fc[:, :m]
-    rest[:, cores[1]] += Fc[:, m:]
-    coarse_square = squares(hi[:, :n0], rest[:, :n0])
-    square = coarse_square + squares(hi[:, n0:], rest[:, n0:])
-    l1 = np.sqrt(len(zs) * square.astype(float)) * (1 + 1e-6)         # ≥ ‖F‖₁ (Cauchy–Schwarz)
-    with one_thread():
-        coarse, b_even = even.product(hi[:, :n0], rest[:, :n0], top, K, l1)
-        fine, b_odd = odd.product(hi[:, n0:], rest[:, n0:], top, K, l1)
-    fine += coarse
-    return Rule(fine, square, 2 * coarse, 2 * coarse_square, b_even + b_odd, accurate, max(even.norm, odd.norm),
-                r64[:, 0] * float(np.max(np.abs(zs))))
+def fold(z: np.ndarray, G: np.ndarray) -> Folded:
+    """The parity fold of the nodes z (symmetric about 0, ascending) and their basis G (:class:`Folded`)."""
+    n, odd = divmod(len(z), 2)
+    first = n + odd                                  # the first node z > 0
+    if not np.array_equal(z[first:], -z[n - 1::-1] if n else z[:0]) or (odd and z[n] != 0):
+        raise ValueError("the parity fold needs nodes symmetric about 0")
+    pos = slice(first, len(z))
+    zero = np.arange(n, n + odd)
+    return Folded(pos, slice(n - 1, None, -1) if n else slice(0, 0), zero,
+                  np.ascontiguousarray(G[0::2][:, pos].T), np.ascontiguousarray(G[1::2][:, pos].T),
+                  np.ascontiguousarray(G[0::2][:, zero].T))
 
 
 @lru_cache(maxsize=16)
-def node_sets(h: float) -> tuple[np.ndarray, np.ndarray, int]:
-    """(z, √w, n₀) of the rule of step h laid out as its even nodes (n₀ of them: the rule of step 2h)
-    then its odd ones, each ascending (long double): each set's fold (:class:`Folded`) then reads
-    contiguous columns."""
-    z, sw = rule_nodes(h)
-    return np.concatenate([z[::2], z[1::2]]), np.concatenate([sw[::2], sw[1::2]]), (len(z) + 1) // 2
+def folded_basis(K: int, h: float) -> tuple[np.ndarray, np.ndarray, Folded, Folded]:
+    """(z, √w, the fold of the rule of step h, the fold of its every other node) (:func:`hermite_basis`)."""
+    z, G = hermite_basis(K, h)
+    return z, G[0], fold(z, G), fold(z[::2], G[:, ::2])
 
 
-def core_slices(centre: int, d: int, n0: int) -> tuple[slice, slice]:
-    """The columns of the core window, natural nodes centre − d … centre + d, in the layout of
-    :func:`node_sets`: natural node i is column i/2 (i even) or n₀ + (i − 1)/2 (i odd)."""
-    lo, hi = centre - d, centre + d
-    return (slice((lo + 1) // 2, hi // 2 + 1), slice(n0 + lo // 2, n0 + (hi - 1) // 2 + 1))
-
-
-def tail_slices(cores: tuple[slice, slice], n0: int, n: int) -> list[slice]:
-    """The columns outside the core window (:func:`core_slices`) in the layout of :func:`node_sets`."""
-    return [slice(0, cores[0].start), slice(cores[0].stop, n0), slice(n0, cores[1].start), slice(cores[1].stop, n)]
-
-
-def natural(F: np.ndarray, n0: int) -> np.ndarray:
-    """Values in the layout of :func:`node_sets` back in the natural order of the nodes."""
-    out = np.empty_like(F)
-    out[:, ::2], out[:, 1::2] = F[:, :n0], F[:, n0:]
-    return out
-
-
-def float_rule(F: np.ndarray, even: Folded, odd: Folded, n0: int, K: int) -> Rule:
-    """:func:`_rule` for a φ evaluated in float64 (:func:`evaluate`; F its weighted values in the layout
-    of :func:`node_sets`): its values err by ~u each, and the plain float64 products
-    (:meth:`Folded.plain`) and sums add about as much — both within :data:`COEFF_ROUNDING` and
-    :data:`SQUARE_ROUNDING`, as the rule ran before it had long double."""
+def _rule(fn: Fn, variances: np.ndarray, K: int, h: float) -> tuple[np.ndarray, ...]:
+    """(α̃, S̃, α̃', S̃'): the coefficients (V, K+1) and E φ(√a z)² (V,) for each variance by the
+    trapezoidal rule of step h (geometric convergence for φ analytic in a strip), and the same by
+    its every other node (the rule of step 2h, for the error estimate: no new evaluation of φ).
+    The products with the basis go by the parity fold (:class:`Folded`), on one BLAS thread
+    (:func:`one_thread`)."""
+    z, sw, fine, coarse = folded_basis(K, h)
+    pts = np.sqrt(np.clip(variances, 0.0, None))[:, None] * z[None, :]
+    F = np.broadcast_to(np.asarray(fn(pts), dtype=float), pts.shape) * sw
+    Fc = F[:, ::2]
     with one_thread():
-        coarse, fine = even.plain(F[:, :n0], K), odd.plain(F[:, n0:], K)
-    fine += coarse
-    coarse_square = np.einsum("ij,ij->i", F[:, :n0], F[:, :n0]).astype(LD)
-    square = coarse_square + np.einsum("ij,ij->i", F[:, n0:], F[:, n0:])
-    return Rule(fine, square, 2 * coarse, 2 * coarse_square, np.zeros(len(F)), False, max(even.norm, odd.norm))
-
-
-def squares(hi: np.ndarray, rest: np.ndarray) -> np.ndarray:
-    """Σ_i (hi_i + rest_i)² per row in long double, for the values of one node set of the rule (the
-    even or the odd nodes: n of them with n·2^{2β} ≤ 2⁵³, :func:`split_bits`) split by :func:`split`:
-    Σ hi² exactly (products of integers ≤ 2^β times one power of two, every partial sum below 2⁵³ of
-    them), and 2Σ hi·rest + Σ rest² in float64 (|rest| ≤ 2^{e−β−1}(1 + 10⁻⁸): their rounding is at most
-    γ_{n+1}·(2‖hi‖₁ + ‖rest‖₁)·2^{e−β−1}, about 2^{−β}n^{3/2}u·S ≤ 32 u_ld·S here)."""
-    exact = np.einsum("ij,ij->i", hi, hi)
-    small = 2 * np.einsum("ij,ij->i", hi, rest) + np.einsum("ij,ij->i", rest, rest)
-    return exact.astype(LD) + small.astype(LD)
+        return (fine.product(F, K), np.einsum("ij,ij->i", F, F), 2 * coarse.product(Fc, K),
+                2 * np.einsum("ij,ij->i", Fc, Fc))
 
 
 @lru_cache(maxsize=1)
@@ -466,50 +167,25 @@ def one_thread():
     return _controller().limit(limits=1, user_api="blas")
 
 
-def coefficients(fn: Fn, variances: Sequence[float], K: int, h: float | None = None,
-                 memo: dict | None = None) -> Coefficients:
+def coefficients(fn: Fn, variances: Sequence[float], K: int, h: float | None = None) -> Coefficients:
     """The coefficients of φ = ``fn`` (a numpy function) up to order K at each variance, with
     the tail and error estimates of the module doc: the trapezoidal rule at step h, and at step
     2h (its every other node) for the error estimate (it converges geometrically: the coarser
-    rule's difference overestimates the finer one's error), in long double (:func:`_rule`).
-
-    Per coefficient, δ = max_k |α_k^ld − α_k^ld′| (the two rules) + the floor of
-    :data:`LD_COEFF_ROUNDING`·√S, the float64 values' outside the core window ((3(1 + max|x|) +
-    :data:`FLOAT_VALUE_ROUNDINGS`)·u·CORE·√S·max_k ‖G_k‖: ‖F_tail‖ ≤ CORE·‖F‖) and the products'
-    bound (:meth:`Folded.product`) bounds |α_k − α_k^ld|, and the float64 coefficient α̃_k = fl(α_k^ld)
-    adds u|α̃_k|.  In ℓ2: ‖α − α̃‖ ≤ u‖α̃‖ + e, e = ‖α^ld − α^ld′‖ + √(K+1)·(floor + products).  The tail
-    T(K) = S − Σ_{k≤K} α_k² is
-    bounded by the long double difference S^ld − Σ α_k^ld² (S's error, and the pairwise sum of the
-    α_k^ld² in long double), and |Σα² − Σ(α^ld)²| ≤ 2‖α^ld‖e + e².  A φ evaluated in float64
-    (:func:`float_rule`) keeps the float64 rule's estimates: δ with :data:`COEFF_ROUNDING`, the ℓ2 error
-    with 16ε√S per coefficient, the tail with 2‖α̃‖e + e² + 16ε·S for e = ‖α̃ − α̃′‖ (S̃ − Σα̃² is
-    ‖F − its projection‖² ≥ 0 up to the rounding of a few sums of size S)."""
+    rule's difference overestimates the finer one's error)."""
     a = np.asarray(variances, dtype=float).ravel()
     h = step_for(K, float(a.max(initial=0.0))) if h is None else h
-    r = _rule(fn, a, K, h, memo)
-    S = r.square.astype(float)
-    root = np.sqrt(S)
-    diff = (r.alpha - r.coarse).astype(float)
-    quad = np.sqrt(np.sum(diff ** 2, axis=1))
-    kept = np.sum(r.alpha ** 2, axis=1)
-    gap = np.abs(r.square - r.coarse_square).astype(float)
-    if r.accurate:
-        values = (3 * (1 + r.reach) + FLOAT_VALUE_ROUNDINGS) * UNIT           # the float64 values outside the core
-        floor = (LD_COEFF_ROUNDING + values * CORE * 1.01 * r.norm) * root + r.products
-        e = quad + np.sqrt(K + 1.0) * floor                               # ‖α − α^ld‖₂
-        square_err = gap + LD_SQUARE_ROUNDING * S
-        extra = square_err + (pairwise_roundings(K + 1) + 2) * UNIT_LD * S
-    else:
-        floor, e = COEFF_ROUNDING * root, quad
-        square_err = gap + SQUARE_ROUNDING * S
-        extra = gap + 16 * EPS * S
-    alpha = r.alpha.astype(float)
-    norm = np.sqrt(np.sum(alpha ** 2, axis=1))
-    tail = np.clip((r.square - kept).astype(float), 0.0, None) * (1 + 4 * UNIT) + extra + 2 * e * np.sqrt(
-        kept.astype(float)) + e ** 2
-    sup = np.max(np.abs(diff), axis=1, initial=0.0) + floor
-    err = (quad + np.sqrt(K + 1.0) * floor if r.accurate else quad + 16 * EPS * root * np.sqrt(K + 1.0))
-    return Coefficients(alpha, tail, err + UNIT * norm * (1 + 4 * UNIT), norm, S, square_err + UNIT * S, sup)
+    alpha, S, coarse, S1 = _rule(fn, a, K, h)
+    rounding = COEFF_ROUNDING * np.sqrt(S)
+    quad = np.sqrt(np.sum((alpha - coarse) ** 2, axis=1))
+    err = quad + 16 * EPS * np.sqrt(S) * np.sqrt(K + 1)     # ℓ2 over k ≤ K (the engine's Cauchy–Schwarz bound)
+    kept = np.sum(alpha ** 2, axis=1)
+    # T(K) = S − Σ_{k≤K} α_k²: the computed difference, S's quadrature error, the coefficients'
+    # (|Σα² − Σα̃²| ≤ 2‖α̃‖e + e² for their quadrature error e) and the rounding of two sums of size S
+    # (S̃ and Σα̃² are sums of the same weighted values F: S̃ − Σα̃² = ‖F − its projection‖² ≥ 0 up to
+    # the rounding of F Gᵀ, a few ε·S — not 2‖α̃‖·√(K+1)·(rounding of one coefficient))
+    tail = np.clip(S - kept, 0.0, None) + np.abs(S - S1) + 2 * quad * np.sqrt(kept) + quad ** 2 + 16 * EPS * S
+    sup = np.max(np.abs(alpha - coarse), axis=1, initial=0.0) + rounding
+    return Coefficients(alpha, tail, err, np.sqrt(kept), S, np.abs(S - S1) + SQUARE_ROUNDING * S, sup)
 
 
 def derivative(coef: Coefficients, variances: Sequence[float]) -> np.ndarray:
@@ -566,7 +242,7 @@ def levels(K: int) -> list[int]:
     return [k for k in LEVELS if k < K] + [K]
 
 
-def pack(fn: Fn, K: int, h: float, a: np.ndarray, memo: dict | None = None) -> np.ndarray:
+def pack(fn: Fn, K: int, h: float, a: np.ndarray) -> np.ndarray:
     """The packed coefficients of φ = fn at the variances ``a`` (any shape; computed once per
     distinct value): shape a.shape + (W,), [α_0 … α_K, T(L) for each level L of :func:`levels`,
     S = E φ², its error, δ, ‖α̃‖, the numbers of :func:`compute_row_numbers`, √(T(L)/T(L′)) for every
@@ -575,7 +251,7 @@ def pack(fn: Fn, K: int, h: float, a: np.ndarray, memo: dict | None = None) -> n
     states them: T(L) ≤ (√T(K) + ‖α̃_{L<k≤K}‖ + ‖α − α̃‖)²)."""
     a = np.asarray(a, dtype=float)
     ua, inv = np.unique(a.ravel(), return_inverse=True)
-    c = coefficients(fn, ua, K, h, memo)
+    c = coefficients(fn, ua, K, h)
     beyond = np.cumsum((c.alpha ** 2)[:, ::-1], axis=1)[:, ::-1]      # Σ_{k ≥ j} α_k²
     tails = [(np.sqrt(c.tail) + np.sqrt(beyond[:, L + 1]) + c.err) ** 2 if L < K else c.tail for L in levels(K)]
     out = np.concatenate([c.alpha, np.stack(tails, 1), c.square[:, None], c.square_err[:, None],
@@ -613,23 +289,6 @@ class PackCache:
         self.limit = limit
         self.items: OrderedDict = OrderedDict()
         self.size = 0
-        self.memos: OrderedDict = OrderedDict()
-
-    def memo(self, variances: np.ndarray, h: float) -> dict:
-        """A memo of function heads' long double values at the rule of step h for these (distinct,
-        sorted) variances, by their bytes and h — {core half-width: {(head, slots): values}} (:func:`_rule`,
-        :meth:`.tape.Tape.__call__`): the functions packed at one set of variances (tanh, tanh², (1 − tanh²)²
-        at one layer) evaluate their heads once in long double.  The most recent kept, up to 24 sets and
-        about ``limit`` bytes (a core of about 256 long double values per variance and head)."""
-        key = (variances.tobytes(), h)
-        got = self.memos.get(key)
-        if got is None:
-            got = self.memos[key] = {}
-            size = min(24, max(2, self.limit // (16 * 256 * max(1, len(variances)))))
-            while len(self.memos) > size:
-                self.memos.popitem(last=False)
-        self.memos.move_to_end(key)
-        return got
 
     def packed(self, key: tuple, fn: Fn, K: int, h: float, a: np.ndarray) -> np.ndarray:
         """pack(fn, K, h, a), from the cache when ``key`` and the same variances (in the same
@@ -638,7 +297,7 @@ class PackCache:
         full = (key, int(K), float(h), a.size, a.tobytes())
         got = self.items.get(full)
         if got is None:
-            got = pack(fn, K, h, a.ravel(), self.memo(np.unique(a), float(h)))
+            got = pack(fn, K, h, a.ravel())
             self.items[full] = got
             self.size += got.nbytes
             while self.size > self.limit and len(self.items) > 1:
@@ -1097,6 +756,8 @@ def pairwise_roundings(n: np.ndarray) -> np.ndarray:
     return np.where(n <= 128, np.maximum(small, 0.0), big)
 
 
+#: the unit roundoff of float64: a rounding to nearest errs by at most this relative to its result
+UNIT = EPS / 2
 #: the roundings that form a cell's ρ = c·a^{−1/2}·b^{−1/2} on the tape (:func:`stated_errors`)
 RHO_ROUNDINGS = 6.0
 
@@ -1109,12 +770,9 @@ def stated_errors(A: np.ndarray, B: np.ndarray, K: int, order: np.ndarray, log_t
       tails of the largest stored level L′ ≤ L, never those of K) scaled to the tails at the cell's
       own order, r^{L+1}·√(T_α(L) T_β(L)) (:func:`own_tails`), widened by 1e-12 for the rounding of
       its logarithms and ratios;
-    * the coefficients' errors, |α_k − α̃_k| ≤ δ_α + u|α̃_k| (δ the packed column of
-      :func:`packed_columns`; u|α̃_k| the rounding of the long double value to float64:
-      :class:`Coefficients`), and β's likewise:
-      |Σ_{k≤L} ρ^k (α_kβ_k − α̃_kβ̃_k)| ≤ (1 + u)(δ_α Σ|ρ|^k|β̃_k| + δ_β Σ|ρ|^k|α̃_k|) + (K+1)δ_αδ_β
-      + (2u + u²)·Σ|ρ|^k|α̃_kβ̃_k| (the last with the sum's roundings below: 2 more per term), the
-      sums by |β₀| + r|β₁| + r²|β₂| + r³‖β_{≥3}‖₁ (:func:`from_two`);
+    * the coefficients' errors (δ per coefficient, packed column of :func:`packed_columns`):
+      |Σ_{k≤L} ρ^k (α_kβ_k − α̃_kβ̃_k)| ≤ δ_α Σ|ρ|^k|β̃_k| + δ_β Σ|ρ|^k|α̃_k| + (K+1)δ_αδ_β, the sums
+      by |β₀| + r|β₁| + r²|β₂| + r³‖β_{≥3}‖₁ (:func:`from_two`);
     * the rounding of the sum (:func:`horner_sums`), each rounding at most the unit roundoff
       u = ε/2 relative to its result (round to nearest): term k ≤ :data:`HORNER_TOP` meets one
       product (α_kβ_k), then k products by ρ and k + 1 additions in Horner's loop, 2k + 2 roundings;
@@ -1162,7 +820,7 @@ def stated_errors(A: np.ndarray, B: np.ndarray, K: int, order: np.ndarray, log_t
         else:
             m0 = total([nonzero_product(x(R_A0), y(R_A0)), t1, r2 * times(x(R_N2), y(R_N2))])
             m1 = total([t1, r2 * times(x(R_W2), y(R_W2))])
-        m0 *= 4.0                                      # 2u·m0: the coefficients' own rounding
+        m0 *= 2.0
         m1 *= 2.0 + RHO_ROUNDINGS
         m0 += m1
         rnd = np.asarray(m0, dtype=float).reshape(-1)
@@ -1285,7 +943,7 @@ def diagonal(A: np.ndarray, B: np.ndarray, rho: np.ndarray, cells: np.ndarray, s
     error, in place.  With c_k = α_k² ≥ 0, f(ρ) = Σ ρ^k c_k is increasing and
     0 ≤ f(1) − f(ρ) = Σ (1 − ρ^k) c_k ≤ (1 − ρ)·Σ_{k≤L} k c_k + T(L) for every level L (1 − ρ^k ≤ k(1 − ρ),
     and ≤ 1): the least of these (0 at ρ = 1) joins S's own error, with the coefficients' error in
-    Σ k c_k (≤ L(2‖α̃‖e + e²), e = √(K+1)·δ + u‖α̃‖)."""
+    Σ k c_k (≤ L(2‖α̃‖e + e²), e = √(K+1)·δ)."""
     if not len(cells):
         return
     a = Operand(A, shape)
@@ -1295,7 +953,7 @@ def diagonal(A: np.ndarray, B: np.ndarray, rho: np.ndarray, cells: np.ndarray, s
     t0, s0, e0, n0 = packed_columns(K)
     a = a.rows[a.under(cells), :n0 + 1]                      # the coefficients, tails, S, its error, δ, ‖α̃‖
     moments = np.cumsum(np.arange(K + 1) * a[:, :K + 1] ** 2, axis=1)
-    e, n = a[:, e0] * np.sqrt(K + 1) + UNIT * a[:, n0], a[:, n0]     # ‖α − α̃‖₂ ≤ √(K+1)·δ + u‖α̃‖
+    e, n = a[:, e0] * np.sqrt(K + 1), a[:, n0]            # ‖α − α̃‖₂ ≤ √(K+1)·δ
     gap = np.min([d * (moments[:, L] + L * (2 * n * e + e * e)) + a[:, t0 + m] for m, L in enumerate(ls)], axis=0)
     value[cells] = a[:, s0]
     err[cells] = a[:, s0 + 1] + np.where(d > 0, gap, 0.0)
@@ -1358,10 +1016,9 @@ def mean_value(A: np.ndarray, out=None) -> np.ndarray:
 
 
 def mean_error(A: np.ndarray, out=None) -> np.ndarray:
-    """The error of α_0: the coefficients' error estimate δ (per coefficient) and the rounding of
-    α_0 to float64, u|α̃_0| (:class:`Coefficients`), widened by 1e-12 for the rounding of their sum."""
+    """The error of α_0: the coefficients' error estimate δ (per coefficient)."""
     K = int(np.ravel(A[..., -1])[0])
-    e = (A[..., K + 3 + len(levels(K))] + UNIT * np.abs(A[..., 0])) * (1 + 1e-12)
+    e = A[..., K + 3 + len(levels(K))]
     return e if out is None else np.copyto(out, e) or out
 
 
