@@ -391,33 +391,48 @@ def compute_row_numbers(alpha: np.ndarray) -> np.ndarray:
 def weighted(x0, x1, x2, y0, y1, y2, r: np.ndarray, out=None) -> np.ndarray:
     """A bound on Σ_k |ρ|^k |x_k y_k| (r = |ρ| ≤ 1) from |x₀|, |x₁|, ‖x_{≥2}‖ and the same of y:
     |x₀y₀| + r|x₁y₁| + r²‖x_{≥2}‖‖y_{≥2}‖ (Cauchy–Schwarz on the rest).  Exact to O(ρ²) as ρ → 0,
-    and at ρ = 1 within the Cauchy–Schwarz factor of the sum."""
-    p1, p2 = nonzero_product(x1, y1), nonzero_product(x2, y2)
-    if p1 is None and p2 is None:
-        p2 = times(x2, y2)                      # a NaN of r reaches the sum as before
-    return total([nonzero_product(x0, y0), None if p1 is None else r * p1, None if p2 is None else (r * r) * p2],
-                 out)
+    and at ρ = 1 within the Cauchy–Schwarz factor of the sum.  Added left to right, a term 0 throughout
+    left out (a + 0 = a for a ≥ 0, bit for bit); written into ``out`` where it has the grid's shape."""
+    shape = np.broadcast_shapes(*(np.shape(v) for v in (x0, x1, x2, y0, y1, y2, r)))
+    got = out if out is not None and out.shape == shape else np.empty(shape)
+    tmp, started = np.empty(shape), False
+    live = [bool(nonzero(x, y)) for x, y in ((x0, y0), (x1, y1), (x2, y2))]
+    live[2] = live[2] or not live[1]                # the last term never left out (a NaN of r reaches the sum)
+    for k, (x, y) in enumerate(((x0, y0), (x1, y1), (x2, y2))):
+        if not live[k]:
+            continue
+        into = tmp if started else got
+        product_into(x, y, into)
+        if k:
+            np.multiply(r if k == 1 else r * r, into, out=into)
+        if started:
+            got += tmp
+        started = True
+    return got
 
 
-def nonzero_product(x: np.ndarray, y: np.ndarray) -> np.ndarray | None:
-    """:func:`times` (x, y), or None where the product is 0 throughout: x or y 0 throughout, the other
-    finite (0·y = 0, bit for bit)."""
+def nonzero(x: np.ndarray, y: np.ndarray) -> bool:
+    """Whether x·y may be nonzero somewhere: not (x or y 0 throughout, the other finite: 0·y = 0)."""
     for u, v in ((x, y), (y, x)):
         if not np.any(u) and np.all(np.isfinite(v)):
-            return None
-    return times(x, y)
+            return False
+    return True
 
 
-def total(terms: Sequence[np.ndarray | None], out=None) -> np.ndarray:
-    """The sum of ``terms`` (≥ 0 or NaN) left to right, those None (0 throughout) left out: the same
-    bits as adding their zeros (a + 0 = 0 + a = a for a ≥ 0).  The last term is never None.  The
-    last addition goes into ``out`` where it has the sum's shape."""
-    live = [t for t in terms if t is not None]
-    got = live[0]
-    for n, t in enumerate(live[1:], 2):
-        last = n == len(live) and out is not None and out.shape == np.broadcast_shapes(np.shape(got), np.shape(t))
-        got = np.add(got, t, out=out if last else None)
-    return got
+def product_into(x: np.ndarray, y: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """:func:`times` (x, y) written into ``out`` (the grid's shape: x·y broadcast to it where smaller)."""
+    if out.shape == np.broadcast_shapes(np.shape(x), np.shape(y)):
+        return times(x, y, out=out)
+    np.copyto(out, np.broadcast_to(times(x, y), out.shape))
+    return out
+
+
+def nonzero_product(x: np.ndarray, y: np.ndarray, out=None) -> np.ndarray | None:
+    """:func:`times` (x, y), or None where the product is 0 throughout (:func:`nonzero`: the same bits).
+    ``out``: an array of the grid's shape to write it into (:func:`product_into`)."""
+    if not nonzero(x, y):
+        return None
+    return times(x, y) if out is None else product_into(x, y, out)
 
 
 def times(x, y, out=None) -> np.ndarray:
@@ -442,7 +457,7 @@ def order_of(A: np.ndarray) -> int:
     return int(np.ravel(A[..., -1])[0])
 
 
-def signed_weighted(x0, x1, x2, x3, y0, y1, y2, y3, rho: np.ndarray) -> np.ndarray:
+def signed_weighted(x0, x1, x2, x3, y0, y1, y2, y3, rho: np.ndarray, out=None) -> np.ndarray:
     """A bound on |Σ_k ρ^k x_k y_k| (|ρ| ≤ 1) from the signed x₀, x₁, x₂ (and y's) and ‖x_{≥3}‖₂:
     |x₀y₀ + ρ(x₁y₁ + ρx₂y₂)| + |ρ|³‖x_{≥3}‖‖y_{≥3}‖ (Cauchy–Schwarz on the rest), plus
     8u·(|x₀| + |x₁| + |x₂|)(|y₀| + |y₁| + |y₂|) for the rounding of the first part (and of its factors
@@ -450,17 +465,25 @@ def signed_weighted(x0, x1, x2, x3, y0, y1, y2, y3, rho: np.ndarray) -> np.ndarr
     ‖x_{≥2}‖‖y_{≥2}‖, Cauchy–Schwarz in two dimensions); where the first terms cancel (SiLU's E φ″ψ:
     √2α₂β₀ against ρ²√12α₄β₂) it is the derivative to within the rest's bound, where :func:`weighted`
     adds them in absolute value (2.9× at ρ = 0.9)."""
-    r = np.abs(rho)
-    first = rho * times(x2, y2)
-    first += times(x1, y1)
+    shape = np.broadcast_shapes(*(np.shape(v) for v in (x0, x1, x2, x3, y0, y1, y2, y3, rho)))
+    first = out if out is not None and out.shape == shape else np.empty(shape)
+    tmp, r3 = np.empty(shape), np.empty(shape)
+    product_into(x2, y2, first)
     first *= rho
-    first += times(x0, y0)
+    if nonzero_product(x1, y1, out=tmp) is not None:      # (+ 0: the same bits once |·| is taken)
+        first += tmp
+    first *= rho
+    if nonzero_product(x0, y0, out=tmp) is not None:
+        first += tmp
     np.abs(first, out=first)
-    r3 = r * r
-    r3 *= r
-    r3 *= times(x3, y3)
-    first += r3
-    first += (8 * UNIT) * times(np.abs(x0) + np.abs(x1) + np.abs(x2), np.abs(y0) + np.abs(y1) + np.abs(y2))
+    np.abs(rho, out=r3)
+    np.multiply(r3, r3, out=tmp)
+    tmp *= r3
+    tmp *= product_into(x3, y3, r3)
+    first += tmp
+    # 8u·(Σ|x|)(Σ|y|) as (8u·Σ|x|)·Σ|y|: 8u = 2⁻⁵⁰ scales exactly (the same bits)
+    first += product_into((8 * UNIT) * (np.abs(x0) + np.abs(x1) + np.abs(x2)), np.abs(y0) + np.abs(y1) + np.abs(y2),
+                          tmp)
     return first
 
 
@@ -485,16 +508,8 @@ def mehler_slope(A: np.ndarray, B: np.ndarray, rho: np.ndarray, out=None) -> np.
     y_k = √(k+1) β_{k+1}).  With ρ = c/√(ab): |∂E/∂c| ≤ this/√(ab)
     (Price's theorem: ∂E φ(u)ψ(v)/∂c = E φ′(u)ψ′(v)).  From the packed coefficients (the part of
     the sum beyond K is below the truncation target, relative: a sensitivity only weights errors)."""
-    a, b = row_numbers(A), row_numbers(B)
-    if order_of(A) >= 4 and may_cancel([A[..., 1], A[..., 2], A[..., 3]], [B[..., 1], B[..., 2], B[..., 3]]):
-        got = signed_weighted(A[..., 1], SQRT2 * A[..., 2], SQRT3 * A[..., 3], a[..., R_S3],
-                              B[..., 1], SQRT2 * B[..., 2], SQRT3 * B[..., 3], b[..., R_S3], np.clip(rho, -1.0, 1.0))
-    else:                                   # |clip(ρ, −1, 1)| = min(|ρ|, 1), bit for bit
-        got = weighted(a[..., R_S0], a[..., R_S1], a[..., R_S2], b[..., R_S0], b[..., R_S1], b[..., R_S2],
-                       np.minimum(np.abs(rho), 1.0), out=out)
-        if got is out:
-            return out
-    return got if out is None else np.copyto(out, np.broadcast_to(got, out.shape)) or out
+    return price_bound(A, B, rho, (1, 2, 3), (1.0, SQRT2, SQRT3), R_S3, (1, 2, 3), (1.0, SQRT2, SQRT3), R_S3,
+                       (R_S0, R_S1, R_S2), (R_S0, R_S1, R_S2), out)
 
 
 def mehler_curve(A: np.ndarray, B: np.ndarray, rho: np.ndarray, out=None) -> np.ndarray:
@@ -503,16 +518,34 @@ def mehler_curve(A: np.ndarray, B: np.ndarray, rho: np.ndarray, out=None) -> np.
     √((k+1)(k+2)) α_{k+2}/a); B's variance by swapping the arguments.  :func:`signed_weighted` where the
     first terms can cancel (:func:`may_cancel`), else :func:`weighted`; x_k = √((k+1)(k+2)) α_{k+2},
     y_k = β_k."""
-    a, b = row_numbers(A), row_numbers(B)
-    if order_of(A) >= 4 and may_cancel([A[..., 2], A[..., 3], A[..., 4]], [B[..., 0], B[..., 1], B[..., 2]]):
-        got = signed_weighted(SQRT2 * A[..., 2], SQRT6 * A[..., 3], SQRT12 * A[..., 4], a[..., R_C3],
-                              B[..., 0], B[..., 1], B[..., 2], b[..., R_N3], np.clip(rho, -1.0, 1.0))
+    return price_bound(A, B, rho, (2, 3, 4), (SQRT2, SQRT6, SQRT12), R_C3, (0, 1, 2), (1.0, 1.0, 1.0), R_N3,
+                       (R_C0, R_C1, R_C2), (R_A0, R_A1, R_N2), out)
+
+
+def price_bound(A: np.ndarray, B: np.ndarray, rho: np.ndarray, ka: tuple, fa: tuple, rest_a: int, kb: tuple,
+                fb: tuple, rest_b: int, plain_a: tuple, plain_b: tuple, out=None) -> np.ndarray:
+    """|Σ_k ρ^k x_k y_k| bounded per cell from packed rows A and B: x_k = fa[k]·α_{ka[k]} for k ≤ 2 and
+    ‖x_{≥3}‖ the row number ``rest_a`` (y likewise from B), by :func:`signed_weighted` where the first
+    terms can cancel (:func:`may_cancel`), else by :func:`weighted` from the row numbers ``plain_a``
+    and ``plain_b`` (|x₀|, |x₁|, ‖x_{≥2}‖).  The rows' numbers are taken as contiguous rows and
+    columns (:class:`Operand`: a packed row's column is strided, and a product of a row by a column
+    reads it once per row); the bound is written into ``out`` where it has the grid's shape."""
+    shape = np.broadcast_shapes(A.shape[:-1], B.shape[:-1], np.shape(rho))
+    a, b = Operand(A, shape), Operand(B, shape)
+    r0 = order_of(A) + 5 + len(levels(order_of(A)))       # the first of the row numbers
+    target = out if out is not None and out.shape == shape else None
+    if order_of(A) >= 4 and may_cancel([a.grid(k) for k in ka], [b.grid(k) for k in kb]):
+        xs = [a.grid(k) if f == 1.0 else f * a.grid(k) for k, f in zip(ka, fa)]
+        ys = [b.grid(k) if f == 1.0 else f * b.grid(k) for k, f in zip(kb, fb)]
+        got = signed_weighted(*xs, a.grid(r0 + rest_a), *ys, b.grid(r0 + rest_b), np.clip(rho, -1.0, 1.0),
+                              out=target)
     else:                                   # |clip(ρ, −1, 1)| = min(|ρ|, 1), bit for bit
-        got = weighted(a[..., R_C0], a[..., R_C1], a[..., R_C2], b[..., R_A0], b[..., R_A1], b[..., R_N2],
-                       np.minimum(np.abs(rho), 1.0), out=out)
-        if got is out:
-            return out
-    return got if out is None else np.copyto(out, np.broadcast_to(got, out.shape)) or out
+        got = weighted(*[a.grid(r0 + k) for k in plain_a], *[b.grid(r0 + k) for k in plain_b],
+                       np.minimum(np.abs(rho), 1.0), out=target)
+    if out is None or got is out:
+        return got
+    np.copyto(out, np.broadcast_to(got, out.shape))
+    return out
 
 
 def diagonal_slope(A: np.ndarray, out=None) -> np.ndarray:
@@ -772,7 +805,7 @@ def stated_errors(A: np.ndarray, B: np.ndarray, K: int, order: np.ndarray, log_t
       its logarithms and ratios;
     * the coefficients' errors (δ per coefficient, packed column of :func:`packed_columns`):
       |Σ_{k≤L} ρ^k (α_kβ_k − α̃_kβ̃_k)| ≤ δ_α Σ|ρ|^k|β̃_k| + δ_β Σ|ρ|^k|α̃_k| + (K+1)δ_αδ_β, the sums
-      by |β₀| + r|β₁| + r²|β₂| + r³‖β_{≥3}‖₁ (:func:`from_two`);
+      by |β₀| + r|β₁| + r²|β₂| + r³c_β, c_β = ‖β_{≥3}‖₁ from the stored ‖β_{≥2}‖₁ (:func:`rest_l1`);
     * the rounding of the sum (:func:`horner_sums`), each rounding at most the unit roundoff
       u = ε/2 relative to its result (round to nearest): term k ≤ :data:`HORNER_TOP` meets one
       product (α_kβ_k), then k products by ρ and k + 1 additions in Horner's loop, 2k + 2 roundings;
@@ -796,34 +829,9 @@ def stated_errors(A: np.ndarray, B: np.ndarray, K: int, order: np.ndarray, log_t
     a, b = Operand(A, shape), Operand(B, shape)
     x, y = (lambda j: a.grid(r0 + j)), (lambda j: b.grid(r0 + j))
     r = np.abs(rho).reshape(shape)
-    da, db = a.grid(e0), b.grid(e0)
     with np.errstate(over="ignore", invalid="ignore"):
         trunc = np.exp(log_trunc if np.min(log_trunc, initial=np.inf) >= -700.0 else np.maximum(log_trunc, -700.0))
-        # a side whose α₂ is 0 throughout (one parity: tanh) starts its rest at k = 3: r³, not r²
-        za, zb = not np.any(a.grid(2)), not np.any(b.grid(2))
-        r2 = r * r
-        # (terms 0 throughout, a parity's zeros, left out of the sums: the same bits, :func:`total`;
-        # the products and sums in place on fresh arrays, their operands in the same order)
-        wa = from_three(x(R_A0), x(R_A1), from_two(a.grid(2), x(R_L1), r), r)
-        wb = from_three(y(R_A0), y(R_A1), from_two(b.grid(2), y(R_L1), r), r)
-        wb *= da                                                     # δ_α·w_β + δ_β·w_α + (K + 1)δ_αδ_β
-        wa *= db
-        wb += wa
-        wb += times((K + 1.0) * da, db)                               # (L + 1)δ_αδ_β ≤ (K + 1)δ_αδ_β
-        coef = wb
-        p1 = nonzero_product(x(R_A1), y(R_A1))
-        t1 = None if p1 is None else r * p1
-        if za or zb:
-            r2 *= r
-            m0 = total([nonzero_product(x(R_A0), y(R_A0)), t1, r2 * times(x(R_N3), y(R_N3))])
-            m1 = total([t1, r2 * times(x(R_S2), y(R_S2))])
-        else:
-            m0 = total([nonzero_product(x(R_A0), y(R_A0)), t1, r2 * times(x(R_N2), y(R_N2))])
-            m1 = total([t1, r2 * times(x(R_W2), y(R_W2))])
-        m0 *= 2.0
-        m1 *= 2.0 + RHO_ROUNDINGS
-        m0 += m1
-        rnd = np.asarray(m0, dtype=float).reshape(-1)
+        coef = error_polynomial(a, b, x, y, K, e0, r, shape)
         high = np.flatnonzero(order > HORNER_TOP)      # P = 0 at the others
         if len(high):                                  # cells summed beyond HORNER_TOP = 32: r^33 by squaring
             rh = r.reshape(-1)[high]
@@ -833,9 +841,8 @@ def stated_errors(A: np.ndarray, B: np.ndarray, K: int, order: np.ndarray, log_t
             h *= rh
             h *= a.rows[a.under(high), r0 + R_N2] * b.rows[b.under(high), r0 + R_N2]
             h *= pairwise_roundings(np.arange(K + 1) - HORNER_TOP)[order[high]]
-            rnd[high] += h
-        rnd *= UNIT * (1 + 1e-12)
-        coef += rnd.reshape(np.shape(coef))
+            h *= UNIT * (1 + 1e-12)
+            coef.reshape(-1)[high] += h
     cells = own_tail_cells(a, b, order, K)           # the tails at the cells' own orders
     if cells is not None:
         trunc[cells] *= own_tails(a, b, cells, order[cells], K)
@@ -844,28 +851,54 @@ def stated_errors(A: np.ndarray, B: np.ndarray, K: int, order: np.ndarray, log_t
     return trunc
 
 
-def from_three(x0: np.ndarray, x1: np.ndarray, f: np.ndarray, r: np.ndarray) -> np.ndarray:
-    """x₀ + r(x₁ + r·f) for f ≥ 0 a fresh array of the grid's shape (:func:`from_two`'s), in place on
-    f, a term x 0 throughout left out (0 + g = g, bit for bit, for g ≥ 0 or NaN)."""
-    f *= r
-    if np.any(x1):
-        f += x1
-    f *= r
-    if np.any(x0):
-        f += x0
-    return f
+def error_polynomial(a: "Operand", b: "Operand", x: Callable, y: Callable, K: int, e0: int, r: np.ndarray,
+                     shape: tuple) -> np.ndarray:
+    """The coefficients' errors and the sum's rounding of :func:`stated_errors` (a fresh array of the
+    grid's ``shape``), as one polynomial in r = |ρ| whose coefficients are sums of products of a row's
+    number by a column's (x, y: the :func:`row_numbers` of A and B; δ_α, δ_β their coefficients' error;
+    U = u(1 + 1e-12)):
+
+    * δ_β·w_α + δ_α·w_β + (K + 1)δ_αδ_β with w_α = |α₀| + r|α₁| + r²|α₂| + r³c_α ≥ Σ_k r^k|α_k|
+      (c_α ≥ ‖α_{≥3}‖₁, :func:`rest_l1`; for a function of one parity α₂ or α₃ is 0, and r²‖α_{≥2}‖₁
+      would overstate the sum by 1/r on its larger part), w_β likewise;
+    * U·(2 m₀ + (2 + :data:`RHO_ROUNDINGS`) m₁), m₀ = |α₀β₀| + r|α₁β₁| + r^q‖α_{≥q}‖‖β_{≥q}‖,
+      m₁ = r|α₁β₁| + r^q‖(√k α_k)_{≥q}‖‖(√k β_k)_{≥q}‖, q = 2, or 3 where a side's α₂ is 0 throughout.
+
+    So C₀ + r(C₁ + r(C₂ + rC₃)) with C₀ = |α₀| ⊗ (δ_β + 2U|β₀|) + δ_α ⊗ (|β₀| + (K + 1)δ_β),
+    C₁ = |α₁| ⊗ (δ_β + 10U|β₁|) + δ_α ⊗ |β₁|, C₂ = |α₂| ⊗ δ_β + δ_α ⊗ |β₂| (and C₃ = c_α ⊗ δ_β + δ_α ⊗ c_β),
+    the rounding's r^q terms U·(2‖α_{≥q}‖ ⊗ ‖β_{≥q}‖ + 8‖·‖ ⊗ ‖·‖) in C_q: every term ≥ 0, the sums of
+    a side's numbers formed once per row or column, each product of a row by a column one pass over
+    the grid (:func:`times`; one with a factor 0 throughout left out), by Horner in r.  Every
+    operation rounds to nearest on terms ≥ 0: the result is within 30u of the exact polynomial, far
+    inside the 1e-12 that the rounding's own bound carries."""
+    da, db = a.grid(e0), b.grid(e0)
+    U = UNIT * (1 + 1e-12)
+    za, zb = not np.any(a.grid(2)), not np.any(b.grid(2))
+    if za or zb:
+        nq = (x(R_N3), y(R_N3), x(R_S2), y(R_S2))
+    else:
+        nq = (x(R_N2), y(R_N2), x(R_W2), y(R_W2))
+    rounding_rest = [(nq[0], (2 * U) * nq[1]), (nq[2], (8 * U) * nq[3])]
+
+    ca, cb = rest_l1(x(R_L1), a.grid(2)), rest_l1(y(R_L1), b.grid(2))
+    polynomial = [[(ca, db), (da, cb)] + (rounding_rest if za or zb else []),                          # C₃
+                  [(np.abs(a.grid(2)), db), (da, np.abs(b.grid(2)))] + ([] if za or zb else rounding_rest),
+                  [(x(R_A1), db + (10 * U) * y(R_A1)), (da, y(R_A1))],
+                  [(x(R_A0), db + (2 * U) * y(R_A0)), (da, y(R_A0) + (K + 1.0) * db)]]              # C₀
+    acc, tmp = np.zeros(shape), np.empty(shape)
+    for n, terms in enumerate(polynomial):
+        if n:
+            acc *= r
+        for p, q in terms:
+            if nonzero_product(p, q, out=tmp) is not None:
+                acc += tmp
+    return acc
 
 
-def from_two(x2: np.ndarray, l1: np.ndarray, r: np.ndarray) -> np.ndarray:
-    """|x₂| + r‖x_{≥3}‖₁ ≥ Σ_{k≥2} r^{k−2}|x_k| (r ≤ 1), from x₂ and ‖x_{≥2}‖₁: for a function of one
-    parity (tanh, tanh′, SiLU beyond its linear part) x₂ or x₃ is 0, and r⁰‖x_{≥2}‖₁ overstates the
-    sum by 1/r on its larger part.  ‖x_{≥2}‖₁ − |x₂| is widened by 1e-12‖x_{≥2}‖₁ for the rounding of
-    the stored sum (at most K·u relative)."""
-    x2 = np.abs(x2)
-    got = r * (np.maximum(l1 - x2, 0.0) + 1e-12 * l1)
-    if np.any(x2):
-        got += x2
-    return got
+def rest_l1(l1: np.ndarray, x2: np.ndarray) -> np.ndarray:
+    """max(‖x_{≥2}‖₁ − |x₂|, 0) + 1e-12‖x_{≥2}‖₁ ≥ ‖x_{≥3}‖₁ per row, from x₂ and the stored ‖x_{≥2}‖₁
+    (widened by 1e-12‖x_{≥2}‖₁ for that sum's rounding, at most K·u relative)."""
+    return np.maximum(l1 - np.abs(x2), 0.0) + 1e-12 * l1
 
 
 @lru_cache(maxsize=64)
