@@ -615,6 +615,12 @@ def spread(x: np.ndarray, shape: tuple) -> np.ndarray:
     return np.broadcast_to(x, shape).reshape(-1)
 
 
+def own_spread(x: np.ndarray, shape: tuple) -> np.ndarray:
+    """:func:`spread` of a fresh array x, writeable (x itself, flat, where it has the grid's shape)."""
+    got = spread(x, shape)
+    return got if got.flags.writeable else got.copy()
+
+
 #: orders above this are summed by powers in groups of one order (:func:`horner_sums`), rounded up to
 #: one of :data:`COARSE_ORDERS` (few groups); those up to it cell by cell, by Horner
 HORNER_TOP = 32
@@ -639,43 +645,43 @@ def orders(A: np.ndarray, B: np.ndarray, rho: np.ndarray, tol: float, K: int, sh
     t0, _, _, n0 = packed_columns(K)
     a, b = Operand(A, shape), Operand(B, shape)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        nlr = np.abs(rho)
-        np.log(nlr, out=nlr)
-        np.subtract(0.0, nlr, out=nlr)                        # −log|ρ| ≥ +0 (+∞ at ρ = 0)
+        lr = np.abs(rho)
+        np.log(lr, out=lr)                                    # log|ρ| ≤ −0 (−∞ at ρ = 0)
         ln_a, ln_b = np.log(a.grid(n0)), np.log(b.grid(n0))
         base = float(np.log(tol * AIM * SHARE))
-        log_goal = spread(log_goals(ln_a, ln_b, base), shape)
         half_a = lambda n: 0.5 * np.log(a.grid(t0 + n))           # ½ log T(L_n), as needed
         half_b = lambda n: 0.5 * np.log(b.grid(t0 + n))
-        h = spread(np.add(half_a(first), half_b(first)), shape)
-        steps = h - log_goal                                   # L + 1 ≥ steps / (−log|ρ|)
-        steps /= nlr
+        h = own_spread(np.add(half_a(first), half_b(first)), shape)
+        steps = own_spread(log_goals(ln_a, ln_b, base), shape)    # the goals, then the steps
+        np.subtract(steps, h, out=steps)                       # L + 1 ≥ (log g − h) / log|ρ|
+        steps /= lr
         np.ceil(steps, out=steps)
         np.maximum(steps, ls[first] + 1, out=steps)           # L + 1 at the grid's level (NaN kept)
-        log_trunc = steps * nlr
-        np.subtract(h, log_trunc, out=log_trunc)
         rest = ~(steps <= (ls[first + 1] if first + 1 < len(ls) else K + 1))
-    rest[skip] = False
+        rest[skip] = False
+        rest = np.flatnonzero(rest)
+        lr_rest = lr[rest]
+        np.multiply(steps, lr, out=lr)
+        log_trunc = np.add(h, lr, out=h)
     steps[skip] = ls[first] + 1
-    rest = np.flatnonzero(rest)
     steps[rest] = K + 1
     order = steps.astype(np.int64)
     order -= 1
     if len(rest):
         ia, ib = a.under(rest), b.under(rest)
-        nl_r, goal_r = nlr[rest], log_goal[rest]
         got = np.full(len(rest), K, dtype=np.int64)
         todo = np.arange(len(rest))
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            x = half_a(len(ls) - 1).reshape(-1)[ia] + half_b(len(ls) - 1).reshape(-1)[ib] - (K + 1) * nl_r
+            goal_r = log_goals(ln_a.reshape(-1)[ia], ln_b.reshape(-1)[ib], base)     # elementwise: the grid's bits
+            x = half_a(len(ls) - 1).reshape(-1)[ia] + half_b(len(ls) - 1).reshape(-1)[ib] + (K + 1) * lr_rest
             for n in range(first + 1, len(ls) - 1):
                 hn = half_a(n).reshape(-1)[ia[todo]] + half_b(n).reshape(-1)[ib[todo]]
-                L = np.maximum(np.ceil((hn - goal_r[todo]) / nl_r[todo]) - 1.0, ls[n])
+                L = np.maximum(np.ceil((goal_r[todo] - hn) / lr_rest[todo]) - 1.0, ls[n])
                 hit = L < ls[n + 1]
                 L = np.minimum(coarse_order(L, K), K)
                 at = todo[hit]
                 got[at] = L[hit]
-                x[at] = hn[hit] - (L[hit] + 1) * nl_r[at]
+                x[at] = hn[hit] + (L[hit] + 1) * lr_rest[at]
                 todo = todo[~hit]
                 if not len(todo):
                     break
@@ -843,7 +849,7 @@ def stated_errors(A: np.ndarray, B: np.ndarray, K: int, order: np.ndarray, log_t
             h *= pairwise_roundings(np.arange(K + 1) - HORNER_TOP)[order[high]]
             h *= UNIT * (1 + 1e-12)
             coef.reshape(-1)[high] += h
-    cells = own_tail_cells(a, b, order, K)           # the tails at the cells' own orders
+    cells = own_tail_cells(order, K)                 # the tails at the cells' own orders
     if cells is not None:
         trunc[cells] *= own_tails(a, b, cells, order[cells], K)
     trunc *= 1 + 1e-12
@@ -909,25 +915,19 @@ def is_level(K: int) -> np.ndarray:
     return out
 
 
-def own_tail_cells(a: Operand, b: Operand, order: np.ndarray, K: int) -> np.ndarray | None:
-    """The cells (flat) whose factor :func:`own_tails` may differ from 1, or None where it is applied
-    to no cell (every order a level: the levels' own tails).  A cell at a level L′ whose row and
-    column store a ratio of 1 there keeps its bound as it is; the cells at the grid's level (FLOOR:
-    most of them) are tested by their rows and columns, the others one by one."""
+def own_tail_cells(order: np.ndarray, K: int) -> np.ndarray | None:
+    """The cells (flat) whose order is not a stored level (:func:`levels`), or None where there are
+    none: only there does :func:`own_tails` tighten the bound of :func:`orders`.  At a level L′ the
+    bound is the stored tails' own, r^{L′+1}·√(T_α(L′)T_β(L′)), and the ratio :func:`tail_ratios`
+    stores there is 1 but for the rounding of a square root of a square (≤ 1: leaving it out states
+    that same bound, an ulp above the scaled one at most).  The cells at the grid's level (FLOOR: most
+    of them) are left out first, by a comparison."""
     ls = levels(K)
     floor = ls[max(n for n, L in enumerate(ls) if L <= FLOOR or n == 0)]
     other = np.flatnonzero(order != floor)
-    if not len(other) or is_level(K)[order[other]].all():
-        return None
-    start = K + 5 + len(ls) + ROW_NUMBERS + floor           # the ratios at the grid's level
-    off = [side.rows[:, start] != 1.0 for side in (a, b)]
-    if not any(o.any() for o in off):
-        return other
-    mask = order != floor
-    for side, o in zip((a, b), off):
-        if o.any():
-            mask |= spread(o.reshape(side.lead), side.shape)
-    return np.flatnonzero(mask)
+    if len(other):
+        other = other[~is_level(K)[order[other]]]
+    return other if len(other) else None
 
 
 def own_tails(a: Operand, b: Operand, cells: np.ndarray, L: np.ndarray, K: int) -> np.ndarray:
