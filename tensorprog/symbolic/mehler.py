@@ -610,6 +610,19 @@ class Operand:
         return flat.copy() if out is flat else out
 
 
+def under_both(a: "Operand", b: "Operand", flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(a.under(flat), b.under(flat)): on a 2-D grid of one side's rows (R, 1) and the other's columns
+    (1, C), the quotient and remainder of one divmod by C (the same indices)."""
+    shape = a.shape
+    if len(shape) == 2 and shape[0] > 1 and shape[1] > 1:
+        if a.lead == (shape[0], 1) and b.lead == (1, shape[1]):
+            return np.divmod(np.asarray(flat, dtype=np.intp), shape[1])
+        if a.lead == (1, shape[1]) and b.lead == (shape[0], 1):
+            q, r = np.divmod(np.asarray(flat, dtype=np.intp), shape[1])
+            return r, q
+    return a.under(flat), b.under(flat)
+
+
 def spread(x: np.ndarray, shape: tuple) -> np.ndarray:
     """x broadcast to the grid, flat."""
     return np.broadcast_to(x, shape).reshape(-1)
@@ -668,7 +681,7 @@ def orders(A: np.ndarray, B: np.ndarray, rho: np.ndarray, tol: float, K: int, sh
     order = steps.astype(np.int64)
     order -= 1
     if len(rest):
-        ia, ib = a.under(rest), b.under(rest)
+        ia, ib = under_both(a, b, rest)
         got = np.full(len(rest), K, dtype=np.int64)
         todo = np.arange(len(rest))
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -729,7 +742,7 @@ def horner_sums(A: np.ndarray, B: np.ndarray, rho: np.ndarray, order: np.ndarray
     if top > low:
         high = np.flatnonzero(order > low)
         by = high[np.argsort((top - order[high]).astype(np.int16), kind="stable")]
-        ia, ib, r, L = a.under(by), b.under(by), rho[by], order[by]
+        (ia, ib), r, L = under_both(a, b, by), rho[by], order[by]
         acc, term, other = np.zeros(len(by)), np.empty(len(by)), np.empty(len(by))
         start = 0
         while start < len(by) and L[start] > HORNER_TOP:          # groups of one order, highest first
@@ -845,7 +858,8 @@ def stated_errors(A: np.ndarray, B: np.ndarray, K: int, order: np.ndarray, log_t
             for _ in range(4):
                 h *= h
             h *= rh
-            h *= a.rows[a.under(high), r0 + R_N2] * b.rows[b.under(high), r0 + R_N2]
+            ia, ib = under_both(a, b, high)
+            h *= a.rows[ia, r0 + R_N2] * b.rows[ib, r0 + R_N2]
             h *= pairwise_roundings(np.arange(K + 1) - HORNER_TOP)[order[high]]
             h *= UNIT * (1 + 1e-12)
             coef.reshape(-1)[high] += h
@@ -938,13 +952,13 @@ def own_tails(a: Operand, b: Operand, cells: np.ndarray, L: np.ndarray, K: int) 
     of the sum :func:`horner_sums` already took."""
     start = K + 5 + len(levels(K)) + ROW_NUMBERS          # the ratios of orders 0 … K
     got = None
-    for side in (a, b):
+    for side, under in zip((a, b), under_both(a, b, cells)):
         if side.rows.flags.c_contiguous:                    # one flat take (no copy of the table)
-            index = side.under(cells) * side.rows.shape[1]
+            index = under * side.rows.shape[1]
             index += L
             part = np.take(side.rows.reshape(-1), index + start)
         else:
-            part = side.rows[side.under(cells), start + L]
+            part = side.rows[under, start + L]
         got = part if got is None else np.multiply(got, part, out=got)
     return got
 
@@ -987,7 +1001,8 @@ def diagonal(A: np.ndarray, B: np.ndarray, rho: np.ndarray, cells: np.ndarray, s
     a = a.rows[a.under(cells), :n0 + 1]                      # the coefficients, tails, S, its error, δ, ‖α̃‖
     moments = np.cumsum(np.arange(K + 1) * a[:, :K + 1] ** 2, axis=1)
     e, n = a[:, e0] * np.sqrt(K + 1), a[:, n0]            # ‖α − α̃‖₂ ≤ √(K+1)·δ
-    gap = np.min([d * (moments[:, L] + L * (2 * n * e + e * e)) + a[:, t0 + m] for m, L in enumerate(ls)], axis=0)
+    L = np.asarray(ls, dtype=float)                           # every level at once (the same operations)
+    gap = np.min(d[:, None] * (moments[:, ls] + L * (2 * n * e + e * e)[:, None]) + a[:, t0:t0 + len(ls)], axis=1)
     value[cells] = a[:, s0]
     err[cells] = a[:, s0 + 1] + np.where(d > 0, gap, 0.0)
 
