@@ -217,10 +217,9 @@ def test_packed_sum_grid_cells_have_the_bits_of_each_cell_alone(name):
                                  one(cols[min(i, cols.shape[0] - 1), min(j, cols.shape[1] - 1)]), one(r[i, j]),
                                  1e-10) for j in range(C)] for i in range(R)]
             assert np.array_equal(value, np.reshape([[v for v, _ in row] for row in alone], (R, C)))
-            # the errors to an ulp: a block with cells between levels scales all its cells' truncation
-            # bounds by their tail ratios, 1 to an ulp at a level (:func:`own_tail_cells`)
-            alone_err = np.reshape([[e for _, e in row] for row in alone], (R, C))
-            assert np.all(np.abs(err - alone_err) <= 2.3e-16 * err)
+            # the errors too (the cells between levels scaled by their own tail ratios, :func:`own_tail_cells`;
+            # the error polynomial's products one per cell, :func:`error_polynomial`)
+            assert np.array_equal(err, np.reshape([[e for _, e in row] for row in alone], (R, C)))
     from tensorprog.symbolic.mehler import orders, diagonal_cells
     cells = rho.reshape(-1)
     shape = (7, 9)
@@ -228,3 +227,86 @@ def test_packed_sum_grid_cells_have_the_bits_of_each_cell_alone(name):
     order, _ = orders(A[:, None, :], B[None, :, :], cells, 1e-10, K, shape, same)
     assert list(same) == [4 * 9 + 2]
     assert order.min() == 16 and 16 < order[1] and order.max() > HORNER_TOP      # every path taken
+
+
+def packed_pair(name: str, K: int = 64):
+    """Packed rows of tanh or SiLU at 7 and 9 variances (one shared), and ρ (7, 9) from −1 to 1, 0 included."""
+    from tensorprog.symbolic.mehler import pack, step_for
+
+    def silu(t):
+        return t / (1 + np.exp(-t))
+
+    fn = np.tanh if name == "tanh" else silu
+    rng = np.random.default_rng(5)
+    a, b = np.sort(rng.uniform(0.2, 3.0, 7)), np.sort(rng.uniform(0.2, 3.0, 9))
+    b[3] = a[2]
+    A, B = pack(fn, K, step_for(K, 3.0), a), pack(fn, K, step_for(K, 3.0), b)
+    rho = np.tanh(rng.normal(0.0, 1.4, (7, 9)))
+    rho[0, :5] = [1.0, -1.0, 0.0, 0.9999, -0.5]
+    rho[2, 3] = 1.0
+    return A, B, rho
+
+
+@pytest.mark.parametrize("name", ["tanh", "silu"])
+def test_price_bounds_of_a_block_have_the_bits_of_each_cell_alone(name):
+    """Price's slope bounds (:func:`mehler_slope`, :func:`mehler_curve` both ways) of a block — rows ×
+    columns and columns × rows, into a register (``out=``) and fresh — have each cell's bits computed
+    alone (0-d, and a list of pairs): the products of a row's numbers by a column's are one per cell,
+    whichever path (the signed bound where the first terms can cancel, SiLU; the plain one, tanh)."""
+    from tensorprog.symbolic.mehler import mehler_curve, mehler_slope
+
+    A, B = packed_pair(name)[:2]
+    rho = packed_pair(name)[2]
+    for fn in (mehler_slope, mehler_curve):
+        for rows, cols, r in ((A[:, None, :], B[None, :, :], rho), (B[None, :, :], A[:, None, :], rho)):
+            block = fn(rows, cols, r)
+            out = np.full(r.shape, np.nan)
+            assert fn(rows, cols, r, out=out) is out and np.array_equal(out, block)
+            R, C = r.shape
+            alone = [[float(fn(rows[min(i, rows.shape[0] - 1), min(j, rows.shape[1] - 1)],
+                               cols[min(i, cols.shape[0] - 1), min(j, cols.shape[1] - 1)], r[i, j]))
+                      for j in range(C)] for i in range(R)]
+            assert np.array_equal(block, np.array(alone))
+            i, j = np.meshgrid(np.arange(R), np.arange(C), indexing="ij")
+            listed = fn(rows[np.minimum(i, rows.shape[0] - 1), np.minimum(j, rows.shape[1] - 1)].reshape(R * C, -1),
+                        cols[np.minimum(i, cols.shape[0] - 1), np.minimum(j, cols.shape[1] - 1)].reshape(R * C, -1),
+                        r.reshape(-1))
+            assert np.array_equal(listed, block.reshape(-1))
+            assert np.all(block >= 0) and np.all(np.isfinite(block))
+
+
+@pytest.mark.parametrize("name", ["tanh", "silu"])
+def test_error_polynomial_is_the_stated_bound(name):
+    """The coefficients' errors and the sum's rounding of the stated error (:func:`error_polynomial`, a
+    polynomial in r = |ρ| of row-by-column products) against the bound written term by term in long
+    double, cell by cell: δ_β(|α₀| + r|α₁| + r²|α₂| + r³c_α) + δ_α(…β…) + (K + 1)δ_αδ_β and
+    u(1 + 1e-12)(2m₀ + 8m₁) (m₀, m₁ with the rest from order 2, or 3 where a side's α₂ is 0 throughout:
+    tanh).  Equal to 1e-14 relative, in both orientations."""
+    from tensorprog.symbolic.mehler import (R_A0, R_A1, R_L1, R_N2, R_N3, R_S2, R_W2, UNIT, Operand, error_polynomial,
+                                            levels, packed_columns)
+
+    A, B, rho = packed_pair(name)
+    K = 64
+    e0, r0 = packed_columns(K)[2], K + 5 + len(levels(K))
+    for rows, cols, r in ((A[:, None, :], B[None, :, :], rho), (B[None, :, :], A[:, None, :], rho)):
+        a, b = Operand(rows, r.shape), Operand(cols, r.shape)
+        got = error_polynomial(a, b, lambda k: a.grid(r0 + k), lambda k: b.grid(r0 + k), K, e0, np.abs(r), r.shape)
+        zero2 = not np.any(rows[..., 2]) or not np.any(cols[..., 2])
+        ld = np.longdouble
+        for i in range(r.shape[0]):
+            for j in range(r.shape[1]):
+                x, y = rows[min(i, rows.shape[0] - 1), min(j, rows.shape[1] - 1)].astype(ld), \
+                    cols[min(i, cols.shape[0] - 1), min(j, cols.shape[1] - 1)].astype(ld)
+                t = ld(abs(r[i, j]))
+
+                def w(v):
+                    rest = max(v[r0 + R_L1] - abs(v[2]), 0) + ld(1e-12) * v[r0 + R_L1]
+                    return v[r0 + R_A0] + t * v[r0 + R_A1] + t * t * abs(v[2]) + t ** 3 * rest
+
+                coef = y[e0] * w(x) + x[e0] * w(y) + (K + 1) * x[e0] * y[e0]
+                q, (n, m) = (3, (R_N3, R_S2)) if zero2 else (2, (R_N2, R_W2))
+                t1 = t * x[r0 + R_A1] * y[r0 + R_A1]
+                m0 = x[r0 + R_A0] * y[r0 + R_A0] + t1 + t ** q * x[r0 + n] * y[r0 + n]
+                m1 = t1 + t ** q * x[r0 + m] * y[r0 + m]
+                want = coef + ld(UNIT) * (1 + ld(1e-12)) * (2 * m0 + 8 * m1)
+                assert abs(ld(got[i, j]) - want) <= 1e-14 * want, (i, j, got[i, j], want)
