@@ -842,7 +842,11 @@ def stated_errors(A: np.ndarray, B: np.ndarray, K: int, order: np.ndarray, log_t
       c·(ab)^{−1/2}, regrouped by space: each inverse square root a square root and a division, then
       two products), so ρ̃ = ρ(1 + θ), |θ| ≤ :data:`RHO_ROUNDINGS`·u, and ρ̃^k = ρ^k(1 + kθ) to first
       order: :data:`RHO_ROUNDINGS`·u·Σ_k k|ρ|^k|α_kβ_k| (the errors of a, b and c themselves are the
-      replay's, through the slopes: :mod:`..limit.replay`)."""
+      replay's, through the slopes: :mod:`..limit.replay`).
+
+    The coefficients' errors and the roundings but P's are one polynomial in r whose coefficients are
+    sums of products of a row's numbers by a column's (:func:`error_polynomial`); P's term is added on
+    the cells beyond HORNER_TOP alone."""
     _, _, e0, _ = packed_columns(K)
     r0 = K + 5 + len(levels(K))                        # the first of the row numbers
     a, b = Operand(A, shape), Operand(B, shape)
