@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 import sympy as sp
@@ -331,8 +331,8 @@ def packed_sum(A: np.ndarray, B: np.ndarray, rho: np.ndarray, tol: float) -> tup
         diagonal(A, B, rho, same, shape, value, err)
         return value.reshape(shape), err.reshape(shape)
     order, log_trunc = orders(A, B, rho, tol, K, shape, same)
-    value = horner_sums(A, B, rho, order, shape)
-    err = stated_errors(A, B, K, order, log_trunc, rho, shape)
+    value, above = horner_sums(A, B, rho, order, shape)
+    err = stated_errors(A, B, K, order, log_trunc, rho, shape, above)
     diagonal(A, B, rho, same, shape, value, err)
     return value.reshape(shape), err.reshape(shape)
 
@@ -725,8 +725,20 @@ def coarse_order(L: np.ndarray, K: int) -> np.ndarray:
     return np.where(L > HORNER_TOP, up, L)
 
 
-def horner_sums(A: np.ndarray, B: np.ndarray, rho: np.ndarray, order: np.ndarray, shape: tuple) -> np.ndarray:
-    """Σ_{k≤L} ρ^k α_k β_k per cell (flat), L = ``order``, by Horner: s ← s·ρ + α_k β_k from k = L
+class Gathered(NamedTuple):
+    """The cells (flat) whose order is above the grid's (:func:`horner_sums`), sorted by decreasing
+    order, with their rows of A and of B, their ρ and their order."""
+    cells: np.ndarray
+    ia: np.ndarray
+    ib: np.ndarray
+    rho: np.ndarray
+    order: np.ndarray
+
+
+def horner_sums(A: np.ndarray, B: np.ndarray, rho: np.ndarray, order: np.ndarray,
+                shape: tuple) -> tuple[np.ndarray, Gathered | None]:
+    """(Σ_{k≤L} ρ^k α_k β_k per cell (flat), the :class:`Gathered` cells or None), L = ``order``, by
+    Horner: s ← s·ρ + α_k β_k from k = L
     down (s = 0 above L, so a cell's operations are those of its own sum).  The orders above the
     smallest run on the cells that have them (sorted by order: a prefix at each k), the smallest
     order's terms on the whole grid; above :data:`HORNER_TOP`, the terms k > HORNER_TOP are
@@ -738,11 +750,12 @@ def horner_sums(A: np.ndarray, B: np.ndarray, rho: np.ndarray, order: np.ndarray
     stop = min(top, HORNER_TOP) + 1
     ca, cb = a.columns(stop), b.columns(stop)
     live = np.any(ca != 0, axis=1) & np.any(cb != 0, axis=1)
-    s = np.zeros(len(rho))
+    s, above = np.zeros(len(rho)), None
     if top > low:
         high = np.flatnonzero(order > low)
         by = high[np.argsort((top - order[high]).astype(np.int16), kind="stable")]
         (ia, ib), r, L = under_both(a, b, by), rho[by], order[by]
+        above = Gathered(by, ia, ib, r, L)
         acc, term, other = np.zeros(len(by)), np.empty(len(by)), np.empty(len(by))
         start = 0
         while start < len(by) and L[start] > HORNER_TOP:          # groups of one order, highest first
@@ -769,7 +782,7 @@ def horner_sums(A: np.ndarray, B: np.ndarray, rho: np.ndarray, order: np.ndarray
         if live[k]:
             product(ca[k], cb[k], term)
             s += term
-    return s.reshape(-1)
+    return s.reshape(-1), above
 
 
 def outer(lead_a: tuple, lead_b: tuple, shape: tuple) -> Callable:
@@ -815,7 +828,7 @@ RHO_ROUNDINGS = 6.0
 
 
 def stated_errors(A: np.ndarray, B: np.ndarray, K: int, order: np.ndarray, log_trunc: np.ndarray,
-                  rho: np.ndarray, shape: tuple) -> np.ndarray:
+                  rho: np.ndarray, shape: tuple, above: Gathered | None = None) -> np.ndarray:
     """The stated error per cell (flat), at the cell's own order L and r = |ρ|:
 
     * the truncation bound exp(``log_trunc``) = r^{L+1}·√(T_α(L′) T_β(L′)) (:func:`orders`: the
@@ -846,7 +859,8 @@ def stated_errors(A: np.ndarray, B: np.ndarray, K: int, order: np.ndarray, log_t
 
     The coefficients' errors and the roundings but P's are one polynomial in r whose coefficients are
     sums of products of a row's numbers by a column's (:func:`error_polynomial`); P's term is added on
-    the cells beyond HORNER_TOP alone."""
+    the cells beyond HORNER_TOP alone (a prefix of ``above``, :func:`horner_sums`'s gathered cells, where
+    given: their rows, columns and ρ already found)."""
     _, _, e0, _ = packed_columns(K)
     r0 = K + 5 + len(levels(K))                        # the first of the row numbers
     a, b = Operand(A, shape), Operand(B, shape)
@@ -855,16 +869,19 @@ def stated_errors(A: np.ndarray, B: np.ndarray, K: int, order: np.ndarray, log_t
     with np.errstate(over="ignore", invalid="ignore"):
         trunc = np.exp(log_trunc if np.min(log_trunc, initial=np.inf) >= -700.0 else np.maximum(log_trunc, -700.0))
         coef = error_polynomial(a, b, x, y, K, e0, r, shape)
-        high = np.flatnonzero(order > HORNER_TOP)      # P = 0 at the others
+        if above is None:                              # P = 0 at the cells up to HORNER_TOP
+            high = np.flatnonzero(order > HORNER_TOP)
+            (ia, ib), rh, L = under_both(a, b, high), r.reshape(-1)[high], order[high]
+        else:                                          # (sorted by decreasing order)
+            m = int(np.searchsorted(-above.order, -HORNER_TOP, side="left"))
+            high, ia, ib, rh, L = above.cells[:m], above.ia[:m], above.ib[:m], np.abs(above.rho[:m]), above.order[:m]
         if len(high):                                  # cells summed beyond HORNER_TOP = 32: r^33 by squaring
-            rh = r.reshape(-1)[high]
             h = rh * rh
             for _ in range(4):
                 h *= h
             h *= rh
-            ia, ib = under_both(a, b, high)
             h *= a.rows[ia, r0 + R_N2] * b.rows[ib, r0 + R_N2]
-            h *= pairwise_roundings(np.arange(K + 1) - HORNER_TOP)[order[high]]
+            h *= pairwise_roundings(np.arange(K + 1) - HORNER_TOP)[L]
             h *= UNIT * (1 + 1e-12)
             coef.reshape(-1)[high] += h
     cells = own_tail_cells(order, K)                 # the tails at the cells' own orders
