@@ -884,9 +884,17 @@ def stated_errors(A: np.ndarray, B: np.ndarray, K: int, order: np.ndarray, log_t
             h *= pairwise_roundings(np.arange(K + 1) - HORNER_TOP)[L]
             h *= UNIT * (1 + 1e-12)
             coef.reshape(-1)[high] += h
-    cells = own_tail_cells(order, K)                 # the tails at the cells' own orders
-    if cells is not None:
-        trunc[cells] *= own_tails(a, b, cells, order[cells], K)
+    ls = levels(K)
+    floor = ls[max(n for n, L in enumerate(ls) if L <= FLOOR or n == 0)]
+    if above is not None and len(above.order) == np.count_nonzero(order > floor):
+        between = ~is_level(K)[above.order]        # the gathered cells are those above the floor: the
+        cells = above.cells[between]               # cells between levels among them, rows and columns known
+        if len(cells):
+            trunc[cells] *= own_tails(a, b, cells, above.order[between], K, (above.ia[between], above.ib[between]))
+    else:
+        cells = own_tail_cells(order, K)             # the tails at the cells' own orders
+        if cells is not None:
+            trunc[cells] *= own_tails(a, b, cells, order[cells], K)
     trunc *= 1 + 1e-12
     trunc += np.reshape(coef, -1)
     return trunc
@@ -968,15 +976,16 @@ def own_tail_cells(order: np.ndarray, K: int) -> np.ndarray | None:
     return other if len(other) else None
 
 
-def own_tails(a: Operand, b: Operand, cells: np.ndarray, L: np.ndarray, K: int) -> np.ndarray:
+def own_tails(a: Operand, b: Operand, cells: np.ndarray, L: np.ndarray, K: int,
+              unders: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """Per cell (flat indices ``cells``, orders L), √(T_α(L)/T_α(L′))·√(T_β(L)/T_β(L′)) (:func:`tail_ratios`; 1 where
     L is a level): the factor from the truncation bound r^{L+1}√(T_α(L′)T_β(L′)) of :func:`orders` (the
     tails of the largest level L′ ≤ L, loose: T(16) for a cell summed to order 31) to
     r^{L+1}√(T_α(L)T_β(L)) at the cell's own order.  The order is not changed: only the stated bound
-    of the sum :func:`horner_sums` already took."""
+    of the sum :func:`horner_sums` already took.  ``unders``: the cells' rows of A and B, where known."""
     start = K + 5 + len(levels(K)) + ROW_NUMBERS          # the ratios of orders 0 … K
     got = None
-    for side, under in zip((a, b), under_both(a, b, cells)):
+    for side, under in zip((a, b), unders if unders is not None else under_both(a, b, cells)):
         if side.rows.flags.c_contiguous:                    # one flat take (no copy of the table)
             index = under * side.rows.shape[1]
             index += L
