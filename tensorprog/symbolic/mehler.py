@@ -81,11 +81,13 @@ class Coefficients:
     def truncate(self, K: int) -> "Coefficients":
         """The same coefficients up to order K ≤ self.K: the dropped ones join the tail (their
         error, at most err, is counted in the tail through (√T + err)²)."""
-        drop = self.alpha[:, K + 1:]
-        extra = np.sqrt(np.sum(drop ** 2, axis=1))
-        tail = (np.sqrt(self.tail) + extra + self.err) ** 2
-        return Coefficients(self.alpha[:, :K + 1], tail, self.err, np.sqrt(np.sum(self.alpha[:, :K + 1] ** 2, 1)),
-                            self.square, self.square_err, self.sup)
+        return Coefficients(self.alpha[:, :K + 1], self.tail_at(K), self.err,
+                            np.sqrt(np.sum(self.alpha[:, :K + 1] ** 2, 1)), self.square, self.square_err, self.sup)
+
+    def tail_at(self, K: int) -> np.ndarray:
+        """The tail of :meth:`truncate` (K): (√T + ‖α̃_{K<k}‖ + err)² (without the rest of it)."""
+        extra = np.sqrt(np.sum(self.alpha[:, K + 1:] ** 2, axis=1))
+        return (np.sqrt(self.tail) + extra + self.err) ** 2
 
 
 @dataclass(frozen=True)
