@@ -52,8 +52,13 @@ def hermite_basis(K: int, h: float) -> tuple[np.ndarray, np.ndarray]:
     G[0] = sw
     if K:
         G[1] = z * sw
-    for k in range(1, K):
-        G[k + 1] = (z * G[k] - np.sqrt(k) * G[k - 1]) / np.sqrt(k + 1)
+    roots, tmp = np.sqrt(np.arange(K + 1)), np.empty(len(z))
+    for k in range(1, K):                 # (z·G_k − √k·G_{k−1})/√(k+1), in place: the same roundings
+        g = G[k + 1]
+        np.multiply(z, G[k], out=g)
+        np.multiply(roots[k], G[k - 1], out=tmp)
+        np.subtract(g, tmp, out=g)
+        np.divide(g, roots[k + 1], out=g)
     return z, G
 
 
