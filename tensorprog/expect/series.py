@@ -73,8 +73,9 @@ def truncation_order(ca: Coefficients, cb: Coefficients, ia: np.ndarray, ib: np.
     for K in ORDERS:
         if K >= ca.K:
             break
-        ta, tb = ca.truncate(K), cb.truncate(K)
-        trunc = np.abs(rho) ** (K + 1) * np.sqrt(ta.tail[ia] * tb.tail[ib])
+        ta = ca.tail_at(K)                  # the tails of ca.truncate(K): only they are read here
+        tb = ta if cb is ca else cb.tail_at(K)
+        trunc = np.abs(rho) ** (K + 1) * np.sqrt(ta[ia] * tb[ib])
         if np.all(trunc <= goal):
             return K
     return ca.K
@@ -107,7 +108,8 @@ def series_pairs(phi: Fn, psi: Fn, a: np.ndarray, b: np.ndarray, c: np.ndarray, 
         if K >= max_terms or np.all(np.abs(rho) ** (K + 1) * np.sqrt(ca.tail[ia] * cb.tail[ib]) <= goal):
             break
     Kp = truncation_order(ca, cb, ia, ib, rho, goal)
-    ta, tb = ca.truncate(Kp), cb.truncate(Kp)
+    ta = ca.truncate(Kp)
+    tb = ta if cb is ca else cb.truncate(Kp)
     values, mag = horner(ta.alpha[ia], tb.alpha[ib], rho)
     errors = bound(ta, tb, ia, ib, rho, mag)
     ok = errors <= tol * np.maximum(1.0, np.abs(values))

@@ -76,7 +76,25 @@ def make_head(spec: Head, b: Builtin) -> type:
             return inner if spec.homogeneous == 0 else pf[0] * inner
 
     return type(spec.cls, (sp.Function,), {"nargs": b.arity, "fdiff": fdiff, "eval": classmethod(evaluate),
+                                            "_eval_is_extended_real": real_at_real,
+                                            "_eval_is_finite": finite_at_finite,
                                             "__doc__": b.doc, "__module__": __name__})
+
+
+def real_at_real(self) -> bool | None:
+    """A builtin maps reals to reals: sympy's is_extended_real of a head at real arguments (as sympy's
+    own tanh says), so that its assumptions resolve at once instead of by a search over every fact
+    (what each new layer's product of heads asked, ~1 ms apiece)."""
+    if all(a.is_extended_real for a in self.args):
+        return True
+    return None
+
+
+def finite_at_finite(self) -> bool | None:
+    """A builtin is finite at finite real arguments (no poles): sympy's is_finite, likewise."""
+    if all(a.is_extended_real and a.is_finite for a in self.args):
+        return True
+    return None
 
 
 def _head(b: Builtin):

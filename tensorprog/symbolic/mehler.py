@@ -52,8 +52,13 @@ def hermite_basis(K: int, h: float) -> tuple[np.ndarray, np.ndarray]:
     G[0] = sw
     if K:
         G[1] = z * sw
-    for k in range(1, K):
-        G[k + 1] = (z * G[k] - np.sqrt(k) * G[k - 1]) / np.sqrt(k + 1)
+    roots, tmp = np.sqrt(np.arange(K + 1)), np.empty(len(z))
+    for k in range(1, K):                 # (z·G_k − √k·G_{k−1})/√(k+1), in place: the same roundings
+        g = G[k + 1]
+        np.multiply(z, G[k], out=g)
+        np.multiply(roots[k], G[k - 1], out=tmp)
+        np.subtract(g, tmp, out=g)
+        np.divide(g, roots[k + 1], out=g)
     return z, G
 
 
@@ -81,11 +86,13 @@ class Coefficients:
     def truncate(self, K: int) -> "Coefficients":
         """The same coefficients up to order K ≤ self.K: the dropped ones join the tail (their
         error, at most err, is counted in the tail through (√T + err)²)."""
-        drop = self.alpha[:, K + 1:]
-        extra = np.sqrt(np.sum(drop ** 2, axis=1))
-        tail = (np.sqrt(self.tail) + extra + self.err) ** 2
-        return Coefficients(self.alpha[:, :K + 1], tail, self.err, np.sqrt(np.sum(self.alpha[:, :K + 1] ** 2, 1)),
-                            self.square, self.square_err, self.sup)
+        return Coefficients(self.alpha[:, :K + 1], self.tail_at(K), self.err,
+                            np.sqrt(np.sum(self.alpha[:, :K + 1] ** 2, 1)), self.square, self.square_err, self.sup)
+
+    def tail_at(self, K: int) -> np.ndarray:
+        """The tail of :meth:`truncate` (K): (√T + ‖α̃_{K<k}‖ + err)² (without the rest of it)."""
+        extra = np.sqrt(np.sum(self.alpha[:, K + 1:] ** 2, axis=1))
+        return (np.sqrt(self.tail) + extra + self.err) ** 2
 
 
 @dataclass(frozen=True)
