@@ -435,3 +435,31 @@ def test_is_zero_proves_rational_functions_nonzero_and_falls_back_to_simplify():
     assert not rational_nonzero(sp.sqrt(a) + c) and is_zero(radical)
     assert not rational_nonzero(sp.Float(0.5) * a - c)           # Floats: the old test decides
     assert not is_zero(sp.Float(0.5) * a - c)
+
+
+def test_reduce_basis_shortcut_for_clearly_definite_covariances_gives_the_elimination_s_answer(monkeypatch):
+    """linalg.clearly_definite skips reduce_basis's exact elimination only where that elimination keeps
+    every coordinate: on Float, rational and singular covariances the answer is the same triple."""
+    from tensorprog.expect import linalg
+    rng = np.random.default_rng(3)
+    z = sp.symbols("z0:5", real=True)
+    expr = sp.tanh(z[0] + z[1]) * sp.exp(z[2]) * z[3] * sp.erf(z[4])
+    cases = []
+    for _ in range(3):
+        A = rng.standard_normal((5, 5))
+        cases.append(sp.Matrix(A @ A.T + 0.1 * np.eye(5)).applyfunc(sp.Float))     # Floats, definite
+        B = rng.integers(-3, 4, (5, 5))
+        cases.append(sp.Matrix((B @ B.T + np.eye(5, dtype=int)).tolist()) / 7)      # rationals, definite
+        C = rng.standard_normal((5, 3))
+        cases.append(sp.Matrix(C @ C.T).applyfunc(sp.Float))                         # rank 3
+    cases.append(sp.Matrix(5, 5, lambda i, j: sp.Rational(1, 10 ** 36) if i == j else 0))   # exact tiny
+    shortcut = 0
+    for cov in cases:
+        cov = linalg.Matrix(cov)
+        fast = linalg.reduce_basis(expr, z, cov)
+        shortcut += linalg.clearly_definite(cov)
+        with monkeypatch.context() as m:
+            m.setattr(linalg, "clearly_definite", lambda c: False)
+            slow = linalg.reduce_basis(expr, z, cov)
+        assert fast == slow
+    assert shortcut == 6

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import mpmath
+import numpy as np
 import sympy as sp
 
 Matrix = sp.ImmutableMatrix
@@ -160,6 +161,30 @@ def tidy(x: sp.Expr) -> sp.Expr:
     return sp.cancel(x) if x.free_symbols else x
 
 
+#: :func:`clearly_definite`'s margin: λ_min(Σ) above this times the largest variance
+DEFINITE_MARGIN = 1e-6
+
+
+def clearly_definite(cov: sp.MatrixBase) -> bool:
+    """True when Σ is a matrix of Floats and rationals whose smallest eigenvalue (in doubles) exceeds
+    ``DEFINITE_MARGIN`` times its largest variance.  Then every pivot of :func:`reduce_basis`'s
+    elimination — a conditional variance Var(z_i | z_B), at least λ_min(Σ) — is far above the zero
+    test's 1e-12·scale (and its rounding, about n·ε·‖Σ‖), so the elimination would keep every
+    coordinate: this numeric check gives its answer without the n³ sympy operations (the answer,
+    not an approximation of it; anything else goes through the elimination)."""
+    n = cov.rows
+    if n == 0 or not all(x.is_Float or x.is_Rational for x in cov):   # (others: evalf may be costly)
+        return False
+    C = np.array([[float(cov[i, j]) for j in range(n)] for i in range(n)])
+    if not np.all(np.isfinite(C)):
+        return False
+    scale = float(np.max(np.abs(np.diag(C))))
+    if not scale > 0:
+        return False
+    least = np.linalg.eigvalsh((C + C.T) / 2)[0]
+    return bool(least > DEFINITE_MARGIN * scale and least > 1e-30)     # (exact zeros: below 1e-40)
+
+
 def reduce_basis(expr: sp.Expr, syms: tuple, cov: Matrix) -> tuple[sp.Expr, tuple, Matrix]:
     """Drop unused symbols and express a.s.-dependent ones through a basis with Σ_B ≻ 0.
 
@@ -168,6 +193,8 @@ def reduce_basis(expr: sp.Expr, syms: tuple, cov: Matrix) -> tuple[sp.Expr, tupl
     """
     used = [k for k, s in enumerate(syms) if expr.has(s)]
     syms, cov = tuple(syms[k] for k in used), Matrix(cov.extract(used, used))
+    if clearly_definite(cov):               # every pivot below would be kept: B is all of z
+        return expr, syms, cov
     n = len(syms)
     R, basis, left, scale = sp.Matrix(cov), [], list(range(n)), _scale(cov)
     while left:
