@@ -21,40 +21,63 @@ import sympy as sp
 
 EPS = np.finfo(float).eps
 Fn = Callable[[np.ndarray], np.ndarray]
-#: the rounding of one coefficient α̃_k = Σ_i F_i G_ki, relative to √S = ‖F‖ (|α̃_k| ≤ ‖F‖‖G_k‖, ‖G_k‖ ≈ 1).
-#: Against the same rule in 80-bit floats (φ = tanh, SiLU, their squares and their derivatives' squares;
-#: K = 8, 64, 256; variances 0.002–4): max_k |α̃_k − α_k| ≤ 3.1 ε√S, and the stated
-#: δ = max_k |α̃_k − α̃'_k| + this (the rule at 2h differs by its own rounding) ≥ 1.8× it everywhere
-COEFF_ROUNDING = 2 * EPS
+#: the extended precision the basis is computed in (x87's 80-bit format where numpy has it)
+LD = np.longdouble
+#: the error of one coefficient from φ's float64 values F_i = fl(fl(φ(fl(√a·z_i)))·√w_i) (their
+#: roundings, φ's own libm error, the argument's rounding times φ's condition), relative to
+#: √S = ‖F‖₂: the products with the basis are exact but for ~10⁻³u√S (:meth:`Folded.product`), so this
+#: is what is left of a coefficient's rounding.  Against the same rule with φ, the basis and the sums in
+#: 80-bit floats and in 110-bit mpmath (tests/test_series_bounds.py, bench/mehler_coefficients.py: tanh,
+#: SiLU, their squares, their derivatives and the derivatives' squares, K = 8 … 384, variances
+#: 0.002–4.4): max_k |α̃_k − α_k| ≤ 1.1 ε√S, and the stated δ = max_k |α̃_k − α̃'_k| + this (the rule at
+#: 2h differs by its values' rounding too) covers it with room.  (The float64 products' own
+#: accumulation, 5–12 ε√S, dominated the coefficients' error before the products were exact.)
+COEFF_ROUNDING = 1.5 * EPS
 #: the rounding of S̃ = Σ_i F_i² relative to S (measured as above: ≤ 3.5 ε)
 SQUARE_ROUNDING = 4 * EPS
 
 
 #: the rule's half-width: beyond |z| = T, pdf(z)·h_k(z)·φ is below 1e-18 (|h_k(z)| e^{−z²/4} ≤ 1)
 HALF_WIDTH = 13.0
+#: the largest step: the trapezoidal rule's error on a Gaussian times a polynomial of degree d is about
+#: e^{−2π²/h²}·(2π/h)^d — below 10⁻²⁰ at 2h (the error estimate's rule) for the orders up to which
+#: 1.8/√(4K+2) (:func:`step_for`) allows it
+MAX_STEP = 0.25
 
 
 def step_for(K: int, largest_variance: float) -> float:
     """The trapezoidal step for coefficients up to order K: h_k oscillates with wavenumber up to
-    √(4K + 2)/2, and φ(√a ·)'s strip of analyticity narrows like 1/√a."""
-    return min(0.05, 1.8 / np.sqrt(4 * K + 2)) * min(1.0, np.sqrt(2.0 / max(largest_variance, 1e-300)))
+    √(4K+2)/2, and φ(√a ·)'s strip of analyticity narrows like 1/√a (tanh's poles at ±iπ/(2√a): at
+    a = 2 the rule at step 2h = 0.1 is good to ~10⁻¹⁸, and the step follows 1/√a on both sides of it,
+    up to :data:`MAX_STEP`: a small variance's φ(√a z) is a low polynomial to ulps, the Gaussian's
+    rule then limits)."""
+    a = max(largest_variance, 1e-300)
+    return min(MAX_STEP, 1.8 / np.sqrt(4 * K + 2), 0.05 * np.sqrt(2.0 / a))
 
 
 @lru_cache(maxsize=16)
-def hermite_basis(K: int, h: float) -> tuple[np.ndarray, np.ndarray]:
-    """(z, G) of the trapezoidal rule of step h on [−T, T] (Σ w_i f(z_i) ≈ E f(z), z ~ N(0, 1),
-    w_i = h·pdf(z_i)): G[k, i] = √w_i h_k(z_i), k ≤ K, by the recurrence
-    h_{k+1} = (z h_k − √k h_{k−1})/√(k+1) on the scaled values (bounded: |h_k(z)| e^{−z²/4} ≤ 1)."""
+def ld_basis(K: int, h: float) -> tuple[np.ndarray, np.ndarray]:
+    """(z, G) of the trapezoidal rule of step h on [−T, T] in np.longdouble (Σ w_i f(z_i) ≈ E f(z),
+    z ~ N(0, 1), w_i = h·pdf(z_i)): G[k, i] = √w_i h_k(z_i), k ≤ K, by the recurrence
+    h_{k+1} = (z h_k − √k h_{k−1})/√(k+1) on the scaled values (bounded: |h_k(z)| e^{−z²/4} ≤ 1).
+    The nodes z_i = i·h are exact (a 53-bit h times an integer below 2¹¹ in a 64-bit significand)."""
     n = int(np.ceil(HALF_WIDTH / h))
-    z = h * np.arange(-n, n + 1)
-    sw = np.sqrt(h * np.exp(-z ** 2 / 2) / np.sqrt(2 * np.pi))
-    G = np.empty((K + 1, len(z)))
+    z = LD(h) * np.arange(-n, n + 1).astype(LD)
+    sw = np.sqrt(LD(h) * np.exp(-z * z / 2) / np.sqrt(2 * np.arccos(LD(-1))))
+    G = np.empty((K + 1, len(z)), dtype=LD)
     G[0] = sw
     if K:
         G[1] = z * sw
     for k in range(1, K):
-        G[k + 1] = (z * G[k] - np.sqrt(k) * G[k - 1]) / np.sqrt(k + 1)
+        G[k + 1] = (z * G[k] - np.sqrt(LD(k)) * G[k - 1]) / np.sqrt(LD(k + 1))
     return z, G
+
+
+@lru_cache(maxsize=16)
+def hermite_basis(K: int, h: float) -> tuple[np.ndarray, np.ndarray]:
+    """(z, G) of :func:`ld_basis` rounded to float64 (z_i = fl(i·h), the points φ is evaluated at)."""
+    z, G = ld_basis(K, h)
+    return z.astype(float), G.astype(float)
 
 
 @dataclass(frozen=True)
@@ -65,7 +88,8 @@ class Coefficients:
     T(K) = Σ_{k>K} α_k²; ``err`` (V,): of ‖α − α̃‖₂ (k ≤ K); ``norm`` (V,): ‖α̃‖₂ (≤ √(E φ²) + err);
     ``square`` (V,): E φ(√a z)² (the diagonal of E φψ when φ = ψ); ``square_err`` (V,): its error
     estimate (the rule at step 2h, plus rounding); ``sup`` (V,): of max_k |α_k − α̃_k| (the rule at
-    step 2h, plus :data:`COEFF_ROUNDING`·√S: what the grid tape's per-cell bound uses)."""
+    step 2h, plus :data:`COEFF_ROUNDING`·√S, the products' bound and u·max_k |α̃_k|: what the grid
+    tape's per-cell bound uses)."""
     alpha: np.ndarray
     tail: np.ndarray
     err: np.ndarray
@@ -88,69 +112,256 @@ class Coefficients:
                             self.square, self.square_err, self.sup)
 
 
+def gamma(n: int) -> float:
+    """γ_n = nu/(1 − nu), u = ε/2: a dot product of n terms in float64, in any order, errs by at most
+    γ_n Σ|x_i y_i| (Higham, Accuracy and Stability, §3.1)."""
+    return n * (EPS / 2) / (1 - n * (EPS / 2))
+
+
+def split_bits(n: int) -> int:
+    """The largest β with n·2^{2β+1} ≤ 2⁵³: a dot product of n terms, each a product of an integer of
+    magnitude ≤ 2^{β+1} (a folded sum of two) and one ≤ 2^β (times one power of two), has every partial
+    sum an integer below 2⁵³ (times that power): exact in float64, in any order of summation and
+    with or without fused operations."""
+    beta = 26
+    while n * 2.0 ** (2 * beta + 1) > 2.0 ** 53:
+        beta -= 1
+    return beta
+
+
+def split(X: np.ndarray, beta: int, top: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(hi, rest, 2^e) of float64 rows X (V, n): 2^e > ``top`` ≥ max_i |X_i| per row (a power of two) and
+    hi = 2^{e−β}·rint(X·2^{β−e}), by (X + c) − c with c = 1.5·2^{52}·2^{e−β} (X + c lies in c's binade,
+    whose spacing is 2^{e−β}: rounded to nearest there, and − c is exact) — an integer of magnitude
+    ≤ 2^β times 2^{e−β} — and rest = X − hi, exact (hi is a multiple of 2^{e−β}, itself a multiple of
+    ulp(X) where X is not 0, and |X − hi| ≤ min(|X|, 2^{e−β−1}))."""
+    _, e = np.frexp(top)
+    c = np.ldexp(1.5, e - beta + 52)[:, None]
+    hi = X + c
+    hi -= c
+    return hi, X - hi, np.ldexp(1.0, e)
+
+
+@dataclass(frozen=True)
+class Half:
+    """One parity's half of a folded basis (:class:`Folded`), split for :meth:`Folded.product`: the
+    orders k ≡ p (mod 2) at their nodes (node-major, (n, m)).  ``hi``: fl(G) rounded to β bits of its
+    order's power of two 2^{f_k} > max_i |G_ki| (an integer of magnitude ≤ 2^β times 2^{f_k−β}, held
+    exactly); ``stack``: fl(G) above fl(G − hi) (2n, m), G the long double basis; ``top``: max_k 2^{f_k};
+    ``l1``: max_k ‖G_k‖₁ (rounded up)."""
+    hi: np.ndarray
+    stack: np.ndarray
+    top: float
+    l1: float
+
+
+def half_basis(G: np.ndarray, beta: int) -> Half:
+    """The :class:`Half` of long double G (node-major (n, m)): hi from fl(G) split by columns (orders),
+    and fl(G − hi) (G − hi is exact in long double: hi is a multiple of ulp(fl(G)) ≥ ulp_ld(G))."""
+    G64 = G.astype(float)
+    if G64.size:
+        top = np.max(np.abs(G64), axis=0)
+        hi, _, scale = split(np.ascontiguousarray(G64.T), beta, top)
+        hi, top = hi.T, float(scale.max())
+    else:
+        hi, top = G64, 0.0
+    rest = (G - hi).astype(float)
+    l1 = float(np.max(np.sum(np.abs(G64), axis=0), initial=0.0)) * (1 + 1e-12)
+    return Half(np.ascontiguousarray(hi), np.ascontiguousarray(np.concatenate([G64, rest], axis=0)), top, l1)
+
+
 @dataclass(frozen=True)
 class Folded:
     """A symmetric node set folded by parity: h_k(−z) = (−1)^k h_k(z), so with F the weighted
     values at the nodes, Σ_i F_i G[k, i] = Σ_{z_i>0} (F(z_i) ± F(−z_i)) G[k, i] (+ the node z = 0
     for even k): the even orders from F's even part, the odd ones from its odd part, each a
     product of half the nodes by half the orders (a quarter of the work, twice).  A part that is
-    0 (φ odd, or even: tanh, tanh², …) skips its product."""
+    0 (φ odd, or even: tanh, tanh², …) skips its product.  The even half's nodes are z = 0 (if a
+    node) then the z > 0; each half split (:class:`Half`) with β = :func:`split_bits` of its nodes."""
     pos: slice               # the nodes z > 0, ascending
     neg: slice               # their mirrors −z, in the same order
     zero: np.ndarray         # the index of z = 0 (empty if not a node)
-    even: np.ndarray         # G[0::2, pos].T, contiguous
-    odd: np.ndarray          # G[1::2, pos].T, contiguous
-    even0: np.ndarray        # G[0::2, zero] (shape (len(zero), ⌈(K+1)/2⌉))
+    even: Half               # G[0::2] at [z = 0,] z > 0
+    odd: Half | None         # G[1::2] at z > 0 (None for K = 0)
+    beta: int
 
-    def product(self, F: np.ndarray, K: int) -> np.ndarray:
-        """F @ G.T (shape (V, K+1)) by the parity fold."""
-        plus, minus = F[:, self.pos], F[:, self.neg]
-        out = np.zeros((F.shape[0], K + 1))
-        even = plus + minus
-        if len(self.zero):
-            out[:, 0::2] = F[:, self.zero] @ self.even0
-        if np.any(even):
-            out[:, 0::2] += even @ self.even
-        if K:
-            np.subtract(plus, minus, out=even)
-            if np.any(even):
-                out[:, 1::2] = even @ self.odd
-        return out
+    def product(self, hi: np.ndarray, rest: np.ndarray, top: np.ndarray, K: int,
+                l1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """((hi + rest) @ Gᵀ (V, K+1), a bound per row on each coefficient's error against the long
+        double basis G, beside u|α̃_k| (V,)) for values split by :func:`split` (hi: integers of magnitude
+        ≤ 2^β times 2^{e−β}, 2^e = ``top``; |rest| ≤ 2^{e−β−1}), an Ozaki split: with G = G₁ + G_r and the
+        parts folded,
+
+            (X₁ + X_r)·G = X₁·G₁ + X₁·G_r + X_r·G,
+
+        the first exact — X₁ = hi(z) ± hi(−z) is an exact sum of two such integers (≤ 2^{β+1}), and
+        :func:`split_bits` — the other two one float64 product [X_r X₁]·[fl(G); fl(G_r)], X_r =
+        fl(rest(z) ± rest(−z)); the two added in float64 (u|α̃_k|, charged by the caller).  The second's
+        error: the roundings of X_r (u|X_r|, |X_r| ≤ 2^{e−β}), of fl(G) (u|G|) and of G_r (u·2^{f−β−1}),
+        and the product's γ_{2n}·(Σ|X_r||G| + Σ|X₁||G_r|) (:func:`gamma`).  Charged per row as
+        (γ_{2n} + 3u)(1 + 10⁻⁷)·2^{−β}·(2^e max_k ‖G_k‖₁ + ‖X₁‖₁ max_k 2^{f_k}),
+        ‖X₁‖₁ ≤ l1 + n·2^{e−β} (``l1`` ≥ the row's ‖hi + rest‖₁): about 2^{−β}n^{3/2}u·√S."""
+        out = np.zeros((hi.shape[0], K + 1))
+        bound = np.zeros(hi.shape[0])
+        zero = len(self.zero)
+        for half, sign, start in ((self.even, 1.0, 0), (self.odd, -1.0, 1)):
+            if half is None:
+                continue
+            n = half.hi.shape[0]
+            buf = np.empty((hi.shape[0], 2 * n))               # [X_r X₁]: the folded parts, side by side
+            xr, x1 = buf[:, :n], buf[:, n:]
+            fold_op = np.add if sign > 0 else np.subtract
+            first = zero if sign > 0 else 0
+            if first:
+                x1[:, 0], xr[:, 0] = hi[:, self.zero[0]], rest[:, self.zero[0]]
+            fold_op(hi[:, self.pos], hi[:, self.neg], out=x1[:, first:])
+            fold_op(rest[:, self.pos], rest[:, self.neg], out=xr[:, first:])
+            if not buf.any():                                # φ of the other parity (tanh: its even part)
+                continue
+            part = x1 @ half.hi
+            part += buf @ half.stack
+            out[:, start::2] = part
+            step = 2.0 ** -self.beta
+            bound += (gamma(2 * n) + 1.5 * EPS) * (1 + 1e-7) * step * (
+                top * half.l1 + (l1 + n * top * step) * half.top)
+        return out, bound
 
 
 def fold(z: np.ndarray, G: np.ndarray) -> Folded:
-    """The parity fold of the nodes z (symmetric about 0, ascending) and their basis G (:class:`Folded`)."""
+    """The parity fold of the nodes z (symmetric about 0, ascending) and their long double basis G
+    (:class:`Folded`)."""
     n, odd = divmod(len(z), 2)
     first = n + odd                                  # the first node z > 0
     if not np.array_equal(z[first:], -z[n - 1::-1] if n else z[:0]) or (odd and z[n] != 0):
         raise ValueError("the parity fold needs nodes symmetric about 0")
     pos = slice(first, len(z))
     zero = np.arange(n, n + odd)
-    return Folded(pos, slice(n - 1, None, -1) if n else slice(0, 0), zero,
-                  np.ascontiguousarray(G[0::2][:, pos].T), np.ascontiguousarray(G[1::2][:, pos].T),
-                  np.ascontiguousarray(G[0::2][:, zero].T))
+    beta = split_bits(n + odd)
+    even = np.concatenate([G[0::2][:, zero], G[0::2][:, pos]], axis=1).T
+    return Folded(pos, slice(n - 1, None, -1) if n else slice(0, 0), zero, half_basis(even, beta),
+                  half_basis(G[1::2][:, pos].T, beta) if G.shape[0] > 1 else None, beta)
 
 
 @lru_cache(maxsize=16)
 def folded_basis(K: int, h: float) -> tuple[np.ndarray, np.ndarray, Folded, Folded]:
-    """(z, √w, the fold of the rule of step h, the fold of its every other node) (:func:`hermite_basis`)."""
-    z, G = hermite_basis(K, h)
-    return z, G[0], fold(z, G), fold(z[::2], G[:, ::2])
+    """(z, √w in float64, the fold of the rule of step h, the fold of its every other node)
+    (:func:`ld_basis`)."""
+    z, G = ld_basis(K, h)
+    return z.astype(float), G[0].astype(float), fold(z, G), fold(z[::2], G[:, ::2])
 
 
-def _rule(fn: Fn, variances: np.ndarray, K: int, h: float) -> tuple[np.ndarray, ...]:
-    """(α̃, S̃, α̃', S̃'): the coefficients (V, K+1) and E φ(√a z)² (V,) for each variance by the
-    trapezoidal rule of step h (geometric convergence for φ analytic in a strip), and the same by
-    its every other node (the rule of step 2h, for the error estimate: no new evaluation of φ).
-    The products with the basis go by the parity fold (:class:`Folded`), on one BLAS thread
-    (:func:`one_thread`)."""
+#: outside the core window (:func:`core_halfwidth`) every row's ‖F‖₂ is at most CORE·‖F‖₂: φ's float64
+#: values there are charged as such (:data:`FLOAT_VALUE_ROUNDINGS`), those on it are long double
+CORE = 2.0 ** -10
+#: the error of a float64 value F_i = √w_i φ(x_i), x_i = √a z_i, relative to |F_i|, in units of u:
+#: the argument's three roundings (√a, z_i and their product) times φ's condition number |xφ′(x)/φ(x)|
+#: — at most 1 + |x| for the activations here (tanh, sigmoid, softplus, SiLU, Mish, ELU, softsign:
+#: their values vanish at most like x·e^x, or grow at most like a power of x), charged with the call's
+#: largest |x| — plus φ's own (libm's float64 functions within 4 ulp: 8) and √w's and the product's
+#: roundings (2): (3(1 + |x|) + 10)·u
+FLOAT_VALUE_ROUNDINGS = 10.0
+#: the unit roundoff of the long double format (2⁻⁶⁴ for x87's 80 bits; ε/2 where it is float64)
+UNIT_LD = float(np.finfo(LD).eps) / 2
+#: the error of one coefficient from φ's long double values on the core window (libm's long double
+#: functions within a few ulp, a few operations, the argument's rounding times φ's condition number,
+#: the basis' recurrence: ≤ 49 u_ld·max_i |G_ki| at k = 512), relative to √S: against a 110-bit mpmath
+#: rule (tests/test_series_bounds.py: tanh, SiLU, (1 − tanh²)², SiLU², SiLU′²; K up to 512; variances
+#: 0.002–4) ≤ 53 u_ld √S (SiLU², whose values grow like z²; ≤ 7 u_ld √S for the others)
+LD_COEFF_ROUNDING = 128 * UNIT_LD
+#: the same for S = Σ_i F_i² (F's error twice, the long double sums')
+LD_SQUARE_ROUNDING = 128 * UNIT_LD
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What :func:`_rule` gives: α̃ and α̃' (the rules at h and 2h, (V, K+1)), S̃ and S̃', and per row a
+    floor of each coefficient's error beside the two rules' difference: the values' (long double on
+    the core window, float64 outside it; or float64 throughout, :data:`COEFF_ROUNDING`), the
+    products' (:meth:`Folded.product`, both rules) and u·max_k |α̃_k| (each coefficient's exact and
+    rounded products added in float64); and S's."""
+    alpha: np.ndarray
+    square: np.ndarray
+    coarse: np.ndarray
+    coarse_square: np.ndarray
+    floor: np.ndarray
+    square_floor: np.ndarray
+
+
+def evaluate(fn: Fn, points: np.ndarray) -> np.ndarray | None:
+    """φ at the long double ``points`` in long double, or None where ``fn`` gives float64 there (a
+    function without long double loops, or one evaluated in float64: what :class:`.tape.HermiteArg`
+    hands over when its constants are not all held exactly) or has no loop for them (TypeError), or
+    where np.longdouble is float64 itself."""
+    if not np.finfo(LD).eps < EPS:
+        return None
+    try:
+        got = np.asarray(fn(points))
+    except TypeError:
+        return None
+    return np.broadcast_to(got, points.shape) if got.dtype == LD else None
+
+
+def core_halfwidth(F: np.ndarray) -> int:
+    """The half-width d (nodes) of the smallest window [c − d, c + d] about the middle node c outside
+    which every row's Σ F_i² is at most 0.98·CORE²·Σ F_i² (:data:`CORE`; 0.98: the float64 values'
+    own errors, far below 1 %), rounded up to a multiple of 8."""
+    c = F.shape[1] // 2
+    sq = F * F
+    right, left = sq[:, c + 1:], sq[:, c - 1::-1] if c else sq[:, :0]
+    pair = right + left                                             # the nodes at distance j + 1
+    outside = np.cumsum(pair[:, ::-1], axis=1)[:, ::-1]             # Σ over distances ≥ j + 1
+    total = outside[:, 0] + sq[:, c] if pair.shape[1] else sq[:, c]
+    ok = np.all(outside <= 0.98 * CORE * CORE * total[:, None], axis=0)  # outside distance j: ok[j]
+    bad = np.flatnonzero(~ok)
+    d = int(bad[-1]) + 1 if len(bad) else 0
+    return min(c, -(-d // 8) * 8)
+
+
+def _rule(fn: Fn, variances: np.ndarray, K: int, h: float) -> Rule:
+    """The coefficients (V, K+1) and E φ(√a z)² (V,) for each variance by the trapezoidal rule of step
+    h (geometric convergence for φ analytic in a strip), and the same by its every other node (the
+    rule of step 2h, for the error estimate: no new evaluation of φ).  The weighted values
+    F_i = √w_i φ(√a z_i) in float64, split once (:func:`split`, by 2^e > √S̃(1 + 10⁻¹⁰) ≥ max_i |F_i|);
+    on the core window (:func:`core_halfwidth`) φ again in long double (:func:`evaluate`), whose
+    values' rest over the split's hi part, fl(F^ld − hi), replaces the float64 one (|F^ld − hi| is
+    within a few ulps of |F − hi| ≤ 2^{e−β−1}); the products with the basis exact but for a small
+    bound (:meth:`Folded.product`) by the parity fold, on one BLAS thread (:func:`one_thread`)."""
     z, sw, fine, coarse = folded_basis(K, h)
-    pts = np.sqrt(np.clip(variances, 0.0, None))[:, None] * z[None, :]
+    root = np.sqrt(np.clip(variances, 0.0, None))
+    pts = root[:, None] * z[None, :]
     F = np.broadcast_to(np.asarray(fn(pts), dtype=float), pts.shape) * sw
-    Fc = F[:, ::2]
+    square = np.einsum("ij,ij->i", F, F)
+    coarse_square = 2 * np.einsum("ij,ij->i", F[:, ::2], F[:, ::2])
+    hi, rest, top = split(F, min(fine.beta, coarse.beta), np.sqrt(square) * (1 + 1e-6))
+    c, d = F.shape[1] // 2, core_halfwidth(F)
+    core = slice(c - d, c + d + 1)
+    zl, Gl = ld_basis(K, h)
+    vals = evaluate(fn, np.sqrt(np.clip(variances, 0.0, None).astype(LD))[:, None] * zl[core])
+    if vals is None:
+        floor = COEFF_ROUNDING * np.sqrt(square)
+        square_floor = SQUARE_ROUNDING * square
+    else:
+        Fl = vals * Gl[0, core]
+        rest[:, core] = Fl - hi[:, core]
+        outer = F.copy()
+        outer[:, core] = 0.0
+        charge = (3 * (1 + float(np.max(root, initial=0.0)) * float(z[-1])) + FLOAT_VALUE_ROUNDINGS) * (EPS / 2)
+        out_norm = np.sqrt(np.einsum("ij,ij->i", outer, outer))
+        # |Σ_outer ΔF_i G_ki| ≤ ‖ΔF_outer‖₂·‖G_k‖₂ (‖G_k‖₂ ≤ 1.01: the rule's orthonormality)
+        floor = LD_COEFF_ROUNDING * np.sqrt(square) + charge * 1.01 * out_norm
+        sl = np.einsum("ij,ij->i", Fl, Fl) + np.einsum("ij,ij->i", outer, outer)
+        even = (c - d) % 2                                            # the core's first every-other node
+        sl2 = 2 * (np.einsum("ij,ij->i", Fl[:, even::2], Fl[:, even::2]) +
+                   np.einsum("ij,ij->i", outer[:, ::2], outer[:, ::2]))
+        square, coarse_square = sl.astype(float), sl2.astype(float)
+        square_floor = (LD_SQUARE_ROUNDING + EPS / 2) * square + 2.1 * charge * out_norm * np.sqrt(square)
+    l1 = np.sum(np.abs(F), axis=1) * (1 + 1e-6)
     with one_thread():
-        return (fine.product(F, K), np.einsum("ij,ij->i", F, F), 2 * coarse.product(Fc, K),
-                2 * np.einsum("ij,ij->i", Fc, Fc))
+        alpha, bf = fine.product(hi, rest, top, K, l1)
+        alpha2, bc = coarse.product(hi[:, ::2], rest[:, ::2], top, K, l1)
+    alpha2 *= 2
+    floor = floor + bf + 2 * bc + (EPS / 2) * np.max(np.abs(alpha), axis=1, initial=0.0)
+    return Rule(alpha, square, alpha2, coarse_square, floor, square_floor)
 
 
 @lru_cache(maxsize=1)
@@ -171,21 +382,28 @@ def coefficients(fn: Fn, variances: Sequence[float], K: int, h: float | None = N
     """The coefficients of φ = ``fn`` (a numpy function) up to order K at each variance, with
     the tail and error estimates of the module doc: the trapezoidal rule at step h, and at step
     2h (its every other node) for the error estimate (it converges geometrically: the coarser
-    rule's difference overestimates the finer one's error)."""
+    rule's difference overestimates the finer one's error).
+
+    Per coefficient, δ = max_k |α̃_k − α̃'_k| (the two rules) + the floor of :class:`Rule` (the values'
+    error: :data:`LD_COEFF_ROUNDING`·√S on the long double core and the float64 values' charge outside
+    it, or :data:`COEFF_ROUNDING`·√S for a φ evaluated in float64; the products' bound; u·max_k |α̃_k|);
+    in ℓ2, ‖α − α̃‖ ≤ ‖α̃ − α̃'‖ + √(K+1)·floor."""
     a = np.asarray(variances, dtype=float).ravel()
     h = step_for(K, float(a.max(initial=0.0))) if h is None else h
-    alpha, S, coarse, S1 = _rule(fn, a, K, h)
-    rounding = COEFF_ROUNDING * np.sqrt(S)
-    quad = np.sqrt(np.sum((alpha - coarse) ** 2, axis=1))
-    err = quad + 16 * EPS * np.sqrt(S) * np.sqrt(K + 1)     # ℓ2 over k ≤ K (the engine's Cauchy–Schwarz bound)
-    kept = np.sum(alpha ** 2, axis=1)
+    r = _rule(fn, a, K, h)
+    alpha, S, coarse, S1, floor = r.alpha, r.square, r.coarse, r.coarse_square, r.floor
+    diff = alpha - coarse
+    quad = np.sqrt(np.einsum("ij,ij->i", diff, diff))
+    err = quad + np.sqrt(K + 1.0) * floor           # ℓ2 over k ≤ K (the engine's Cauchy–Schwarz bound)
+    kept = np.einsum("ij,ij->i", alpha, alpha)
     # T(K) = S − Σ_{k≤K} α_k²: the computed difference, S's quadrature error, the coefficients'
-    # (|Σα² − Σα̃²| ≤ 2‖α̃‖e + e² for their quadrature error e) and the rounding of two sums of size S
+    # (|Σα² − Σα̃²| ≤ 2‖α̃‖e + e² for their error e) and the rounding of two sums of size S
     # (S̃ and Σα̃² are sums of the same weighted values F: S̃ − Σα̃² = ‖F − its projection‖² ≥ 0 up to
     # the rounding of F Gᵀ, a few ε·S — not 2‖α̃‖·√(K+1)·(rounding of one coefficient))
     tail = np.clip(S - kept, 0.0, None) + np.abs(S - S1) + 2 * quad * np.sqrt(kept) + quad ** 2 + 16 * EPS * S
-    sup = np.max(np.abs(alpha - coarse), axis=1, initial=0.0) + rounding
-    return Coefficients(alpha, tail, err, np.sqrt(kept), S, np.abs(S - S1) + SQUARE_ROUNDING * S, sup)
+    np.abs(diff, out=diff)
+    sup = np.max(diff, axis=1, initial=0.0) + floor
+    return Coefficients(alpha, tail, err, np.sqrt(kept), S, np.abs(S - S1) + r.square_floor, sup)
 
 
 def derivative(coef: Coefficients, variances: Sequence[float]) -> np.ndarray:
