@@ -157,14 +157,27 @@ def test_dataset_kernel_matches_per_pair_compiles():
 
 @pytest.mark.parametrize("K,h", [(0, 0.05), (7, 0.05), (64, 0.05), (65, 0.0371)])
 def test_parity_fold_equals_the_plain_products(K, h):
-    """The folded products (even orders from φ's even part, odd from its odd part) equal F @ Gᵀ
-    on the rule's nodes and on its every other node (with and without z = 0 among them)."""
-    from tensorprog.symbolic.mehler import folded_basis, hermite_basis
-    z, G = hermite_basis(K, h)
+    """The folded, split products (even orders from F's even part, odd from its odd part; on the
+    rule's nodes and on its every other node, with and without z = 0 among them) equal F @ Gᵀ in
+    long double (G the long double basis) to within their stated bound plus u|α̃_k| (the exact and the
+    rounded parts added in float64) and the long double reference's own rounding; the bound is far
+    below one float64 ulp of the coefficients' scale."""
+    from tensorprog.symbolic.mehler import LD, UNIT_LD, folded_basis, ld_basis, split
+    z, G = ld_basis(K, h)
     _, sw, fine, coarse = folded_basis(K, h)
     F = np.random.default_rng(1).standard_normal((5, len(z))) * sw
-    assert np.allclose(fine.product(F, K), F @ G.T, rtol=0, atol=1e-14)
-    assert np.allclose(coarse.product(F[:, ::2], K), F[:, ::2] @ G[:, ::2].T, rtol=0, atol=1e-14)
+    scale = np.sqrt(np.sum(F * F, axis=1))
+    hi, rest, top = split(F, min(fine.beta, coarse.beta), scale * (1 + 1e-6))
+    assert np.array_equal(hi + rest, F)
+    l1 = np.sum(np.abs(F), axis=1)
+    u = np.finfo(float).eps / 2
+    for fold, cols in ((fine, slice(None)), (coarse, slice(None, None, 2))):
+        got, bound = fold.product(hi[:, cols], rest[:, cols], top, K, l1)
+        Fl = F[:, cols].astype(LD)
+        ref = Fl @ G[:, cols].T
+        slack = (len(z) + 2) * UNIT_LD * (np.abs(Fl) @ np.abs(G[:, cols]).T)
+        assert np.all(np.abs(got - ref) <= bound[:, None] + u * np.abs(got) + slack)
+        assert np.all(bound <= 0.02 * np.finfo(float).eps * scale)
     assert len(coarse.zero) == (1 if (len(z) // 2) % 2 == 0 else 0)
 
 
