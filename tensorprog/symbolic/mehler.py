@@ -250,9 +250,10 @@ def folded_basis(K: int, h: float) -> tuple[np.ndarray, np.ndarray, Folded, Fold
     return z.astype(float), G[0].astype(float), fold(z, G), fold(z[::2], G[:, ::2])
 
 
-#: outside the core window (:func:`core_halfwidth`) every row's ‖F‖₂ is at most CORE·‖F‖₂: φ's float64
-#: values there are charged as such (:data:`FLOAT_VALUE_ROUNDINGS`), those on it are long double
-CORE = 2.0 ** -10
+#: the core window, |z| ≤ CORE_Z: φ in long double there (where it can be), in float64 outside it — whose
+#: values' error is charged per row through their norm there (:data:`FLOAT_VALUE_ROUNDINGS`): a bounded
+#: φ has ‖F_outer‖ ≤ 10⁻⁴‖F‖ (the Gaussian's mass beyond 6), SiLU² at a = 4.4 about 3·10⁻³‖F‖
+CORE_Z = 6.0
 #: the error of a float64 value F_i = √w_i φ(x_i), x_i = √a z_i, relative to |F_i|, in units of u:
 #: the argument's three roundings (√a, z_i and their product) times φ's condition number |xφ′(x)/φ(x)|
 #: — at most 1 + |x| for the activations here (tanh, sigmoid, softplus, SiLU, Mish, ELU, softsign:
@@ -287,74 +288,67 @@ class Rule:
     square_floor: np.ndarray
 
 
-def evaluate(fn: Fn, points: np.ndarray) -> np.ndarray | None:
-    """φ at the long double ``points`` in long double, or None where ``fn`` gives float64 there (a
-    function without long double loops, or one evaluated in float64: what :class:`.tape.HermiteArg`
-    hands over when its constants are not all held exactly) or has no loop for them (TypeError), or
-    where np.longdouble is float64 itself."""
-    if not np.finfo(LD).eps < EPS:
-        return None
-    try:
-        got = np.asarray(fn(points))
-    except TypeError:
-        return None
-    return np.broadcast_to(got, points.shape) if got.dtype == LD else None
-
-
-def core_halfwidth(F: np.ndarray) -> int:
-    """The half-width d (nodes) of the smallest window [c − d, c + d] about the middle node c outside
-    which every row's Σ F_i² is at most 0.98·CORE²·Σ F_i² (:data:`CORE`; 0.98: the float64 values'
-    own errors, far below 1 %), rounded up to a multiple of 8."""
-    c = F.shape[1] // 2
-    sq = F * F
-    right, left = sq[:, c + 1:], sq[:, c - 1::-1] if c else sq[:, :0]
-    pair = right + left                                             # the nodes at distance j + 1
-    outside = np.cumsum(pair[:, ::-1], axis=1)[:, ::-1]             # Σ over distances ≥ j + 1
-    total = outside[:, 0] + sq[:, c] if pair.shape[1] else sq[:, c]
-    ok = np.all(outside <= 0.98 * CORE * CORE * total[:, None], axis=0)  # outside distance j: ok[j]
-    bad = np.flatnonzero(~ok)
-    d = int(bad[-1]) + 1 if len(bad) else 0
-    return min(c, -(-d // 8) * 8)
+def evaluate(fn: Fn, points: np.ndarray) -> tuple[np.ndarray, bool]:
+    """(φ at the long double ``points``, whether in long double): ``fn`` on them, or, where it gives
+    float64 (a function without long double loops, or one evaluated in float64: what
+    :class:`.tape.HermiteArg` hands over when its constants are not all held exactly), its values there
+    (at the points' float64 roundings), or where it has no loop for them (TypeError) or np.longdouble
+    is float64 itself, ``fn`` on the points' float64 roundings."""
+    if np.finfo(LD).eps < EPS:
+        try:
+            got = np.asarray(fn(points))
+        except TypeError:
+            got = None
+        if got is not None and got.dtype in (LD, np.float64):
+            return np.broadcast_to(got, points.shape), got.dtype == LD
+    return np.broadcast_to(np.asarray(fn(points.astype(float)), dtype=float), points.shape), False
 
 
 def _rule(fn: Fn, variances: np.ndarray, K: int, h: float) -> Rule:
     """The coefficients (V, K+1) and E φ(√a z)² (V,) for each variance by the trapezoidal rule of step
     h (geometric convergence for φ analytic in a strip), and the same by its every other node (the
     rule of step 2h, for the error estimate: no new evaluation of φ).  The weighted values
-    F_i = √w_i φ(√a z_i) in float64, split once (:func:`split`, by 2^e > √S̃(1 + 10⁻¹⁰) ≥ max_i |F_i|);
-    on the core window (:func:`core_halfwidth`) φ again in long double (:func:`evaluate`), whose
-    values' rest over the split's hi part, fl(F^ld − hi), replaces the float64 one (|F^ld − hi| is
-    within a few ulps of |F − hi| ≤ 2^{e−β−1}); the products with the basis exact but for a small
+    F_i = √w_i φ(√a z_i): on the core window |z_i| ≤ :data:`CORE_Z` in long double where φ allows
+    (:func:`evaluate`; √a, z_i and √w_i in long double), in float64 outside it; split once
+    (:func:`split`, by 2^e > √S(1 + 10⁻⁶) ≥ max_i |F_i|) with the core's rest fl(F^ld − hi) (exact in
+    long double: |F^ld − hi| ≤ 2^{e−β−1}(1 + 2⁻⁵⁰)); the products with the basis exact but for a small
     bound (:meth:`Folded.product`) by the parity fold, on one BLAS thread (:func:`one_thread`)."""
     z, sw, fine, coarse = folded_basis(K, h)
-    root = np.sqrt(np.clip(variances, 0.0, None))
-    pts = root[:, None] * z[None, :]
-    F = np.broadcast_to(np.asarray(fn(pts), dtype=float), pts.shape) * sw
-    square = np.einsum("ij,ij->i", F, F)
-    coarse_square = 2 * np.einsum("ij,ij->i", F[:, ::2], F[:, ::2])
-    hi, rest, top = split(F, min(fine.beta, coarse.beta), np.sqrt(square) * (1 + 1e-6))
-    c, d = F.shape[1] // 2, core_halfwidth(F)
-    core = slice(c - d, c + d + 1)
     zl, Gl = ld_basis(K, h)
-    vals = evaluate(fn, np.sqrt(np.clip(variances, 0.0, None).astype(LD))[:, None] * zl[core])
-    if vals is None:
-        floor = COEFF_ROUNDING * np.sqrt(square)
-        square_floor = SQUARE_ROUNDING * square
-    else:
+    n, c = len(z), len(z) // 2
+    d = min(c, int(CORE_Z / h))
+    core, left, right = slice(c - d, c + d + 1), slice(0, c - d), slice(c + d + 1, n)
+    root = np.sqrt(np.clip(variances, 0.0, None))
+    F = np.empty((len(root), n))
+    if d < c:                                               # float64 φ outside the core
+        zo = np.concatenate([z[left], z[right]])
+        got = np.broadcast_to(np.asarray(fn(root[:, None] * zo), dtype=float), (len(root), len(zo)))
+        np.multiply(got[:, :c - d], sw[left], out=F[:, left])
+        np.multiply(got[:, c - d:], sw[right], out=F[:, right])
+    vals, accurate = evaluate(fn, np.sqrt(np.clip(variances, 0.0, None).astype(LD))[:, None] * zl[core])
+    outer = np.einsum("ij,ij->i", F[:, left], F[:, left]) + np.einsum("ij,ij->i", F[:, right], F[:, right])
+    if accurate:
         Fl = vals * Gl[0, core]
-        rest[:, core] = Fl - hi[:, core]
-        outer = F.copy()
-        outer[:, core] = 0.0
+        F[:, core] = Fl
+        even = (c - d) % 2                                    # the core's first node of the rule at 2h
+        square = (np.einsum("ij,ij->i", Fl, Fl) + outer).astype(float)
+        coarse_square = (2 * (np.einsum("ij,ij->i", Fl[:, even::2], Fl[:, even::2]) + np.einsum(
+            "ij,ij->i", F[:, left][:, ::2], F[:, left][:, ::2]) + np.einsum(
+            "ij,ij->i", F[:, right][:, (c + d + 1) % 2::2], F[:, right][:, (c + d + 1) % 2::2]))).astype(float)
         charge = (3 * (1 + float(np.max(root, initial=0.0)) * float(z[-1])) + FLOAT_VALUE_ROUNDINGS) * (EPS / 2)
-        out_norm = np.sqrt(np.einsum("ij,ij->i", outer, outer))
+        out_norm = np.sqrt(outer)
         # |Σ_outer ΔF_i G_ki| ≤ ‖ΔF_outer‖₂·‖G_k‖₂ (‖G_k‖₂ ≤ 1.01: the rule's orthonormality)
         floor = LD_COEFF_ROUNDING * np.sqrt(square) + charge * 1.01 * out_norm
-        sl = np.einsum("ij,ij->i", Fl, Fl) + np.einsum("ij,ij->i", outer, outer)
-        even = (c - d) % 2                                            # the core's first every-other node
-        sl2 = 2 * (np.einsum("ij,ij->i", Fl[:, even::2], Fl[:, even::2]) +
-                   np.einsum("ij,ij->i", outer[:, ::2], outer[:, ::2]))
-        square, coarse_square = sl.astype(float), sl2.astype(float)
         square_floor = (LD_SQUARE_ROUNDING + EPS / 2) * square + 2.1 * charge * out_norm * np.sqrt(square)
+    else:
+        np.multiply(vals, sw[core], out=F[:, core])
+        square = np.einsum("ij,ij->i", F, F)
+        coarse_square = 2 * np.einsum("ij,ij->i", F[:, ::2], F[:, ::2])
+        floor = COEFF_ROUNDING * np.sqrt(square)
+        square_floor = SQUARE_ROUNDING * square
+    hi, rest, top = split(F, min(fine.beta, coarse.beta), np.sqrt(square) * (1 + 1e-6))
+    if accurate:
+        rest[:, core] = Fl - hi[:, core]
     l1 = np.sum(np.abs(F), axis=1) * (1 + 1e-6)
     with one_thread():
         alpha, bf = fine.product(hi, rest, top, K, l1)
