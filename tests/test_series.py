@@ -164,21 +164,46 @@ def test_parity_fold_equals_the_plain_products(K, h):
     below one float64 ulp of the coefficients' scale."""
     from tensorprog.symbolic.mehler import LD, UNIT_LD, folded_basis, ld_basis, split
     z, G = ld_basis(K, h)
-    _, sw, fine, coarse = folded_basis(K, h)
+    _, sw, coarse, others = folded_basis(K, h)
     F = np.random.default_rng(1).standard_normal((5, len(z))) * sw
     scale = np.sqrt(np.sum(F * F, axis=1))
-    hi, rest, top = split(F, min(fine.beta, coarse.beta), scale * (1 + 1e-6))
+    hi, rest, top = split(F, coarse.beta, scale * (1 + 1e-6))
     assert np.array_equal(hi + rest, F)
     l1 = np.sum(np.abs(F), axis=1)
     u = np.finfo(float).eps / 2
-    for fold, cols in ((fine, slice(None)), (coarse, slice(None, None, 2))):
-        got, bound = fold.product(hi[:, cols], rest[:, cols], top, K, l1)
+    parts = {}
+    for fold, cols in ((coarse, slice(None, None, 2)), (others, slice(1, None, 2))):
+        exact, inexact, bound = parts[cols.start or 0] = fold.product(hi[:, cols], rest[:, cols], top, K, l1)
         Fl = F[:, cols].astype(LD)
         ref = Fl @ G[:, cols].T
         slack = (len(z) + 2) * UNIT_LD * (np.abs(Fl) @ np.abs(G[:, cols]).T)
+        got = exact + inexact
         assert np.all(np.abs(got - ref) <= bound[:, None] + u * np.abs(got) + slack)
         assert np.all(bound <= 0.02 * np.finfo(float).eps * scale)
+        assert np.array_equal(exact.astype(LD), hi[:, cols].astype(LD) @ hi_basis(fold, K))
+    (e0, i0, b0), (e1, i1, b1) = parts[0], parts[1]
+    assert np.array_equal((e0 + e1).astype(LD), e0.astype(LD) + e1.astype(LD))     # the two exact parts add exactly
+    fine = (e0 + e1) + (i0 + i1)
+    ref = F.astype(LD) @ G.T
+    assert np.all(np.abs(fine - ref) <= (b0 + b1)[:, None] + 2.01 * u * np.abs(fine) + len(z) * UNIT_LD * np.abs(ref).max())
     assert len(coarse.zero) == (1 if (len(z) // 2) % 2 == 0 else 0)
+
+
+def hi_basis(fold, K: int) -> np.ndarray:
+    """The β-bit basis of a fold unfolded to its nodes (K+1 columns), in long double: hi(z)·G₁(z) summed
+    over the folded nodes is the exact part of :meth:`Folded.product`."""
+    from tensorprog.symbolic.mehler import LD
+    n = fold.pos.stop
+    out = np.zeros((n, K + 1), dtype=LD)
+    first = len(fold.zero)
+    if first:
+        out[fold.zero[0], 0::2] = fold.even.hi[0]
+    out[fold.pos, 0::2] = fold.even.hi[first:]
+    out[fold.neg, 0::2] = fold.even.hi[first:]
+    if fold.odd is not None:
+        out[fold.pos, 1::2] = fold.odd.hi
+        out[fold.neg, 1::2] = -fold.odd.hi
+    return out
 
 
 def test_diagonal_cells_take_the_1d_square():

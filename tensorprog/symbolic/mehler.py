@@ -155,14 +155,15 @@ class Half:
     l1: float
 
 
-def half_basis(G: np.ndarray, beta: int) -> Half:
-    """The :class:`Half` of long double G (node-major (n, m)): hi from fl(G) split by columns (orders),
-    and fl(G − hi) (G − hi is exact in long double: hi is a multiple of ulp(fl(G)) ≥ ulp_ld(G))."""
+def half_basis(G: np.ndarray, beta: int, scale: np.ndarray) -> Half:
+    """The :class:`Half` of long double G (node-major (n, m)): hi from fl(G) split by columns (orders)
+    by 2^{f_k} > ``scale`` ≥ max_i |fl(G_ki)| (one scale per order for every node set of a rule: their
+    exact parts add exactly, :func:`_rule`), and fl(G − hi) (G − hi is exact in long double: hi is a
+    multiple of ulp(fl(G)) ≥ ulp_ld(G))."""
     G64 = G.astype(float)
     if G64.size:
-        top = np.max(np.abs(G64), axis=0)
-        hi, _, scale = split(np.ascontiguousarray(G64.T), beta, top)
-        hi, top = hi.T, float(scale.max())
+        hi, _, pow2 = split(np.ascontiguousarray(G64.T), beta, scale)
+        hi, top = hi.T, float(pow2.max())
     else:
         hi, top = G64, 0.0
     rest = (G - hi).astype(float)
@@ -186,22 +187,22 @@ class Folded:
     beta: int
 
     def product(self, hi: np.ndarray, rest: np.ndarray, top: np.ndarray, K: int,
-                l1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """((hi + rest) @ Gᵀ (V, K+1), a bound per row on each coefficient's error against the long
-        double basis G, beside u|α̃_k| (V,)) for values split by :func:`split` (hi: integers of magnitude
-        ≤ 2^β times 2^{e−β}, 2^e = ``top``; |rest| ≤ 2^{e−β−1}), an Ozaki split: with G = G₁ + G_r and the
-        parts folded,
+                l1: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(the exact part, the rounded part (V, K+1), a bound per row on each coefficient's error against
+        the long double basis G (V,)) of (hi + rest) @ Gᵀ for values split by :func:`split` (hi: integers
+        of magnitude ≤ 2^β times 2^{e−β}, 2^e = ``top``; |rest| ≤ 2^{e−β−1}), an Ozaki split: with
+        G = G₁ + G_r and the parts folded,
 
             (X₁ + X_r)·G = X₁·G₁ + X₁·G_r + X_r·G,
 
         the first exact — X₁ = hi(z) ± hi(−z) is an exact sum of two such integers (≤ 2^{β+1}), and
         :func:`split_bits` — the other two one float64 product [X_r X₁]·[fl(G); fl(G_r)], X_r =
-        fl(rest(z) ± rest(−z)); the two added in float64 (u|α̃_k|, charged by the caller).  The second's
-        error: the roundings of X_r (u|X_r|, |X_r| ≤ 2^{e−β}), of fl(G) (u|G|) and of G_r (u·2^{f−β−1}),
-        and the product's γ_{2n}·(Σ|X_r||G| + Σ|X₁||G_r|) (:func:`gamma`).  Charged per row as
-        (γ_{2n} + 3u)(1 + 10⁻⁷)·2^{−β}·(2^e max_k ‖G_k‖₁ + ‖X₁‖₁ max_k 2^{f_k}),
-        ‖X₁‖₁ ≤ l1 + n·2^{e−β} (``l1`` ≥ the row's ‖hi + rest‖₁): about 2^{−β}n^{3/2}u·√S."""
-        out = np.zeros((hi.shape[0], K + 1))
+        fl(rest(z) ± rest(−z)).  The second's error: the roundings of X_r (u|X_r|, |X_r| ≤ 2^{e−β}), of
+        fl(G) (u|G|) and of G_r (u·2^{f−β−1}), and the product's γ_{2n}·(Σ|X_r||G| + Σ|X₁||G_r|)
+        (:func:`gamma`).  Charged per row as (γ_{2n} + 3u)(1 + 10⁻⁷)·2^{−β}·(2^e max_k ‖G_k‖₁ +
+        ‖X₁‖₁ max_k 2^{f_k}), ‖X₁‖₁ ≤ l1 + n·2^{e−β} (``l1`` ≥ the row's ‖hi + rest‖₁): about
+        2^{−β}n^{3/2}u·√S."""
+        exact, inexact = np.zeros((hi.shape[0], K + 1)), np.zeros((hi.shape[0], K + 1))
         bound = np.zeros(hi.shape[0])
         zero = len(self.zero)
         for half, sign, start in ((self.even, 1.0, 0), (self.odd, -1.0, 1)):
@@ -218,36 +219,39 @@ class Folded:
             fold_op(rest[:, self.pos], rest[:, self.neg], out=xr[:, first:])
             if not buf.any():                                # φ of the other parity (tanh: its even part)
                 continue
-            part = x1 @ half.hi
-            part += buf @ half.stack
-            out[:, start::2] = part
+            exact[:, start::2] = x1 @ half.hi
+            inexact[:, start::2] = buf @ half.stack
             step = 2.0 ** -self.beta
             bound += (gamma(2 * n) + 1.5 * EPS) * (1 + 1e-7) * step * (
                 top * half.l1 + (l1 + n * top * step) * half.top)
-        return out, bound
+        return exact, inexact, bound
 
 
-def fold(z: np.ndarray, G: np.ndarray) -> Folded:
+def fold(z: np.ndarray, G: np.ndarray, beta: int, scale: np.ndarray) -> Folded:
     """The parity fold of the nodes z (symmetric about 0, ascending) and their long double basis G
-    (:class:`Folded`)."""
+    (:class:`Folded`), split with β bits by the per-order scales ``scale`` (:func:`half_basis`)."""
     n, odd = divmod(len(z), 2)
     first = n + odd                                  # the first node z > 0
     if not np.array_equal(z[first:], -z[n - 1::-1] if n else z[:0]) or (odd and z[n] != 0):
         raise ValueError("the parity fold needs nodes symmetric about 0")
     pos = slice(first, len(z))
     zero = np.arange(n, n + odd)
-    beta = split_bits(n + odd)
     even = np.concatenate([G[0::2][:, zero], G[0::2][:, pos]], axis=1).T
-    return Folded(pos, slice(n - 1, None, -1) if n else slice(0, 0), zero, half_basis(even, beta),
-                  half_basis(G[1::2][:, pos].T, beta) if G.shape[0] > 1 else None, beta)
+    return Folded(pos, slice(n - 1, None, -1) if n else slice(0, 0), zero, half_basis(even, beta, scale[0::2]),
+                  half_basis(G[1::2][:, pos].T, beta, scale[1::2]) if G.shape[0] > 1 else None, beta)
 
 
 @lru_cache(maxsize=16)
 def folded_basis(K: int, h: float) -> tuple[np.ndarray, np.ndarray, Folded, Folded]:
-    """(z, √w in float64, the fold of the rule of step h, the fold of its every other node)
-    (:func:`ld_basis`)."""
+    """(z, √w in float64, the fold of the rule's every other node z[::2] — the rule of step 2h — and
+    the fold of the others z[1::2]) (:func:`ld_basis`): the rule of step h is the sum of the two.  Both
+    split with one β, that of :func:`split_bits` of all the folded nodes, and one scale per order, so
+    that the sum of their exact parts is exact (:func:`_rule`)."""
     z, G = ld_basis(K, h)
-    return z.astype(float), G[0].astype(float), fold(z, G), fold(z[::2], G[:, ::2])
+    beta = split_bits(len(z) // 2 + 1)
+    scale = np.max(np.abs(G.astype(float)), axis=1)
+    return (z.astype(float), G[0].astype(float), fold(z[::2], G[:, ::2], beta, scale),
+            fold(z[1::2], G[:, 1::2], beta, scale))
 
 
 #: the core window, |z| ≤ CORE_Z: φ in long double there (where it can be), in float64 outside it — whose
@@ -313,7 +317,7 @@ def _rule(fn: Fn, variances: np.ndarray, K: int, h: float) -> Rule:
     (:func:`split`, by 2^e > √S(1 + 10⁻⁶) ≥ max_i |F_i|) with the core's rest fl(F^ld − hi) (exact in
     long double: |F^ld − hi| ≤ 2^{e−β−1}(1 + 2⁻⁵⁰)); the products with the basis exact but for a small
     bound (:meth:`Folded.product`) by the parity fold, on one BLAS thread (:func:`one_thread`)."""
-    z, sw, fine, coarse = folded_basis(K, h)
+    z, sw, coarse, others = folded_basis(K, h)
     zl, Gl = ld_basis(K, h)
     n, c = len(z), len(z) // 2
     d = min(c, int(CORE_Z / h))
@@ -346,16 +350,24 @@ def _rule(fn: Fn, variances: np.ndarray, K: int, h: float) -> Rule:
         coarse_square = 2 * np.einsum("ij,ij->i", F[:, ::2], F[:, ::2])
         floor = COEFF_ROUNDING * np.sqrt(square)
         square_floor = SQUARE_ROUNDING * square
-    hi, rest, top = split(F, min(fine.beta, coarse.beta), np.sqrt(square) * (1 + 1e-6))
+    hi, rest, top = split(F, coarse.beta, np.sqrt(square) * (1 + 1e-6))
     if accurate:
         rest[:, core] = Fl - hi[:, core]
     l1 = np.sum(np.abs(F), axis=1) * (1 + 1e-6)
     with one_thread():
-        alpha, bf = fine.product(hi, rest, top, K, l1)
-        alpha2, bc = coarse.product(hi[:, ::2], rest[:, ::2], top, K, l1)
-    alpha2 *= 2
-    floor = floor + bf + 2 * bc + (EPS / 2) * np.max(np.abs(alpha), axis=1, initial=0.0)
-    return Rule(alpha, square, alpha2, coarse_square, floor, square_floor)
+        exact, inexact, bc = coarse.product(hi[:, ::2], rest[:, ::2], top, K, l1)
+        exact2, inexact2, bo = others.product(hi[:, 1::2], rest[:, 1::2], top, K, l1)
+    # the rule at 2h: 2·fl(E + I); at h: fl((E + E′) + fl(I + I′)), E + E′ exact (one β and one scale
+    # per order: at most (n + n′)·2^{2β+1} quanta, split_bits), fl(I + I′) within u|I + I′|
+    exact2 += exact
+    inexact2 += inexact
+    small = (EPS / 2) * np.max(np.abs(inexact2), axis=1, initial=0.0)
+    exact2 += inexact2
+    alpha = exact2
+    exact += inexact
+    exact *= 2
+    floor = floor + bc + bo + small + 2 * bc + (EPS / 2) * np.max(np.abs(alpha), axis=1, initial=0.0)
+    return Rule(alpha, square, exact, coarse_square, floor, square_floor)
 
 
 @lru_cache(maxsize=1)
