@@ -52,7 +52,17 @@ def step_for(K: int, largest_variance: float) -> float:
     up to :data:`MAX_STEP`: a small variance's φ(√a z) is a low polynomial to ulps, the Gaussian's
     rule then limits)."""
     a = max(largest_variance, 1e-300)
-    return min(MAX_STEP, 1.8 / np.sqrt(4 * K + 2), 0.05 * np.sqrt(2.0 / a))
+    return ladder(min(MAX_STEP, 1.8 / np.sqrt(4 * K + 2), 0.05 * np.sqrt(2.0 / a)))
+
+
+def ladder(h: float) -> float:
+    """h rounded down to a rung 2^{j/8} (j an integer; 9 % apart), itself rounded down to 20 significant
+    bits: the functions packed at one layer's variances (a mean's and a series' rows, of slightly
+    different largest variances) meet one step, and share their long double values
+    (:meth:`PackCache.memo`); the nodes i·h are exact in float64."""
+    rung = 2.0 ** (np.floor(8 * np.log2(h)) / 8)
+    m, e = np.frexp(rung)
+    return float(np.ldexp(np.floor(np.ldexp(m, 20)), e - 20))
 
 
 @lru_cache(maxsize=16)
@@ -292,15 +302,16 @@ class Rule:
     square_floor: np.ndarray
 
 
-def evaluate(fn: Fn, points: np.ndarray) -> tuple[np.ndarray, bool]:
+def evaluate(fn: Fn, points: np.ndarray, memo: dict | None = None) -> tuple[np.ndarray, bool]:
     """(φ at the long double ``points``, whether in long double): ``fn`` on them, or, where it gives
     float64 (a function without long double loops, or one evaluated in float64: what
     :class:`.tape.HermiteArg` hands over when its constants are not all held exactly), its values there
     (at the points' float64 roundings), or where it has no loop for them (TypeError) or np.longdouble
-    is float64 itself, ``fn`` on the points' float64 roundings."""
+    is float64 itself, ``fn`` on the points' float64 roundings.  ``memo``: handed to ``fn`` (a
+    :meth:`.tape.HermiteArg.function`, whose heads' values at these points it keeps) when given."""
     if np.finfo(LD).eps < EPS:
         try:
-            got = np.asarray(fn(points))
+            got = np.asarray(fn(points) if memo is None else fn(points, memo=memo))
         except TypeError:
             got = None
         if got is not None and got.dtype in (LD, np.float64):
@@ -308,7 +319,7 @@ def evaluate(fn: Fn, points: np.ndarray) -> tuple[np.ndarray, bool]:
     return np.broadcast_to(np.asarray(fn(points.astype(float)), dtype=float), points.shape), False
 
 
-def _rule(fn: Fn, variances: np.ndarray, K: int, h: float) -> Rule:
+def _rule(fn: Fn, variances: np.ndarray, K: int, h: float, memo: dict | None = None) -> Rule:
     """The coefficients (V, K+1) and E φ(√a z)² (V,) for each variance by the trapezoidal rule of step
     h (geometric convergence for φ analytic in a strip), and the same by its every other node (the
     rule of step 2h, for the error estimate: no new evaluation of φ).  The weighted values
@@ -316,7 +327,9 @@ def _rule(fn: Fn, variances: np.ndarray, K: int, h: float) -> Rule:
     (:func:`evaluate`; √a, z_i and √w_i in long double), in float64 outside it; split once
     (:func:`split`, by 2^e > √S(1 + 10⁻⁶) ≥ max_i |F_i|) with the core's rest fl(F^ld − hi) (exact in
     long double: |F^ld − hi| ≤ 2^{e−β−1}(1 + 2⁻⁵⁰)); the products with the basis exact but for a small
-    bound (:meth:`Folded.product`) by the parity fold, on one BLAS thread (:func:`one_thread`)."""
+    bound (:meth:`Folded.product`) by the parity fold, on one BLAS thread (:func:`one_thread`).
+    ``memo``: a dict for these variances and h (:meth:`PackCache.memo`): the core's long double points
+    under ("points", d), and φ's heads' values there under d (:func:`evaluate`)."""
     z, sw, coarse, others = folded_basis(K, h)
     zl, Gl = ld_basis(K, h)
     n, c = len(z), len(z) // 2
@@ -329,30 +342,37 @@ def _rule(fn: Fn, variances: np.ndarray, K: int, h: float) -> Rule:
         got = np.broadcast_to(np.asarray(fn(root[:, None] * zo), dtype=float), (len(root), len(zo)))
         np.multiply(got[:, :c - d], sw[left], out=F[:, left])
         np.multiply(got[:, c - d:], sw[right], out=F[:, right])
-    vals, accurate = evaluate(fn, np.sqrt(np.clip(variances, 0.0, None).astype(LD))[:, None] * zl[core])
+    points = None if memo is None else memo.get(("points", d))
+    if points is None:
+        points = np.sqrt(np.clip(variances, 0.0, None).astype(LD))[:, None] * zl[core]
+        if memo is not None:
+            memo[("points", d)] = points
+    vals, accurate = evaluate(fn, points, None if memo is None else memo.setdefault(d, {}))
     outer = np.einsum("ij,ij->i", F[:, left], F[:, left]) + np.einsum("ij,ij->i", F[:, right], F[:, right])
     if accurate:
         Fl = vals * Gl[0, core]
         F[:, core] = Fl
-        even = (c - d) % 2                                    # the core's first node of the rule at 2h
-        square = (np.einsum("ij,ij->i", Fl, Fl) + outer).astype(float)
-        coarse_square = (2 * (np.einsum("ij,ij->i", Fl[:, even::2], Fl[:, even::2]) + np.einsum(
-            "ij,ij->i", F[:, left][:, ::2], F[:, left][:, ::2]) + np.einsum(
-            "ij,ij->i", F[:, right][:, (c + d + 1) % 2::2], F[:, right][:, (c + d + 1) % 2::2]))).astype(float)
+    else:
+        np.multiply(vals, sw[core], out=F[:, core])
+    square = np.einsum("ij,ij->i", F, F)
+    hi, rest, top = split(F, coarse.beta, np.sqrt(square) * (1 + 1e-6))
+    if accurate:
+        rest[:, core] = Fl - hi[:, core]
+        # S = Σ (hi + rest)²: Σ hi² exact (N·2^{2β} ≤ 2⁵³ of its quanta, split_bits), the rest within
+        # γ_{N+1}·(2Σ|hi||rest| + Σ rest²) ≤ 2^{−β}·N·u·S; then rounded to float64 (u·S)
+        square = np.einsum("ij,ij->i", hi, hi) + (2 * np.einsum("ij,ij->i", hi, rest) + np.einsum("ij,ij->i", rest, rest))
+        coarse_square = 2 * (np.einsum("ij,ij->i", hi[:, ::2], hi[:, ::2]) + (
+            2 * np.einsum("ij,ij->i", hi[:, ::2], rest[:, ::2]) + np.einsum("ij,ij->i", rest[:, ::2], rest[:, ::2])))
         charge = (3 * (1 + float(np.max(root, initial=0.0)) * float(z[-1])) + FLOAT_VALUE_ROUNDINGS) * (EPS / 2)
         out_norm = np.sqrt(outer)
         # |Σ_outer ΔF_i G_ki| ≤ ‖ΔF_outer‖₂·‖G_k‖₂ (‖G_k‖₂ ≤ 1.01: the rule's orthonormality)
         floor = LD_COEFF_ROUNDING * np.sqrt(square) + charge * 1.01 * out_norm
-        square_floor = (LD_SQUARE_ROUNDING + EPS / 2) * square + 2.1 * charge * out_norm * np.sqrt(square)
+        square_floor = (LD_SQUARE_ROUNDING + EPS / 2 + n * 2.0 ** -coarse.beta * EPS) * square + \
+            2.1 * charge * out_norm * np.sqrt(square)
     else:
-        np.multiply(vals, sw[core], out=F[:, core])
-        square = np.einsum("ij,ij->i", F, F)
         coarse_square = 2 * np.einsum("ij,ij->i", F[:, ::2], F[:, ::2])
         floor = COEFF_ROUNDING * np.sqrt(square)
         square_floor = SQUARE_ROUNDING * square
-    hi, rest, top = split(F, coarse.beta, np.sqrt(square) * (1 + 1e-6))
-    if accurate:
-        rest[:, core] = Fl - hi[:, core]
     l1 = np.sum(np.abs(F), axis=1) * (1 + 1e-6)
     with one_thread():
         exact, inexact, bc = coarse.product(hi[:, ::2], rest[:, ::2], top, K, l1)
@@ -384,7 +404,8 @@ def one_thread():
     return _controller().limit(limits=1, user_api="blas")
 
 
-def coefficients(fn: Fn, variances: Sequence[float], K: int, h: float | None = None) -> Coefficients:
+def coefficients(fn: Fn, variances: Sequence[float], K: int, h: float | None = None,
+                 memo: dict | None = None) -> Coefficients:
     """The coefficients of φ = ``fn`` (a numpy function) up to order K at each variance, with
     the tail and error estimates of the module doc: the trapezoidal rule at step h, and at step
     2h (its every other node) for the error estimate (it converges geometrically: the coarser
@@ -396,7 +417,7 @@ def coefficients(fn: Fn, variances: Sequence[float], K: int, h: float | None = N
     in ℓ2, ‖α − α̃‖ ≤ ‖α̃ − α̃'‖ + √(K+1)·floor."""
     a = np.asarray(variances, dtype=float).ravel()
     h = step_for(K, float(a.max(initial=0.0))) if h is None else h
-    r = _rule(fn, a, K, h)
+    r = _rule(fn, a, K, h, memo)
     alpha, S, coarse, S1, floor = r.alpha, r.square, r.coarse, r.coarse_square, r.floor
     diff = alpha - coarse
     quad = np.sqrt(np.einsum("ij,ij->i", diff, diff))
@@ -466,7 +487,7 @@ def levels(K: int) -> list[int]:
     return [k for k in LEVELS if k < K] + [K]
 
 
-def pack(fn: Fn, K: int, h: float, a: np.ndarray) -> np.ndarray:
+def pack(fn: Fn, K: int, h: float, a: np.ndarray, memo: dict | None = None) -> np.ndarray:
     """The packed coefficients of φ = fn at the variances ``a`` (any shape; computed once per
     distinct value): shape a.shape + (W,), [α_0 … α_K, T(L) for each level L of :func:`levels`,
     S = E φ², its error, δ, ‖α̃‖, the numbers of :func:`compute_row_numbers`, √(T(L)/T(L′)) for every
@@ -475,7 +496,7 @@ def pack(fn: Fn, K: int, h: float, a: np.ndarray) -> np.ndarray:
     states them: T(L) ≤ (√T(K) + ‖α̃_{L<k≤K}‖ + ‖α − α̃‖)²)."""
     a = np.asarray(a, dtype=float)
     ua, inv = np.unique(a.ravel(), return_inverse=True)
-    c = coefficients(fn, ua, K, h)
+    c = coefficients(fn, ua, K, h, memo)
     beyond = np.cumsum((c.alpha ** 2)[:, ::-1], axis=1)[:, ::-1]      # Σ_{k ≥ j} α_k²
     tails = [(np.sqrt(c.tail) + np.sqrt(beyond[:, L + 1]) + c.err) ** 2 if L < K else c.tail for L in levels(K)]
     out = np.concatenate([c.alpha, np.stack(tails, 1), c.square[:, None], c.square_err[:, None],
@@ -513,15 +534,33 @@ class PackCache:
         self.limit = limit
         self.items: OrderedDict = OrderedDict()
         self.size = 0
+        self.memos: OrderedDict = OrderedDict()
+
+    def memo(self, variances: np.ndarray, h: float) -> dict:
+        """A memo of function heads' long double values at the rule of step h for these (distinct,
+        sorted) variances, by their bytes and h (:func:`_rule`, :meth:`.tape.Tape.__call__`): the
+        functions packed at one set of variances (tanh, tanh², (1 − tanh²)² at one layer) evaluate
+        their heads once.  The most recent few kept (about ``limit`` bytes: a core of about 250 long
+        double values per variance and head)."""
+        key = (variances.tobytes(), h)
+        got = self.memos.get(key)
+        if got is None:
+            got = self.memos[key] = {}
+            size = min(8, max(2, self.limit // (4 * 16 * 250 * max(1, len(variances)))))
+            while len(self.memos) > size:
+                self.memos.popitem(last=False)
+        self.memos.move_to_end(key)
+        return got
 
     def packed(self, key: tuple, fn: Fn, K: int, h: float, a: np.ndarray) -> np.ndarray:
         """pack(fn, K, h, a), from the cache when ``key`` and the same variances (in the same
-        order: a band's rows are its first columns) were met before."""
+        order: a band's rows are its first columns) were met before; ``fn`` takes ``memo=``
+        (:meth:`.tape.HermiteArg.function`): one :meth:`memo` per set of variances and h."""
         a = np.asarray(a, dtype=float)
         full = (key, int(K), float(h), a.size, a.tobytes())
         got = self.items.get(full)
         if got is None:
-            got = pack(fn, K, h, a.ravel())
+            got = pack(fn, K, h, a.ravel(), self.memo(np.unique(a), float(h)))
             self.items[full] = got
             self.size += got.nbytes
             while self.size > self.limit and len(self.items) > 1:

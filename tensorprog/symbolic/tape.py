@@ -150,10 +150,12 @@ class HermiteArg:
         :func:`.mehler.evaluate`); else in float64 on every input."""
         return long_double(self.tape)
 
-    def function(self, t: np.ndarray) -> np.ndarray:
-        """φ at the points t, in their precision where :attr:`extended`, else in float64."""
+    def function(self, t: np.ndarray, memo: dict | None = None) -> np.ndarray:
+        """φ at the points t, in their precision where :attr:`extended`, else in float64; ``memo``: the
+        values of function heads at these long double points (:meth:`.mehler.PackCache.memo`: tanh,
+        tanh², 1 − tanh² and (1 − tanh²)² at one layer's variances share one long double tanh)."""
         if t.dtype == np.longdouble and self.extended:
-            return self.tape(t, dtype=np.longdouble)[0]
+            return self.tape(t, dtype=np.longdouble, memo=memo)[0]
         return self.tape(t)[0]
 
     def __call__(self, a: np.ndarray, out=None) -> np.ndarray:
@@ -320,9 +322,11 @@ class Tape:
         builder = Builder(symbols)
         return builder.build([builder.visit(as_expr(e)) for e in exprs])
 
-    def __call__(self, *arrays: np.ndarray, dtype: type = float) -> list[np.ndarray]:
+    def __call__(self, *arrays: np.ndarray, dtype: type = float, memo: dict | None = None) -> list[np.ndarray]:
         """The values of the outputs, given one array per input (broadcasting), in ``dtype`` (float64,
-        or np.longdouble: the constants stay float64 numbers, promoted where they meet the inputs)."""
+        or np.longdouble: the constants stay float64 numbers, promoted where they meet the inputs).
+        ``memo``: the values of function heads by what they compute from the inputs (:attr:`memo_keys`),
+        for these same input arrays (its owner keys it by them), read and filled: the same numbers."""
         if len(arrays) != self.ninputs:
             raise ValueError(f"expected {self.ninputs} arrays, got {len(arrays)}")
         xs = [np.asarray(a, dtype=dtype) for a in arrays]
@@ -331,10 +335,28 @@ class Tape:
         slots.update({k: np.float64(v) for k, v in self.consts.items()})
         with np.errstate(all="ignore"):
             for op, fn, free in zip(self.ops, self.functions, self.frees):
-                slots[op.out] = fn(*[slots[a] for a in op.args])
+                if memo is not None and op.kind == "fn":
+                    key = self.memo_keys[op.out]
+                    got = memo.get(key)
+                    if got is None:
+                        got = memo[key] = fn(*[slots[a] for a in op.args])
+                    slots[op.out] = got
+                else:
+                    slots[op.out] = fn(*[slots[a] for a in op.args])
                 for a in free:
                     del slots[a]
         return [np.broadcast_to(slots[o], shape).astype(dtype, copy=False) for o in self.outputs]
+
+    @cached_property
+    def memo_keys(self) -> dict[int, tuple]:
+        """Per slot, what it computes from the inputs and constants, as nested tuples (("in", i),
+        ("const", value), (kind, arg, argument keys)): equal keys, equal values on the same inputs,
+        whichever tape computes them (the :meth:`__call__` memo)."""
+        keys: dict[int, tuple] = {i: ("in", i) for i in range(self.ninputs)}
+        keys.update({k: ("const", float(v)) for k, v in self.consts.items()})
+        for op in self.ops:
+            keys[op.out] = (op.kind, repr(op.arg), tuple(keys[a] for a in op.args))
+        return keys
 
     def to_json(self) -> dict:
         """The tape as JSON data (numbers, kinds and head names; exponents as [p, q] or a float)."""
