@@ -265,9 +265,10 @@ def folded_basis(K: int, h: float) -> tuple[np.ndarray, np.ndarray, Folded, Fold
 
 
 #: the core window, |z| ≤ CORE_Z: φ in long double there (where it can be), in float64 outside it — whose
-#: values' error is charged per row through their norm there (:data:`FLOAT_VALUE_ROUNDINGS`): a bounded
-#: φ has ‖F_outer‖ ≤ 10⁻⁴‖F‖ (the Gaussian's mass beyond 6), SiLU² at a = 4.4 about 3·10⁻³‖F‖
-CORE_Z = 6.0
+#: values' error is charged per row (:data:`FLOAT_VALUE_ROUNDINGS`); where that charge exceeds
+#: CORE_CHARGE·ε√S for some row (φ growing: SiLU² at a = 4.4), the window widens to WIDE_Z.  At 5, a
+#: bounded φ's charge at 5.5 is ≤ 0.01 ε√S, SiLU's ≤ 0.1 ε√S (the Gaussian's mass beyond 5.5)
+CORE_Z, WIDE_Z, CORE_CHARGE = 5.5, 7.0, 0.15
 #: the error of a float64 value F_i = √w_i φ(x_i), x_i = √a z_i, relative to |F_i|, in units of u:
 #: the argument's three roundings (√a, z_i and their product) times φ's condition number |xφ′(x)/φ(x)|
 #: — at most 1 + |x| for the activations here (tanh, sigmoid, softplus, SiLU, Mish, ELU, softsign:
@@ -319,6 +320,45 @@ def evaluate(fn: Fn, points: np.ndarray, memo: dict | None = None) -> tuple[np.n
     return np.broadcast_to(np.asarray(fn(points.astype(float)), dtype=float), points.shape), False
 
 
+def core_values(fn: Fn, variances: np.ndarray, root: np.ndarray, z: np.ndarray, sw: np.ndarray,
+                zl: np.ndarray, swl: np.ndarray, d: int, F: np.ndarray,
+                memo: dict | None) -> tuple[np.ndarray, bool, np.ndarray]:
+    """φ's values for :func:`_rule` with the core window of half-width d nodes about the middle one: the
+    weighted float64 values F_i = fl(fl(φ(fl(√a·z_i)))·√w_i) outside it; on it √w_i·φ at the core's long
+    double points (:func:`evaluate`; kept in memo[("points", d)]) in long double, or their float64
+    values (all written into F, rounded); whether those are long double;
+    and per row the charge of the float64 values, ‖c ∘ F_outer‖₂·u with c_i = 3(1 + |x_i|) +
+    :data:`FLOAT_VALUE_ROUNDINGS` (|ΔF_i| ≤ c_i·u·|F_i|)."""
+    n, c = len(z), len(z) // 2
+    left, right = slice(0, c - d), slice(c + d + 1, n)
+    charge = np.zeros(len(root))
+    if d < c:                                               # float64 φ outside the core
+        zo = np.concatenate([z[left], z[right]])
+        xo = root[:, None] * zo
+        got = np.broadcast_to(np.asarray(fn(xo), dtype=float), xo.shape)
+        np.multiply(got[:, :c - d], sw[left], out=F[:, left])
+        np.multiply(got[:, c - d:], sw[right], out=F[:, right])
+        np.abs(xo, out=xo)
+        xo *= 3.0
+        xo += 3.0 + FLOAT_VALUE_ROUNDINGS
+        xo[:, :c - d] *= F[:, left]
+        xo[:, c - d:] *= F[:, right]
+        charge = np.sqrt(np.einsum("ij,ij->i", xo, xo)) * (EPS / 2)
+    points = None if memo is None else memo.get(("points", d))
+    if points is None:
+        points = np.sqrt(np.clip(variances, 0.0, None).astype(LD))[:, None] * zl[c - d:c + d + 1]
+        if memo is not None:
+            memo[("points", d)] = points
+    vals, accurate = evaluate(fn, points, None if memo is None else memo.setdefault(d, {}))
+    core = slice(c - d, c + d + 1)
+    if accurate:
+        vals = vals * swl[core]
+        F[:, core] = vals
+    else:
+        np.multiply(vals, sw[core], out=F[:, core])
+    return vals, accurate, charge
+
+
 def _rule(fn: Fn, variances: np.ndarray, K: int, h: float, memo: dict | None = None) -> Rule:
     """The coefficients (V, K+1) and E φ(√a z)² (V,) for each variance by the trapezoidal rule of step
     h (geometric convergence for φ analytic in a strip), and the same by its every other node (the
@@ -333,27 +373,17 @@ def _rule(fn: Fn, variances: np.ndarray, K: int, h: float, memo: dict | None = N
     z, sw, coarse, others = folded_basis(K, h)
     zl, Gl = ld_basis(K, h)
     n, c = len(z), len(z) // 2
-    d = min(c, int(CORE_Z / h))
-    core, left, right = slice(c - d, c + d + 1), slice(0, c - d), slice(c + d + 1, n)
     root = np.sqrt(np.clip(variances, 0.0, None))
     F = np.empty((len(root), n))
-    if d < c:                                               # float64 φ outside the core
-        zo = np.concatenate([z[left], z[right]])
-        got = np.broadcast_to(np.asarray(fn(root[:, None] * zo), dtype=float), (len(root), len(zo)))
-        np.multiply(got[:, :c - d], sw[left], out=F[:, left])
-        np.multiply(got[:, c - d:], sw[right], out=F[:, right])
-    points = None if memo is None else memo.get(("points", d))
-    if points is None:
-        points = np.sqrt(np.clip(variances, 0.0, None).astype(LD))[:, None] * zl[core]
-        if memo is not None:
-            memo[("points", d)] = points
-    vals, accurate = evaluate(fn, points, None if memo is None else memo.setdefault(d, {}))
-    outer = np.einsum("ij,ij->i", F[:, left], F[:, left]) + np.einsum("ij,ij->i", F[:, right], F[:, right])
-    if accurate:
-        Fl = vals * Gl[0, core]
-        F[:, core] = Fl
-    else:
-        np.multiply(vals, sw[core], out=F[:, core])
+    d = min(c, int(CORE_Z / h))
+    vals, accurate, charge = core_values(fn, variances, root, z, sw, zl, Gl[0], d, F, memo)
+    if accurate and d < c:
+        top = np.sqrt(np.einsum("ij,ij->i", F, F))
+        if np.any(charge > CORE_CHARGE * EPS * top):     # φ growing: a wider window
+            d = min(c, int(WIDE_Z / h))
+            vals, accurate, charge = core_values(fn, variances, root, z, sw, zl, Gl[0], d, F, memo)
+    core = slice(c - d, c + d + 1)
+    Fl = vals
     square = np.einsum("ij,ij->i", F, F)
     hi, rest, top = split(F, coarse.beta, np.sqrt(square) * (1 + 1e-6))
     if accurate:
@@ -363,12 +393,10 @@ def _rule(fn: Fn, variances: np.ndarray, K: int, h: float, memo: dict | None = N
         square = np.einsum("ij,ij->i", hi, hi) + (2 * np.einsum("ij,ij->i", hi, rest) + np.einsum("ij,ij->i", rest, rest))
         coarse_square = 2 * (np.einsum("ij,ij->i", hi[:, ::2], hi[:, ::2]) + (
             2 * np.einsum("ij,ij->i", hi[:, ::2], rest[:, ::2]) + np.einsum("ij,ij->i", rest[:, ::2], rest[:, ::2])))
-        charge = (3 * (1 + float(np.max(root, initial=0.0)) * float(z[-1])) + FLOAT_VALUE_ROUNDINGS) * (EPS / 2)
-        out_norm = np.sqrt(outer)
         # |Σ_outer ΔF_i G_ki| ≤ ‖ΔF_outer‖₂·‖G_k‖₂ (‖G_k‖₂ ≤ 1.01: the rule's orthonormality)
-        floor = LD_COEFF_ROUNDING * np.sqrt(square) + charge * 1.01 * out_norm
+        floor = LD_COEFF_ROUNDING * np.sqrt(square) + 1.01 * charge
         square_floor = (LD_SQUARE_ROUNDING + EPS / 2 + n * 2.0 ** -coarse.beta * EPS) * square + \
-            2.1 * charge * out_norm * np.sqrt(square)
+            2.1 * charge * np.sqrt(square)
     else:
         coarse_square = 2 * np.einsum("ij,ij->i", F[:, ::2], F[:, ::2])
         floor = COEFF_ROUNDING * np.sqrt(square)

@@ -279,6 +279,25 @@ def exponent_function(e: object) -> Callable:
 
 # ---- the tape --------------------------------------------------------------------------------------
 
+#: heads whose value is another head's times the argument, bit for bit as their own numpy function
+#: computes it (silu's x·expit(x)): with a memo, the other head's value is shared (SiLU and SiLU′ at
+#: one layer's variances evaluate one long double expit)
+TIMES_HEAD = {"Silu": "Sigmoid"}
+
+
+def memo_head(op: Op, fn: Callable, args: list, key: tuple, memo: dict) -> np.ndarray:
+    """The value of the head ``op`` for :meth:`Tape.__call__`'s memo: through :data:`TIMES_HEAD` where it
+    has an entry (the other head's value from the memo, or computed and kept there), else ``fn``."""
+    other = TIMES_HEAD.get(op.arg)
+    if other is None or len(args) != 1:
+        return fn(*args)
+    okey = (op.kind, repr(other), key[2])
+    base = memo.get(okey)
+    if base is None:
+        base = memo[okey] = head_function(HEADS_BY_NAME[other], 1)(args[0])
+    return args[0] * base
+
+
 def last_uses(ops: Sequence[Op]) -> dict[int, int]:
     """Liveness: each slot's last reading operation, {slot: index in ``ops``}."""
     return {a: k for k, op in enumerate(ops) for a in op.args}
@@ -339,7 +358,7 @@ class Tape:
                     key = self.memo_keys[op.out]
                     got = memo.get(key)
                     if got is None:
-                        got = memo[key] = fn(*[slots[a] for a in op.args])
+                        got = memo[key] = memo_head(op, fn, [slots[a] for a in op.args], key, memo)
                     slots[op.out] = got
                 else:
                     slots[op.out] = fn(*[slots[a] for a in op.args])
