@@ -266,3 +266,29 @@ def test_packed_sum_grid_cells_have_the_bits_of_each_cell_alone(name):
     order, _ = orders(A[:, None, :], B[None, :, :], cells, 1e-10, K, shape, same)
     assert list(same) == [4 * 9 + 2]
     assert order.min() == 16 and 16 < order[1] and order.max() > HORNER_TOP      # every path taken
+
+
+def test_pack_with_a_shared_memo_has_the_bits_of_a_pack_alone():
+    """The functions packed at one set of variances share their heads' long double values
+    (PackCache.memo; SiLU's Silu head through Sigmoid's expit): each pack has the bits it has computed
+    alone, without a memo — tanh's family (bounded: the core window as it starts) and SiLU's (growing: a
+    window widened for SiLU² at a = 4.4)."""
+    from tensorprog.symbolic.mehler import PackCache, pack, step_for
+    from tensorprog.symbolic.tape import HermiteArg, Tape
+    a = np.array([0.05, 0.3, 0.9, 1.7, 4.4])
+    sig = 1 / (1 + sp.exp(-T))
+    families = [[sp.tanh(T) ** 2, sp.tanh(T), (1 - sp.tanh(T) ** 2) ** 2, 1 - sp.tanh(T) ** 2],
+                [(T * sig) ** 2, T * sig, sig + T * sig * (1 - sig), (sig + T * sig * (1 - sig)) ** 2]]
+    for family in families:
+        for K in (8, 48):
+            h = step_for(K, float(a.max()))
+            cache = PackCache()
+            memo = cache.memo(np.unique(a), h)
+            for e in family:
+                arg = HermiteArg(Tape.compile([e], [T]), K, h, cache)
+                assert arg.extended
+                shared = pack(arg.function, K, h, a, memo)
+                assert np.array_equal(shared, pack(arg.function, K, h, a)), (e, K)
+                assert np.array_equal(shared, pack(arg.function, K, h, a, memo)), (e, K)
+                assert np.array_equal(shared, arg(a)), (e, K)
+            assert any(isinstance(k, int) for k in memo) and any(isinstance(k, tuple) for k in memo)

@@ -401,7 +401,7 @@ def _rule(fn: Fn, variances: np.ndarray, K: int, h: float, memo: dict | None = N
         coarse_square = 2 * np.einsum("ij,ij->i", F[:, ::2], F[:, ::2])
         floor = COEFF_ROUNDING * np.sqrt(square)
         square_floor = SQUARE_ROUNDING * square
-    l1 = np.sum(np.abs(F), axis=1) * (1 + 1e-6)
+    l1 = np.sqrt(n * square) * (1 + 1e-6)                 # ≥ ‖F‖₁ (Cauchy–Schwarz)
     with one_thread():
         exact, inexact, bc = coarse.product(hi[:, ::2], rest[:, ::2], top, K, l1)
         exact2, inexact2, bo = others.product(hi[:, 1::2], rest[:, 1::2], top, K, l1)
@@ -530,6 +530,8 @@ def pack(fn: Fn, K: int, h: float, a: np.ndarray, memo: dict | None = None) -> n
     out = np.concatenate([c.alpha, np.stack(tails, 1), c.square[:, None], c.square_err[:, None],
                           c.sup[:, None], c.norm[:, None], compute_row_numbers(c.alpha),
                           tail_ratios(c, beyond, tails), np.full((len(ua), 1), float(K))], axis=1)
+    if len(ua) == a.size and np.array_equal(ua, a.ravel()):     # distinct and sorted already: no copy
+        return out.reshape(a.shape + (out.shape[1],))
     return out[inv].reshape(a.shape + (out.shape[1],))
 
 
