@@ -65,12 +65,20 @@ def ladder(h: float) -> float:
     return float(np.ldexp(np.floor(np.ldexp(m, 20)), e - 20))
 
 
-@lru_cache(maxsize=16)
+@lru_cache(maxsize=32)
 def ld_basis(K: int, h: float) -> tuple[np.ndarray, np.ndarray]:
     """(z, G) of the trapezoidal rule of step h on [−T, T] in np.longdouble (Σ w_i f(z_i) ≈ E f(z),
-    z ~ N(0, 1), w_i = h·pdf(z_i)): G[k, i] = √w_i h_k(z_i), k ≤ K, by the recurrence
-    h_{k+1} = (z h_k − √k h_{k−1})/√(k+1) on the scaled values (bounded: |h_k(z)| e^{−z²/4} ≤ 1).
-    The nodes z_i = i·h are exact (a 53-bit h times an integer below 2¹¹ in a 64-bit significand)."""
+    z ~ N(0, 1), w_i = h·pdf(z_i)): G[k, i] = √w_i h_k(z_i), k ≤ K (the first rows of
+    :func:`ld_rows`, the same numbers for every K: a layer's mean and series rows share one)."""
+    z, G = ld_rows(max(64, 1 << max(K, 1).bit_length()), h)
+    return z, G[:K + 1]
+
+
+@lru_cache(maxsize=16)
+def ld_rows(K: int, h: float) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`ld_basis` to order K, by the recurrence h_{k+1} = (z h_k − √k h_{k−1})/√(k+1) on the scaled
+    values (bounded: |h_k(z)| e^{−z²/4} ≤ 1).  The nodes z_i = i·h are exact (a 53-bit h times an
+    integer below 2¹¹ in a 64-bit significand)."""
     n = int(np.ceil(HALF_WIDTH / h))
     z = LD(h) * np.arange(-n, n + 1).astype(LD)
     sw = np.sqrt(LD(h) * np.exp(-z * z / 2) / np.sqrt(2 * np.arccos(LD(-1))))
