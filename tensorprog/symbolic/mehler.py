@@ -65,7 +65,7 @@ def ladder(h: float) -> float:
     return float(np.ldexp(np.floor(np.ldexp(m, 20)), e - 20))
 
 
-@lru_cache(maxsize=32)
+@lru_cache(maxsize=64)
 def ld_basis(K: int, h: float) -> tuple[np.ndarray, np.ndarray]:
     """(z, G) of the trapezoidal rule of step h on [−T, T] in np.longdouble (Σ w_i f(z_i) ≈ E f(z),
     z ~ N(0, 1), w_i = h·pdf(z_i)): G[k, i] = √w_i h_k(z_i), k ≤ K (the first rows of
@@ -74,7 +74,7 @@ def ld_basis(K: int, h: float) -> tuple[np.ndarray, np.ndarray]:
     return z, G[:K + 1]
 
 
-@lru_cache(maxsize=16)
+@lru_cache(maxsize=32)
 def ld_rows(K: int, h: float) -> tuple[np.ndarray, np.ndarray]:
     """:func:`ld_basis` to order K, by the recurrence h_{k+1} = (z h_k − √k h_{k−1})/√(k+1) on the scaled
     values (bounded: |h_k(z)| e^{−z²/4} ≤ 1).  The nodes z_i = i·h are exact (a 53-bit h times an
@@ -259,7 +259,7 @@ def fold(z: np.ndarray, G: np.ndarray, beta: int, scale: np.ndarray) -> Folded:
                   half_basis(G[1::2][:, pos].T, beta, scale[1::2]) if G.shape[0] > 1 else None, beta)
 
 
-@lru_cache(maxsize=16)
+@lru_cache(maxsize=64)
 def folded_basis(K: int, h: float) -> tuple[np.ndarray, np.ndarray, Folded, Folded]:
     """(z, √w in float64, the fold of the rule's every other node z[::2] — the rule of step 2h — and
     the fold of the others z[1::2]) (:func:`ld_basis`): the rule of step h is the sum of the two.  Both
