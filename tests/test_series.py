@@ -268,13 +268,15 @@ def test_packed_sum_grid_cells_have_the_bits_of_each_cell_alone(name):
     assert order.min() == 16 and 16 < order[1] and order.max() > HORNER_TOP      # every path taken
 
 
-def test_pack_with_a_shared_memo_has_the_bits_of_a_pack_alone():
+def test_pack_with_a_shared_memo_has_the_bits_of_a_pack_alone(monkeypatch):
     """The functions packed at one set of variances share their heads' long double values
     (PackCache.memo; SiLU's Silu head through Sigmoid's expit): each pack has the bits it has computed
     alone, without a memo — tanh's family (bounded: the core window as it starts) and SiLU's (growing: a
     window widened for SiLU² at a = 4.4)."""
+    import tensorprog.symbolic.mehler as mehler
     from tensorprog.symbolic.mehler import PackCache, pack, step_for
     from tensorprog.symbolic.tape import HermiteArg, Tape
+    monkeypatch.setattr(mehler, "EXTENDED", True)            # the long double rule (what the memo serves)
     a = np.array([0.05, 0.3, 0.9, 1.7, 4.4])
     sig = 1 / (1 + sp.exp(-T))
     families = [[sp.tanh(T) ** 2, sp.tanh(T), (1 - sp.tanh(T) ** 2) ** 2, 1 - sp.tanh(T) ** 2],

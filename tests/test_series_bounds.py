@@ -128,8 +128,9 @@ def mp_coefficients(phi, a: float, K: int, h: float) -> tuple[list, object]:
     return out, S
 
 
+@pytest.mark.parametrize("extended", [True, False])
 @pytest.mark.parametrize("act", ["tanh", "silu", "silu2", "dsilu2", "tanh64"])
-def test_coefficient_error_covers_mpmath_and_is_tight(act):
+def test_coefficient_error_covers_mpmath_and_is_tight(act, extended, monkeypatch):
     """Each coefficient's stated error δ (``Coefficients.sup``: the two rules' difference, the values'
     floor — φ in long double on the core window, float64 outside it, charged —, the split products'
     bound and u·max_k |α̃_k|, the float64 rounding of the largest) covers the true coefficients (a
@@ -138,7 +139,10 @@ def test_coefficient_error_covers_mpmath_and_is_tight(act):
     plain products stated 4–14 ε·√S: the products' accumulation then dominated the kernels' bounds);
     E φ² likewise (its error ≤ 1.5 u·S: its float64 rounding, u·S, and the two rules' difference).  A φ evaluated in float64 (``tanh64``: no long double values)
     keeps the float64 values' floor (COEFF_ROUNDING), which covers too.  silu2 grows like z² (the core
-    window widens for it at a = 4)."""
+    window widens for it at a = 4).  The plain float64 rule (``mehler.EXTENDED`` off: φ and the products
+    in float64) covers with its own floor (PLAIN_COEFF_ROUNDING), at most 16 ε·√S."""
+    import tensorprog.symbolic.mehler as mehler
+    monkeypatch.setattr(mehler, "EXTENDED", extended)
     import mpmath as mp
     mp.mp.prec = 110
     sig = {"np": lambda t: 1 / (1 + np.exp(-t)), "mp": lambda t: 1 / (1 + mp.exp(-t))}
@@ -158,6 +162,7 @@ def test_coefficient_error_covers_mpmath_and_is_tight(act):
         actual = np.array([float(abs(mp.mpf(float(c.alpha[v, k])) - ref[k])) for k in range(K + 1)])
         assert np.all(actual <= c.sup[v]), (act, a[v], (actual / c.sup[v]).max())
         assert float(abs(mp.mpf(float(c.square[v])) - S)) <= c.square_err[v]
-        if act != "tanh64":
+        if act != "tanh64" and extended:
             assert c.sup[v] <= 0.75 * EPS * np.sqrt(float(S)), (act, a[v], c.sup[v] / EPS / np.sqrt(float(S)))
             assert c.square_err[v] <= 1.5 * u * float(S)
+        assert c.sup[v] <= 16 * EPS * np.sqrt(float(S))

@@ -35,6 +35,16 @@ LD = np.longdouble
 COEFF_ROUNDING = 1.5 * EPS
 #: the rounding of S̃ = Σ_i F_i² relative to S (measured as above: ≤ 3.5 ε)
 SQUARE_ROUNDING = 4 * EPS
+#: whether the rule runs in extended precision (φ in long double on the core window, exact products:
+#: δ ≤ 0.75 ε√S, tests/test_series_bounds.py) or in plain float64 (φ and the products in float64, δ
+#: with :data:`PLAIN_COEFF_ROUNDING`: 4–14 ε√S, about a third of the kernels' stated errors, but the
+#: pack takes half the time: bench/series_kernels.py, tanh and SiLU at N = 300 and 1000)
+EXTENDED = False
+#: the rounding of one coefficient of the plain float64 rule (products by BLAS: their accumulation,
+#: 5–12 ε√S, dominates), relative to √S: against the same rule in 80-bit floats (tanh, SiLU, their
+#: squares and derivatives' squares; K = 8, 64, 256; variances 0.002–4) max_k |α̃_k − α_k| ≤ 3.1 ε√S, and
+#: δ = max_k |α̃_k − α̃'_k| + this (the rule at 2h differs by its own rounding) ≥ 1.8× it everywhere
+PLAIN_COEFF_ROUNDING = 2 * EPS
 
 
 #: the rule's half-width: beyond |z| = T, pdf(z)·h_k(z)·φ is below 1e-18 (|h_k(z)| e^{−z²/4} ≤ 1)
@@ -245,6 +255,22 @@ class Folded:
         return exact, inexact, bound
 
 
+    def plain(self, F: np.ndarray, K: int) -> np.ndarray:
+        """F @ fl(G)ᵀ (V, K+1) by the parity fold in plain float64 (:data:`EXTENDED` off)."""
+        out = np.zeros((F.shape[0], K + 1))
+        plus, minus = F[:, self.pos], F[:, self.neg]
+        even = plus + minus
+        if len(self.zero):
+            even = np.concatenate([F[:, self.zero], even], axis=1)
+        if np.any(even):
+            out[:, 0::2] = even @ self.even.stack[:self.even.hi.shape[0]]
+        if self.odd is not None:
+            odd = plus - minus
+            if np.any(odd):
+                out[:, 1::2] = odd @ self.odd.stack[:self.odd.hi.shape[0]]
+        return out
+
+
 def fold(z: np.ndarray, G: np.ndarray, beta: int, scale: np.ndarray) -> Folded:
     """The parity fold of the nodes z (symmetric about 0, ascending) and their long double basis G
     (:class:`Folded`), split with β bits by the per-order scales ``scale`` (:func:`half_basis`)."""
@@ -309,6 +335,7 @@ class Rule:
     coarse_square: np.ndarray
     floor: np.ndarray
     square_floor: np.ndarray
+    exact: bool = True          # the products exact (else plain float64: :data:`EXTENDED`)
 
 
 def evaluate(fn: Fn, points: np.ndarray, memo: dict | None = None) -> tuple[np.ndarray, bool]:
@@ -340,6 +367,9 @@ def core_values(fn: Fn, variances: np.ndarray, root: np.ndarray, z: np.ndarray, 
     n, c = len(z), len(z) // 2
     left, right = slice(0, c - d), slice(c + d + 1, n)
     charge = np.zeros(len(root))
+    if not EXTENDED:                                        # the plain rule: φ in float64 at every node
+        np.multiply(np.broadcast_to(np.asarray(fn(root[:, None] * z), dtype=float), F.shape), sw, out=F)
+        return F[:, c - d:c + d + 1], False, charge
     if d < c:                                               # float64 φ outside the core
         zo = np.concatenate([z[left], z[right]])
         xo = root[:, None] * zo
@@ -393,6 +423,13 @@ def _rule(fn: Fn, variances: np.ndarray, K: int, h: float, memo: dict | None = N
     core = slice(c - d, c + d + 1)
     Fl = vals
     square = np.einsum("ij,ij->i", F, F)
+    if not EXTENDED:                                         # the plain float64 rule
+        with one_thread():
+            alpha, alpha2 = others.plain(F[:, 1::2], K), coarse.plain(F[:, ::2], K)
+        alpha += alpha2
+        alpha2 *= 2
+        return Rule(alpha, square, alpha2, 2 * np.einsum("ij,ij->i", F[:, ::2], F[:, ::2]),
+                    PLAIN_COEFF_ROUNDING * np.sqrt(square), SQUARE_ROUNDING * square, False)
     hi, rest, top = split(F, coarse.beta, np.sqrt(square) * (1 + 1e-6))
     if accurate:
         rest[:, core] = Fl - hi[:, core]
@@ -457,7 +494,8 @@ def coefficients(fn: Fn, variances: Sequence[float], K: int, h: float | None = N
     alpha, S, coarse, S1, floor = r.alpha, r.square, r.coarse, r.coarse_square, r.floor
     diff = alpha - coarse
     quad = np.sqrt(np.einsum("ij,ij->i", diff, diff))
-    err = quad + np.sqrt(K + 1.0) * floor           # ℓ2 over k ≤ K (the engine's Cauchy–Schwarz bound)
+    # ℓ2 over k ≤ K (the engine's Cauchy–Schwarz bound; the plain rule's as it always was)
+    err = quad + np.sqrt(K + 1.0) * (floor if r.exact else 16 * EPS * np.sqrt(S))
     kept = np.einsum("ij,ij->i", alpha, alpha)
     # T(K) = S − Σ_{k≤K} α_k²: the computed difference, S's quadrature error, the coefficients'
     # (|Σα² − Σα̃²| ≤ 2‖α̃‖e + e² for their error e) and the rounding of two sums of size S
