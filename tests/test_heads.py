@@ -6,7 +6,7 @@ import sympy as sp
 
 from tensorprog.builtins import BUILTINS
 from tensorprog.symbolic.heads import HEADS, Delta
-from tensorprog.symbolic.mehler import coefficients, hermite_basis
+from tensorprog.symbolic.mehler import coefficients, hermite_basis, ld_rows
 
 
 def own_heads():
@@ -29,14 +29,18 @@ def test_heads_real_and_finite_at_real_arguments():
 
 
 def test_hermite_basis_recurrence_bits():
-    """G[k+1] = (z·G[k] − √k·G[k−1])/√(k+1), each step as numpy rounds it on fresh arrays."""
+    """In long double, G[k+1] = (z·G[k] − √k·G[k−1])/√(k+1), each step as numpy rounds it on fresh
+    arrays (:func:`ld_rows` does it in place); :func:`hermite_basis` is its rounding to float64."""
+    LD = np.longdouble
     for K, h in ((0, 0.05), (1, 0.05), (9, 0.0379), (64, 0.031)):
-        z, G = hermite_basis.__wrapped__(K, h)
-        sw = np.sqrt(h * np.exp(-z ** 2 / 2) / np.sqrt(2 * np.pi))
+        z, G = ld_rows.__wrapped__(K, h)
+        sw = np.sqrt(LD(h) * np.exp(-z * z / 2) / np.sqrt(2 * np.arccos(LD(-1))))
         want = [sw, z * sw][:K + 1]
         for k in range(1, K):
-            want.append((z * want[k] - np.sqrt(k) * want[k - 1]) / np.sqrt(k + 1))
+            want.append((z * want[k] - np.sqrt(LD(k)) * want[k - 1]) / np.sqrt(LD(k + 1)))
         assert np.array_equal(G, np.array(want)), (K, h)
+        z64, G64 = hermite_basis.__wrapped__(K, h)
+        assert np.array_equal(G64, G[:K + 1].astype(float)) and np.array_equal(z64, z.astype(float))
 
 
 def test_tail_at_is_the_truncated_tail():

@@ -157,15 +157,53 @@ def test_dataset_kernel_matches_per_pair_compiles():
 
 @pytest.mark.parametrize("K,h", [(0, 0.05), (7, 0.05), (64, 0.05), (65, 0.0371)])
 def test_parity_fold_equals_the_plain_products(K, h):
-    """The folded products (even orders from φ's even part, odd from its odd part) equal F @ Gᵀ
-    on the rule's nodes and on its every other node (with and without z = 0 among them)."""
-    from tensorprog.symbolic.mehler import folded_basis, hermite_basis
-    z, G = hermite_basis(K, h)
-    _, sw, fine, coarse = folded_basis(K, h)
+    """The folded, split products (even orders from F's even part, odd from its odd part; on the
+    rule's nodes and on its every other node, with and without z = 0 among them) equal F @ Gᵀ in
+    long double (G the long double basis) to within their stated bound plus u|α̃_k| (the exact and the
+    rounded parts added in float64) and the long double reference's own rounding; the bound is far
+    below one float64 ulp of the coefficients' scale."""
+    from tensorprog.symbolic.mehler import LD, UNIT_LD, folded_basis, ld_basis, split
+    z, G = ld_basis(K, h)
+    _, sw, coarse, others = folded_basis(K, h)
     F = np.random.default_rng(1).standard_normal((5, len(z))) * sw
-    assert np.allclose(fine.product(F, K), F @ G.T, rtol=0, atol=1e-14)
-    assert np.allclose(coarse.product(F[:, ::2], K), F[:, ::2] @ G[:, ::2].T, rtol=0, atol=1e-14)
+    scale = np.sqrt(np.sum(F * F, axis=1))
+    hi, rest, top = split(F, coarse.beta, scale * (1 + 1e-6))
+    assert np.array_equal(hi + rest, F)
+    l1 = np.sum(np.abs(F), axis=1)
+    u = np.finfo(float).eps / 2
+    parts = {}
+    for fold, cols in ((coarse, slice(None, None, 2)), (others, slice(1, None, 2))):
+        exact, inexact, bound = parts[cols.start or 0] = fold.product(hi[:, cols], rest[:, cols], top, K, l1)
+        Fl = F[:, cols].astype(LD)
+        ref = Fl @ G[:, cols].T
+        slack = (len(z) + 2) * UNIT_LD * (np.abs(Fl) @ np.abs(G[:, cols]).T)
+        got = exact + inexact
+        assert np.all(np.abs(got - ref) <= bound[:, None] + u * np.abs(got) + slack)
+        assert np.all(bound <= 0.02 * np.finfo(float).eps * scale)
+        assert np.array_equal(exact.astype(LD), hi[:, cols].astype(LD) @ hi_basis(fold, K))
+    (e0, i0, b0), (e1, i1, b1) = parts[0], parts[1]
+    assert np.array_equal((e0 + e1).astype(LD), e0.astype(LD) + e1.astype(LD))     # the two exact parts add exactly
+    fine = (e0 + e1) + (i0 + i1)
+    ref = F.astype(LD) @ G.T
+    assert np.all(np.abs(fine - ref) <= (b0 + b1)[:, None] + 2.01 * u * np.abs(fine) + len(z) * UNIT_LD * np.abs(ref).max())
     assert len(coarse.zero) == (1 if (len(z) // 2) % 2 == 0 else 0)
+
+
+def hi_basis(fold, K: int) -> np.ndarray:
+    """The β-bit basis of a fold unfolded to its nodes (K+1 columns), in long double: hi(z)·G₁(z) summed
+    over the folded nodes is the exact part of :meth:`Folded.product`."""
+    from tensorprog.symbolic.mehler import LD
+    n = fold.pos.stop
+    out = np.zeros((n, K + 1), dtype=LD)
+    first = len(fold.zero)
+    if first:
+        out[fold.zero[0], 0::2] = fold.even.hi[0]
+    out[fold.pos, 0::2] = fold.even.hi[first:]
+    out[fold.neg, 0::2] = fold.even.hi[first:]
+    if fold.odd is not None:
+        out[fold.pos, 1::2] = fold.odd.hi
+        out[fold.neg, 1::2] = -fold.odd.hi
+    return out
 
 
 def test_diagonal_cells_take_the_1d_square():
@@ -310,3 +348,31 @@ def test_error_polynomial_is_the_stated_bound(name):
                 m1 = t1 + t ** q * x[r0 + m] * y[r0 + m]
                 want = coef + ld(UNIT) * (1 + ld(1e-12)) * (2 * m0 + 8 * m1)
                 assert abs(ld(got[i, j]) - want) <= 1e-14 * want, (i, j, got[i, j], want)
+
+
+def test_pack_with_a_shared_memo_has_the_bits_of_a_pack_alone(monkeypatch):
+    """The functions packed at one set of variances share their heads' long double values
+    (PackCache.memo; SiLU's Silu head through Sigmoid's expit): each pack has the bits it has computed
+    alone, without a memo — tanh's family (bounded: the core window as it starts) and SiLU's (growing: a
+    window widened for SiLU² at a = 4.4)."""
+    import tensorprog.symbolic.mehler as mehler
+    from tensorprog.symbolic.mehler import PackCache, pack, step_for
+    from tensorprog.symbolic.tape import HermiteArg, Tape
+    monkeypatch.setattr(mehler, "EXTENDED", True)            # the long double rule (what the memo serves)
+    a = np.array([0.05, 0.3, 0.9, 1.7, 4.4])
+    sig = 1 / (1 + sp.exp(-T))
+    families = [[sp.tanh(T) ** 2, sp.tanh(T), (1 - sp.tanh(T) ** 2) ** 2, 1 - sp.tanh(T) ** 2],
+                [(T * sig) ** 2, T * sig, sig + T * sig * (1 - sig), (sig + T * sig * (1 - sig)) ** 2]]
+    for family in families:
+        for K in (8, 48):
+            h = step_for(K, float(a.max()))
+            cache = PackCache()
+            memo = cache.memo(np.unique(a), h)
+            for e in family:
+                arg = HermiteArg(Tape.compile([e], [T]), K, h, cache)
+                assert arg.extended
+                shared = pack(arg.function, K, h, a, memo)
+                assert np.array_equal(shared, pack(arg.function, K, h, a)), (e, K)
+                assert np.array_equal(shared, pack(arg.function, K, h, a, memo)), (e, K)
+                assert np.array_equal(shared, arg(a)), (e, K)
+            assert any(isinstance(k, int) for k in memo) and any(isinstance(k, tuple) for k in memo)

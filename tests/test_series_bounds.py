@@ -107,3 +107,62 @@ def test_cell_error_covers_the_expectation(act):
     square = {x: float(rule.single(lambda t: phi(t) ** 2, x)) for x in np.concatenate([a, b])}
     scale = EPS * np.sqrt([square[x] * square[y] for x, y in zip(a, b)])
     assert (stated / scale).max() <= 30, (stated / scale).max()
+
+
+def mp_coefficients(phi, a: float, K: int, h: float) -> tuple[list, object]:
+    """(α_0 … α_K, S = E φ²) of φ(√a z) by the trapezoidal rule of step h on [−14, 14] in 110-bit mpmath
+    (another step than the code's: geometric convergence makes both exact far below 10⁻²⁵ here)."""
+    import mpmath as mp
+    n = int(14 / h) + 1
+    sa, hh, c = mp.sqrt(mp.mpf(a)), mp.mpf(h), 1 / mp.sqrt(2 * mp.pi)
+    out, S = [mp.mpf(0)] * (K + 1), mp.mpf(0)
+    for i in range(-n, n + 1):
+        z = hh * i
+        f = phi(sa * z)
+        wf = hh * c * mp.exp(-z * z / 2) * f
+        S += wf * f
+        prev, cur = mp.mpf(0), mp.mpf(1)
+        for k in range(K + 1):
+            out[k] += wf * cur
+            prev, cur = cur, (z * cur - mp.sqrt(k) * prev) / mp.sqrt(k + 1)
+    return out, S
+
+
+@pytest.mark.parametrize("extended", [True, False])
+@pytest.mark.parametrize("act", ["tanh", "silu", "silu2", "dsilu2", "tanh64"])
+def test_coefficient_error_covers_mpmath_and_is_tight(act, extended, monkeypatch):
+    """Each coefficient's stated error δ (``Coefficients.sup``: the two rules' difference, the values'
+    floor — φ in long double on the core window, float64 outside it, charged —, the split products'
+    bound and u·max_k |α̃_k|, the float64 rounding of the largest) covers the true coefficients (a
+    110-bit trapezoid at another step) for every k, and is at most 0.75 ε·√S (u·max_k |α̃_k| alone is up
+    to ½ε·√S, for a nearly linear φ; the float64 rule with its
+    plain products stated 4–14 ε·√S: the products' accumulation then dominated the kernels' bounds);
+    E φ² likewise (its error ≤ 1.5 u·S: its float64 rounding, u·S, and the two rules' difference).  A φ evaluated in float64 (``tanh64``: no long double values)
+    keeps the float64 values' floor (COEFF_ROUNDING), which covers too.  silu2 grows like z² (the core
+    window widens for it at a = 4).  The plain float64 rule (``mehler.EXTENDED`` off: φ and the products
+    in float64) covers with its own floor (PLAIN_COEFF_ROUNDING), at most 16 ε·√S."""
+    import tensorprog.symbolic.mehler as mehler
+    monkeypatch.setattr(mehler, "EXTENDED", extended)
+    import mpmath as mp
+    mp.mp.prec = 110
+    sig = {"np": lambda t: 1 / (1 + np.exp(-t)), "mp": lambda t: 1 / (1 + mp.exp(-t))}
+    fns = {"tanh": (np.tanh, mp.tanh),
+           "silu": (lambda t: t * sig["np"](t), lambda t: t * sig["mp"](t)),
+           "silu2": (lambda t: (t * sig["np"](t)) ** 2, lambda t: (t * sig["mp"](t)) ** 2),
+           "dsilu2": (lambda t: (sig["np"](t) * (1 + t * (1 - sig["np"](t)))) ** 2,
+                      lambda t: (sig["mp"](t) * (1 + t * (1 - sig["mp"](t)))) ** 2),
+           "tanh64": (lambda t: np.tanh(np.asarray(t, dtype=float)), mp.tanh)}
+    phi, phi_mp = fns[act]
+    a, K = np.array([0.05, 1.0, 4.0]), 24
+    h = step_for(K, float(a.max()))
+    c = coefficients(phi, a, K, h)
+    u = EPS / 2
+    for v in range(len(a)):
+        ref, S = mp_coefficients(phi_mp, float(a[v]), K, 0.8 * h)
+        actual = np.array([float(abs(mp.mpf(float(c.alpha[v, k])) - ref[k])) for k in range(K + 1)])
+        assert np.all(actual <= c.sup[v]), (act, a[v], (actual / c.sup[v]).max())
+        assert float(abs(mp.mpf(float(c.square[v])) - S)) <= c.square_err[v]
+        if act != "tanh64" and extended:
+            assert c.sup[v] <= 0.75 * EPS * np.sqrt(float(S)), (act, a[v], c.sup[v] / EPS / np.sqrt(float(S)))
+            assert c.square_err[v] <= 1.5 * u * float(S)
+        assert c.sup[v] <= 16 * EPS * np.sqrt(float(S))

@@ -143,11 +143,49 @@ class HermiteArg:
         """φ's key in the cache: its tape as data."""
         return repr(self.tape.to_json())
 
+    @cached_property
+    def extended(self) -> bool:
+        """Whether φ is evaluated in long double on long double points: where the tape computes it
+        so from numbers it holds exactly (:func:`long_double`: the coefficients' extended precision,
+        :func:`.mehler.evaluate`); else in float64 on every input."""
+        return long_double(self.tape)
+
+    def function(self, t: np.ndarray, memo: dict | None = None) -> np.ndarray:
+        """φ at the points t, in their precision where :attr:`extended`, else in float64; ``memo``: the
+        values of function heads at these long double points (:meth:`.mehler.PackCache.memo`: tanh,
+        tanh², 1 − tanh² and (1 − tanh²)² at one layer's variances share one long double tanh)."""
+        if t.dtype == np.longdouble and self.extended:
+            return self.tape(t, dtype=np.longdouble, memo=memo)[0]
+        return self.tape(t)[0]
+
     def __call__(self, a: np.ndarray, out=None) -> np.ndarray:
-        return self.cache.packed(self.key, lambda t: self.tape(t)[0], self.K, self.h, a)
+        return self.cache.packed(self.key, self.function, self.K, self.h, a)
 
     def to_json(self) -> list:
         return [self.tape.to_json(), self.K, self.h]
+
+
+#: the heads whose numpy functions compute in long double on long double input, with constants that
+#: are the numbers they stand for (not erf and gelu: scipy has no long double loop for them; not selu:
+#: its λ and α are float64 roundings of their decimals; not Heaviside: it evaluates in float64)
+LONG_DOUBLE_HEADS = frozenset({"Relu", "Step", "AbsF", "Sign", "tanh", "Sigmoid", "exp", "log", "sqrt", "sin",
+                               "cos", "Softplus", "LeakyRelu", "Silu", "Elu", "Mish", "Softsign", "Min", "Max",
+                               "Abs", "sign", "asin", "acos", "atan", "sinh", "cosh", "atan2", "tan", "Pow"})
+
+
+def long_double(tape: "Tape") -> bool:
+    """Whether ``tape`` evaluated on long double input computes its function in long double: every
+    head in :data:`LONG_DOUBLE_HEADS`, every exponent an integer or ±1/2, and every constant a
+    number of at most 40 significant bits (1, −1, 2, 0.5, …: the number written, where a rounding
+    such as that of 1/3 or √2 fills all 53)."""
+    for op in tape.ops:
+        if op.kind == "fn" and op.arg not in LONG_DOUBLE_HEADS:
+            return False
+        if op.kind == "pow" and not (isinstance(op.arg, Fraction) and op.arg.denominator in (1, 2)):
+            return False
+        if op.kind in SERIES_ARITY:
+            return False
+    return all(np.isfinite(v) and float(np.ldexp(np.frexp(v)[0], 40)).is_integer() for v in tape.consts.values())
 
 
 def operands(e: sp.Basic) -> tuple:
@@ -241,6 +279,25 @@ def exponent_function(e: object) -> Callable:
 
 # ---- the tape --------------------------------------------------------------------------------------
 
+#: heads whose value is another head's times the argument, bit for bit as their own numpy function
+#: computes it (silu's x·expit(x)): with a memo, the other head's value is shared (SiLU and SiLU′ at
+#: one layer's variances evaluate one long double expit)
+TIMES_HEAD = {"Silu": "Sigmoid"}
+
+
+def memo_head(op: Op, fn: Callable, args: list, key: tuple, memo: dict) -> np.ndarray:
+    """The value of the head ``op`` for :meth:`Tape.__call__`'s memo: through :data:`TIMES_HEAD` where it
+    has an entry (the other head's value from the memo, or computed and kept there), else ``fn``."""
+    other = TIMES_HEAD.get(op.arg)
+    if other is None or len(args) != 1:
+        return fn(*args)
+    okey = (op.kind, repr(other), key[2])
+    base = memo.get(okey)
+    if base is None:
+        base = memo[okey] = head_function(HEADS_BY_NAME[other], 1)(args[0])
+    return args[0] * base
+
+
 def last_uses(ops: Sequence[Op]) -> dict[int, int]:
     """Liveness: each slot's last reading operation, {slot: index in ``ops``}."""
     return {a: k for k, op in enumerate(ops) for a in op.args}
@@ -284,20 +341,41 @@ class Tape:
         builder = Builder(symbols)
         return builder.build([builder.visit(as_expr(e)) for e in exprs])
 
-    def __call__(self, *arrays: np.ndarray) -> list[np.ndarray]:
-        """The values of the outputs, given one array per input (broadcasting)."""
+    def __call__(self, *arrays: np.ndarray, dtype: type = float, memo: dict | None = None) -> list[np.ndarray]:
+        """The values of the outputs, given one array per input (broadcasting), in ``dtype`` (float64,
+        or np.longdouble: the constants stay float64 numbers, promoted where they meet the inputs).
+        ``memo``: the values of function heads by what they compute from the inputs (:attr:`memo_keys`),
+        for these same input arrays (its owner keys it by them), read and filled: the same numbers."""
         if len(arrays) != self.ninputs:
             raise ValueError(f"expected {self.ninputs} arrays, got {len(arrays)}")
-        xs = [np.asarray(a, dtype=float) for a in arrays]
+        xs = [np.asarray(a, dtype=dtype) for a in arrays]
         shape = np.broadcast_shapes(*(x.shape for x in xs)) if xs else ()
         slots: dict[int, object] = dict(enumerate(xs))
         slots.update({k: np.float64(v) for k, v in self.consts.items()})
         with np.errstate(all="ignore"):
             for op, fn, free in zip(self.ops, self.functions, self.frees):
-                slots[op.out] = fn(*[slots[a] for a in op.args])
+                if memo is not None and op.kind == "fn":
+                    key = self.memo_keys[op.out]
+                    got = memo.get(key)
+                    if got is None:
+                        got = memo[key] = memo_head(op, fn, [slots[a] for a in op.args], key, memo)
+                    slots[op.out] = got
+                else:
+                    slots[op.out] = fn(*[slots[a] for a in op.args])
                 for a in free:
                     del slots[a]
-        return [np.broadcast_to(slots[o], shape).astype(float, copy=False) for o in self.outputs]
+        return [np.broadcast_to(slots[o], shape).astype(dtype, copy=False) for o in self.outputs]
+
+    @cached_property
+    def memo_keys(self) -> dict[int, tuple]:
+        """Per slot, what it computes from the inputs and constants, as nested tuples (("in", i),
+        ("const", value), (kind, arg, argument keys)): equal keys, equal values on the same inputs,
+        whichever tape computes them (the :meth:`__call__` memo)."""
+        keys: dict[int, tuple] = {i: ("in", i) for i in range(self.ninputs)}
+        keys.update({k: ("const", float(v)) for k, v in self.consts.items()})
+        for op in self.ops:
+            keys[op.out] = (op.kind, repr(op.arg), tuple(keys[a] for a in op.args))
+        return keys
 
     def to_json(self) -> dict:
         """The tape as JSON data (numbers, kinds and head names; exponents as [p, q] or a float)."""
