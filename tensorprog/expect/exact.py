@@ -187,7 +187,12 @@ class _Solver:
         m = cov2 * b
         factor = sp.exp(P.coeff_monomial(1) + tidy((b.T * m)[0, 0]) / 2) / sp.sqrt(det)
         shifted = g.xreplace({s: s + m[k] for k, s in enumerate(syms)})
-        return factor * self.sub_solver(syms, cov2, shifted)
+        inner = self.sub_solver(syms, cov2, shifted)
+        if not inner.has(Phi2, sp.erf):
+            return factor * inner
+        # e^{m}·E[sign(ℓ + h)] = e^{m}(1 − erfc(h/√κ)): multiplied out, the large e^{m} of E[e^ℓ] and of
+        # E[e^ℓ sign ℓ] cancel exactly, and the small e^{m}·erfc and e^{m}·Φ₂ terms are left to evaluate
+        return sp.expand_mul(factor * inner.replace(sp.erf, lambda x: 1 - sp.erfc(x)))
 
     def base(self, lin: list, nsign: int) -> sp.Expr:
         """Products of ≤ 2 sign/erf factors of linear forms (module doc)."""
@@ -210,9 +215,13 @@ def offset_pair(h1: sp.Expr, h2: sp.Expr, kap: list, c: sp.Expr) -> sp.Expr:
     erf(x) = E_w sign(x + w) with w ~ N(0, ½) apart, so F_k = sign(X_k + h_k), Var X_k = σ_k² = κ_k/2
     and Cov(X₁, X₂) = c; with sign = 2·1{−X < h} − 1 and Φ(h_k/σ_k) = (1 + erf(h_k/√κ_k))/2,
 
-        E[F₁F₂] = 4Φ₂(h₁/σ₁, h₂/σ₂; ρ) − erf(h₁/√κ₁) − erf(h₂/√κ₂) − 1,   ρ = 2c/√(κ₁κ₂)
+        E[F₁F₂] = 4Φ₂(h₁/σ₁, h₂/σ₂; ρ) − 2Φ(h₁/σ₁) − 2Φ(h₂/σ₂) + 1
+                = 4Φ₂(−h₁/σ₁, −h₂/σ₂; ρ) − erfc(h₁/√κ₁) − erfc(h₂/√κ₂) + 1,   ρ = 2c/√(κ₁κ₂)
 
-    (Φ₂: :class:`..symbolic.bivariate.Phi2`; h₁ = h₂ = 0 gives the arcsine kernel above)."""
+    (Φ₂(−x, −y) = 1 − Φ(x) − Φ(y) + Φ₂(x, y), 2Φ(−h/σ) = erfc(h/√κ); Φ₂: :class:`..symbolic.bivariate.Phi2`;
+    h₁ = h₂ = 0 gives the arcsine kernel above).  The lower orthant and erfc are the small quantities
+    where an e^ℓ tilts the kinks far off (:meth:`_Solver.tilt`): evaluated in floating point, they
+    keep their relative accuracy where 1 − erf would not."""
     s1, s2 = sp.sqrt(kap[0] / 2), sp.sqrt(kap[1] / 2)
     rho = tidy(2 * c / sp.sqrt(kap[0] * kap[1]))
-    return 4 * Phi2(h1 / s1, h2 / s2, rho) - sp.erf(h1 / sp.sqrt(kap[0])) - sp.erf(h2 / sp.sqrt(kap[1])) - 1
+    return 4 * Phi2(-h1 / s1, -h2 / s2, rho) - sp.erfc(h1 / sp.sqrt(kap[0])) - sp.erfc(h2 / sp.sqrt(kap[1])) + 1
