@@ -53,6 +53,7 @@ from typing import Container, Iterator, Mapping, Sequence
 import numpy as np
 import sympy as sp
 
+from ..symbolic.bivariate import PHI2_ERROR, Phi2
 from ..symbolic.grid import CONST, ROW, GridTape, Workspace
 from ..symbolic.heads import Delta
 from ..symbolic.mehler import (T, DiagonalSlope, HermiteRow, Mean, MeanCurve, MehlerCurve, MehlerSlope,
@@ -401,6 +402,8 @@ class Builder:
             diag = [sp.Abs(cov[(i, i)], evaluate=False) for i in range(note.size)]
             magnitude = sp.Abs(value, evaluate=False)
             own = [sp.Float(ROUNDING) * sp.Add(magnitude, self.largest(diag), evaluate=False)]
+            if F.has(Phi2):                       # e^m·Φ₂ forms (ELU, SELU): their terms' own errors
+                own.append(self.sub(self.form_functions(F), names))
         raw = {}
         for ij, how in layout.items():
             if how[0] != "const" and how[1] not in raw:
@@ -434,6 +437,13 @@ class Builder:
         key = ("smooth", F, names)
         if key not in self.derived:
             self.derived[key] = smooth_form(F, names)
+        return self.derived[key]
+
+    def form_functions(self, F: sp.Expr) -> sp.Expr:
+        """:func:`function_rounding`, once per form (as :meth:`form_slopes`)."""
+        key = ("functions", F)
+        if key not in self.derived:
+            self.derived[key] = function_rounding(F)
         return self.derived[key]
 
     def form_arithmetic(self, F: sp.Expr) -> sp.Expr:
@@ -891,3 +901,49 @@ def head_slope(head: sp.Expr, n: sp.Symbol) -> sp.Expr:
     if db != 0:
         out.append(MehlerCurve(B, A, rho) / (2 * absolute(b)) * absolute(db))
     return sp.Add(*out)
+
+
+#: the relative error of an argument of a function of a closed form, computed from the entries in a few
+#: operations, relative to its magnitude |x|⁺ (:func:`positive`): 8 units of roundoff
+ARGUMENT_ROUNDING = 8 * EPS
+#: the relative error of scipy's exp, erf and erfc, and of numpy's arcsin, at exact arguments (≤ 2 ulp)
+FUNCTION_ROUNDING = 2 * EPS
+
+
+def function_error(f: sp.Expr) -> sp.Expr | None:
+    """A bound on the error of the tape's value of one function f(x) of a closed form: its own
+    (FUNCTION_ROUNDING·|f|, PHI2_ERROR for Φ₂) plus |f′|·ARGUMENT_ROUNDING·|x|⁺ for each argument
+    (|∂Φ₂/∂h| ≤ φ(h), ∂Φ₂/∂ρ = φ₂); None for a function it does not know."""
+    u = sp.Float(ARGUMENT_ROUNDING)
+    if isinstance(f, Phi2):
+        h, k, rho = f.args
+        gauss = [sp.exp(-x**2 / 2) / sp.sqrt(2 * sp.pi) for x in (h, k)]
+        return sp.Float(PHI2_ERROR) + u * (gauss[0] * positive(h) + gauss[1] * positive(k)
+                                           + sp.Abs(f.fdiff(3), evaluate=False) * positive(rho))
+    if not isinstance(f, (sp.exp, sp.erf, sp.erfc, sp.asin)):
+        return None
+    x = f.args[0]
+    slope = sp.Abs(sp.diff(f, x), evaluate=False) if not isinstance(f, sp.exp) else sp.Abs(f, evaluate=False)
+    return sp.Float(FUNCTION_ROUNDING) * sp.Abs(f, evaluate=False) + u * slope * positive(x)
+
+
+def function_rounding(F: sp.Expr) -> sp.Expr:
+    """A bound on the error of a closed form F with Φ₂ as the tape evaluates it, beyond its entries'
+    errors (first order): Σ_f |∂F/∂f|·:func:`function_error`(f) over its functions f (Φ₂, exp, erfc,
+    erf, asin; each a symbol d_f in G = F(d)), plus :func:`rounding` of the sums and products of G.
+    Its terms e^m·Φ₂ and e^m·erfc are large where a variance is (m = (a + b + 2c)/2): each carries
+    its own error here, where ROUNDING·(|E| + max Cᵢᵢ) would not.  A function it does not know
+    makes the form unreplayable."""
+    atoms = sorted((f for f in F.atoms(sp.Function) if f.free_symbols), key=sp.default_sort_key)
+    stand = {f: sp.Dummy(f"f{i}") for i, f in enumerate(atoms)}
+    back = {d: f for f, d in stand.items()}
+    G = F.xreplace(stand)
+    if G.atoms(sp.Function):
+        raise Unreplayable(f"a function inside another's argument in {F}")
+    terms = [rounding(G).xreplace(back)]
+    for f, d in stand.items():
+        err = function_error(f)
+        if err is None:
+            raise Unreplayable(f"no error rule for {f.func} in a closed form with Φ₂")
+        terms.append(sp.Abs(sp.diff(G, d).xreplace(back), evaluate=False) * err)
+    return sp.Add(*terms)
