@@ -9,8 +9,9 @@ It is the base case of the closed forms with two kinks at offsets (ELU, SELU and
   ∂Φ₂/∂ρ = φ₂(h, k; ρ) = exp(−(h² − 2ρhk + k²)/(2(1 − ρ²)))/(2π√(1 − ρ²)) (Plackett's identity);
 * **limits**: Φ₂(h, k; 1) = Φ(min(h, k)), Φ₂(h, k; −1) = max(0, Φ(h) + Φ(k) − 1),
   Φ₂(h, k; 0) = Φ(h)Φ(k), Φ₂(0, 0; ρ) = ¼ + asin(ρ)/(2π) — made by ``eval`` at exact arguments;
-* **high precision** (``evalf``): Φ₂ = Φ(h)Φ(k) + ∫₀^ρ φ₂(h, k; r) dr by mpmath's tanh–sinh
-  quadrature (whose endpoint rule takes the integrable singularity of φ₂ at r = ±1 when h = ±k);
+* **high precision** (``evalf``): Φ₂ = Φ(h)Φ(k) + ∫₀^ρ φ₂(h, k; r) dr for |ρ| ≤ ½, and from the
+  nearer end Φ₂(h, k; ±1) ∓ ∫_ρ^{±1} φ₂ dr beyond, by mpmath's tanh–sinh quadrature (whose endpoint
+  rule takes the peak of φ₂ at r → ±1, an integrable singularity when h = ±k);
 * **numpy** (:func:`phi2`, the tape's rule): Owen's T function (scipy's ``owens_t``, Patefield–Tandy),
 
       Φ₂(h, k; ρ) = ½Φ(h) + ½Φ(k) − T(h, a_h) − T(k, a_k) − β,
@@ -100,9 +101,19 @@ def phi2_mp(h, k, rho):
         return max(mpmath.mpf(0), ncdf(h) - ncdf(-k))
 
     def density(r):
-        s = 1 - r * r
+        s = (1 - r) * (1 + r)
+        if s <= 0:                                   # an endpoint: a null set of the integral
+            return mpmath.mpf(0)
         return mpmath.exp(-(h * h - 2 * r * h * k + k * k) / (2 * s)) / (2 * mpmath.pi * mpmath.sqrt(s))
-    return ncdf(h) * ncdf(k) + mpmath.quad(density, [0, rho])
+    if abs(rho) <= 0.5:
+        return ncdf(h) * ncdf(k) + mpmath.quad(density, [0, rho])
+    # from the end ρ = ±1, whose (integrable) peak of φ₂ the tanh–sinh rule resolves at an endpoint
+    sign = 1 if rho > 0 else -1
+    points = [rho] + [sign * (1 - (1 - abs(rho)) * mpmath.mpf(10) ** -j) for j in range(1, 6)] + [sign]
+    tail = sum(mpmath.quad(density, [points[i], points[i + 1]]) for i in range(len(points) - 1))
+    if rho > 0:
+        return ncdf(min(h, k)) - tail
+    return max(mpmath.mpf(0), ncdf(h) - ncdf(-k)) - tail
 
 
 def phi2(h, k, rho):
