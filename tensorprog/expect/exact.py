@@ -50,7 +50,7 @@ from .canon import canon
 from .linalg import Matrix, NoClosedForm, affine, condition, reduce_basis, tidy
 from .wick import wick
 from ..symbolic.bivariate import Phi2
-from ..symbolic.heads import Delta, Elu, Selu, Sign
+from ..symbolic.heads import Delta, Elu, Relu, Selu, Sign
 
 __all__ = ["gauss_closed_form", "wick", "canon", "closed_form_blocker", "odd_in_a_kinked_sign",
            "expand_within"]
@@ -61,7 +61,7 @@ def gauss_closed_form(expr: sp.Expr, syms: tuple, cov: Matrix, max_size: float) 
     """E[expr] over z = syms ~ N(0, cov), in closed form (NoClosedForm otherwise;
     ExpansionBudget if the rewritten integrand would multiply out beyond ``max_size``,
     measured by ``analysis.expanded_size``)."""
-    if cov.has(sp.Float) and expr.has(sp.exp, Elu, Selu):
+    if cov.has(sp.Float) and (expr.has(Elu, Selu) or any(f.args[0].has(Relu) for f in expr.atoms(sp.exp))):
         # exact binary rationals: sympy would evaluate e^m, erf and 1 − erfc of Floats at once, to 15 digits,
         # and the large e^m of a tilt's terms would cancel in those digits (:meth:`_Solver.tilt`)
         cov = cov.applyfunc(lambda x: sp.Rational(x) if isinstance(x, sp.Float) else x)
