@@ -911,39 +911,44 @@ FUNCTION_ROUNDING = 2 * EPS
 
 
 def function_error(f: sp.Expr) -> sp.Expr | None:
-    """A bound on the error of the tape's value of one function f(x) of a closed form: its own
-    (FUNCTION_ROUNDING·|f|, PHI2_ERROR for Φ₂) plus |f′|·ARGUMENT_ROUNDING·|x|⁺ for each argument
-    (|∂Φ₂/∂h| ≤ φ(h), ∂Φ₂/∂ρ = φ₂); None for a function it does not know."""
-    u = sp.Float(ARGUMENT_ROUNDING)
+    """A bound on the tape's error of one function f of a closed form at its (rounded) arguments:
+    FUNCTION_ROUNDING·|f| (exp, erf, erfc, asin), PHI2_ERROR for Φ₂; None for a function it does not know."""
     if isinstance(f, Phi2):
-        h, k, rho = f.args
-        gauss = [sp.exp(-x**2 / 2) / sp.sqrt(2 * sp.pi) for x in (h, k)]
-        return sp.Float(PHI2_ERROR) + u * (gauss[0] * positive(h) + gauss[1] * positive(k)
-                                           + sp.Abs(f.fdiff(3), evaluate=False) * positive(rho))
+        return sp.Float(PHI2_ERROR)
     if not isinstance(f, (sp.exp, sp.erf, sp.erfc, sp.asin)):
         return None
-    x = f.args[0]
-    slope = sp.Abs(sp.diff(f, x), evaluate=False) if not isinstance(f, sp.exp) else sp.Abs(f, evaluate=False)
-    return sp.Float(FUNCTION_ROUNDING) * sp.Abs(f, evaluate=False) + u * slope * positive(x)
+    return sp.Float(FUNCTION_ROUNDING) * sp.Abs(f, evaluate=False)
 
 
 def function_rounding(F: sp.Expr) -> sp.Expr:
     """A bound on the error of a closed form F with Φ₂ as the tape evaluates it, beyond its entries'
     errors (first order): Σ_f |∂F/∂f|·:func:`function_error`(f) over its functions f (Φ₂, exp, erfc,
-    erf, asin; each a symbol d_f in G = F(d)), plus :func:`rounding` of the sums and products of G.
-    Its terms e^m·Φ₂ and e^m·erfc are large where a variance is (m = (a + b + 2c)/2): each carries
-    its own error here, where ROUNDING·(|E| + max Cᵢᵢ) would not.  A function it does not know
-    makes the form unreplayable."""
+    erf, asin), plus Σ_x |∂F/∂x|·ARGUMENT_ROUNDING·|x|⁺ over the distinct arguments x of those
+    functions (each argument rounded once, wherever it is used: ∂F/∂x is the total derivative, in
+    which the steep ∂Φ₂/∂ρ near ρ = ±1 of one term cancels against the others'), plus
+    :func:`rounding` of the sums and products around them.  Its terms e^m·Φ₂ and e^m·erfc are
+    large where a variance is (m = (a + b + 2c)/2): each carries its own error here, where
+    ROUNDING·(|E| + max Cᵢᵢ) would not.  A function it does not know makes the form unreplayable."""
     atoms = sorted((f for f in F.atoms(sp.Function) if f.free_symbols), key=sp.default_sort_key)
-    stand = {f: sp.Dummy(f"f{i}") for i, f in enumerate(atoms)}
-    back = {d: f for f, d in stand.items()}
-    G = F.xreplace(stand)
+    args = list(dict.fromkeys(x for f in atoms for x in f.args if x.free_symbols))
+    names = {x: sp.Dummy(f"x{i}") for i, x in enumerate(args)}
+    lifted = {f: f.func(*[names.get(x, x) for x in f.args]) for f in atoms}
+    H = F.xreplace(lifted)                                  # F over its functions' arguments as symbols
+    stand = {g: sp.Dummy(f"f{i}") for i, g in enumerate(lifted.values())}
+    G = H.xreplace(stand)                                   # ... and over the functions' values
     if G.atoms(sp.Function):
         raise Unreplayable(f"a function inside another's argument in {F}")
+    back = {d: f for f, d in zip(atoms, stand.values())}
+    unname = {d: x for x, d in names.items()}
     terms = [rounding(G).xreplace(back)]
-    for f, d in stand.items():
+    for f, d in zip(atoms, stand.values()):
         err = function_error(f)
         if err is None:
             raise Unreplayable(f"no error rule for {f.func} in a closed form with Φ₂")
         terms.append(sp.Abs(sp.diff(G, d).xreplace(back), evaluate=False) * err)
+    u = sp.Float(ARGUMENT_ROUNDING)
+    for x, d in names.items():
+        slope = sp.diff(H, d).xreplace(unname)
+        if slope != 0:
+            terms.append(u * sp.Abs(slope, evaluate=False) * positive(x))
     return sp.Add(*terms)

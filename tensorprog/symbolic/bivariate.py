@@ -23,6 +23,8 @@ It is the base case of the closed forms with two kinks at offsets (ELU, SELU and
   absolute, not relative (the terms cancel where Φ₂ is far below Φ(h), Φ(k)): measured against
   mpmath (tests/test_elu_kernels.py) over h, k ∈ [−8, 8] and ρ ∈ [−1, 1] (ρ within 1e-14 of ±1
   included) at most 1.5e-16; :data:`PHI2_ERROR`, 8 units of roundoff, is the bound stated.
+  Known exception (not yet handled): ρ within ~1e-12 of −1 together with h ≈ −k (the antipodal
+  configuration, Φ₂ ≈ Φ(h) − Φ(−k) a near-cancellation) loses up to ~3e-11 absolute.
 """
 from __future__ import annotations
 
