@@ -23,8 +23,8 @@ It is the base case of the closed forms with two kinks at offsets (ELU, SELU and
   absolute, not relative (the terms cancel where Φ₂ is far below Φ(h), Φ(k)): measured against
   mpmath (tests/test_elu_kernels.py) over h, k ∈ [−8, 8] and ρ ∈ [−1, 1] (ρ within 1e-14 of ±1
   included) at most 1.5e-16; :data:`PHI2_ERROR`, 8 units of roundoff, is the bound stated.
-  Known exception (not yet handled): ρ within ~1e-12 of −1 together with h ≈ −k (the antipodal
-  configuration, Φ₂ ≈ Φ(h) − Φ(−k) a near-cancellation) loses up to ~3e-11 absolute.
+  (k − ρh is formed as (k − h) + (1 − ρ)h for ρ ≥ 0, (k + h) − (1 + ρ)h for ρ < 0: as written it
+  loses its digits at ρ → ±1 with h ≈ ±k, 3e-11 absolute at 1 + ρ = 1e-13.)
 """
 from __future__ import annotations
 
@@ -128,8 +128,10 @@ def phi2(h, k, rho):
     hz, kz = h == 0, k == 0
     hs, ks = np.where(hz, 1.0, h), np.where(kz, 1.0, k)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        ah = (k - rho * h) / (hs * safe)
-        ak = (h - rho * k) / (ks * safe)
+        # k − ρh as (k − h) + (1 − ρ)h (ρ ≥ 0) or (k + h) − (1 + ρ)h (ρ < 0): exact differences of nearly
+        # equal (opposite) h, k, where k − ρh would lose its digits as ρ → ±1 (|1 ∓ ρ| is exact)
+        ah = np.where(rho >= 0, (k - h) + (1 - rho) * h, (k + h) - (1 + rho) * h) / (hs * safe)
+        ak = np.where(rho >= 0, (h - k) + (1 - rho) * k, (h + k) - (1 + rho) * k) / (ks * safe)
         lone = -rho / safe                                           # a_k at h = 0, a_h at k = 0
         th = np.where(hz, 0.0, sps.owens_t(h, np.where(np.isfinite(ah), ah, 0.0)))
         tk = np.where(kz, 0.0, sps.owens_t(k, np.where(np.isfinite(ak), ak, 0.0)))
