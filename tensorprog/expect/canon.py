@@ -3,6 +3,8 @@
     relu(ℓ) = ℓ(1 + sign ℓ)/2,   step(ℓ) = (1 + sign ℓ)/2,   |ℓ| = ℓ sign ℓ,
     leaky_relu(ℓ, c) = ℓ((1+c) + (1−c) sign ℓ)/2,   max(a, b) = (a+b)/2 + (a−b) sign(a−b)/2,
     gelu(ℓ) = ℓ(1 + erf(ℓ/√2))/2,   step(h − k|b|) = step(h − kb)·step(h + kb),
+    elu(ℓ, α) = ℓ(1 + sign ℓ)/2 + α(e^ℓ − 1)(1 − sign ℓ)/2,   selu(ℓ) = λ·elu(ℓ, α_SELU),
+    e^{c·relu(ℓ) + r} = e^r·((1 + sign ℓ)e^{cℓ} + (1 − sign ℓ))/2   (the derivatives of elu, selu),
 
 with each sign's argument scaled to leading coefficient 1 (sign(−2x) = −sign(x)) when it
 is affine; a sign of a non-affine argument is kept unexpanded (it has no closed form, and
@@ -14,7 +16,11 @@ from __future__ import annotations
 import sympy as sp
 
 from .linalg import NoClosedForm, affine
-from ..symbolic.heads import AbsF, Gelu, LeakyRelu, Relu, Sign, Step
+from ..builtins.table import SELU_ALPHA, SELU_SCALE
+from ..symbolic.heads import AbsF, Elu, Gelu, LeakyRelu, Relu, Selu, Sign, Step
+
+#: SELU's constants as sympy numbers: the floats its numpy function and its head use
+SELU_ALPHA_Q, SELU_SCALE_Q = sp.Float(SELU_ALPHA), sp.Float(SELU_SCALE)
 
 
 def _sign(a: sp.Expr, syms: tuple[sp.Symbol, ...]) -> sp.Expr:
@@ -67,6 +73,21 @@ def _split_abs(a: sp.Expr) -> tuple[sp.Expr, sp.Expr, sp.Expr] | None:
     return h, k, ab.args[0]
 
 
+def relu_exponent(x: sp.Expr) -> tuple[sp.Expr, list[tuple[sp.Expr, sp.Expr]]] | None:
+    """x = rest + Σ c_i·relu(ℓ_i) with numbers c_i and no relu in rest (as (rest, [(c_i, ℓ_i)])), or None
+    when x holds a relu some other way (or none)."""
+    rest, relus = [], []
+    for t in sp.Add.make_args(x):
+        c, f = t.as_coeff_Mul()
+        if isinstance(f, Relu) and c.is_number:
+            relus.append((c, f.args[0]))
+        elif t.has(Relu):
+            return None
+        else:
+            rest.append(t)
+    return (sp.Add(*rest), relus) if relus else None
+
+
 def canon(e: sp.Expr, syms: tuple[sp.Symbol, ...], memo: dict | None = None) -> sp.Expr:
     """Rewrite relu/step/abs/leaky_relu/max/min/gelu through sign and erf (module doc)."""
     memo = {} if memo is None else memo
@@ -80,6 +101,15 @@ def canon(e: sp.Expr, syms: tuple[sp.Symbol, ...], memo: dict | None = None) -> 
             out = canon(Step(h + k * b) * Step(h - k * b), syms, memo)
         else:
             out = 1 - canon(Step(-h - k * b) * Step(-h + k * b), syms, memo)
+        memo[e] = out
+        return out
+    if isinstance(e, sp.exp) and (parts := relu_exponent(e.args[0])) is not None:
+        rest, relus = parts
+        out = canon(sp.exp(rest), syms, memo)
+        for c, ell in relus:                         # e^{c·relu(ℓ)} = step(ℓ)·e^{cℓ} + step(−ℓ)
+            ell = canon(ell, syms, memo)
+            sg = _sign(ell, syms)
+            out *= ((1 + sg) * sp.exp(c * ell) + (1 - sg)) / 2
         memo[e] = out
         return out
     args = [canon(x, syms, memo) for x in e.args]
@@ -101,6 +131,10 @@ def canon(e: sp.Expr, syms: tuple[sp.Symbol, ...], memo: dict | None = None) -> 
             out = (out + b) / 2 + pm * (out - b) * _sign(out - b, syms) / 2
     elif isinstance(e, Gelu):
         out = a * (1 + sp.erf(a / sp.sqrt(2))) / 2
+    elif isinstance(e, (Elu, Selu)):
+        alpha, scale = (args[1], 1) if isinstance(e, Elu) else (SELU_ALPHA_Q, SELU_SCALE_Q)
+        sg = _sign(a, syms)
+        out = scale * (a * (1 + sg) + alpha * (sp.exp(a) - 1) * (1 - sg)) / 2
     else:
         out = e.func(*args)
     memo[e] = out

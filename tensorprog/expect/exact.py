@@ -17,7 +17,9 @@ free parameters):
 * **base cases** for products of sign/erf of linear forms, writing κ = 2s for sign and
   κ = 1 + 2s for erf: E[F(ℓ + h)] = erf(h/√κ), and
   E[F₁(ℓ₁)F₂(ℓ₂)] = (2/π) asin(2c₁₂/√(κ₁κ₂))
-  (Williams' arcsine kernel; sign·sign gives the orthant law (2/π) asin ρ); parallel
+  (Williams' arcsine kernel; sign·sign gives the orthant law (2/π) asin ρ), and at offsets
+  E[F₁(ℓ₁ + h₁)F₂(ℓ₂ + h₂)] by the bivariate normal distribution function Φ₂ (:func:`offset_pair`:
+  the quadrants of ELU and SELU, whose e^ℓ tilts the kinks off the origin); parallel
   signs merge: sign(ℓ+a) sign(ℓ+b) = 1 + sign(ℓ+a) − sign(ℓ+b) for a < b.
 These give the arc-cosine kernels of every degree (Cho & Saul), the erf kernel, the
 MGF, Dirac masses and their products with polynomials. Anything else raises
@@ -47,7 +49,8 @@ from .blockers import closed_form_blocker, expand_within, odd_in_a_kinked_sign
 from .canon import canon
 from .linalg import Matrix, NoClosedForm, affine, condition, reduce_basis, tidy
 from .wick import wick
-from ..symbolic.heads import Delta, Sign
+from ..symbolic.bivariate import Phi2
+from ..symbolic.heads import Delta, Elu, Relu, Selu, Sign
 
 __all__ = ["gauss_closed_form", "wick", "canon", "closed_form_blocker", "odd_in_a_kinked_sign",
            "expand_within"]
@@ -58,6 +61,10 @@ def gauss_closed_form(expr: sp.Expr, syms: tuple, cov: Matrix, max_size: float) 
     """E[expr] over z = syms ~ N(0, cov), in closed form (NoClosedForm otherwise;
     ExpansionBudget if the rewritten integrand would multiply out beyond ``max_size``,
     measured by ``analysis.expanded_size``)."""
+    if cov.has(sp.Float) and (expr.has(Elu, Selu) or any(f.args[0].has(Relu) for f in expr.atoms(sp.exp))):
+        # exact binary rationals: sympy would evaluate e^m, erf and 1 − erfc of Floats at once, to 15 digits,
+        # and the large e^m of a tilt's terms would cancel in those digits (:meth:`_Solver.tilt`)
+        cov = cov.applyfunc(lambda x: sp.Rational(x) if isinstance(x, sp.Float) else x)
     expr, syms, cov = reduce_basis(expr, syms, cov)
     if not syms:
         return expr
@@ -184,7 +191,12 @@ class _Solver:
         m = cov2 * b
         factor = sp.exp(P.coeff_monomial(1) + tidy((b.T * m)[0, 0]) / 2) / sp.sqrt(det)
         shifted = g.xreplace({s: s + m[k] for k, s in enumerate(syms)})
-        return factor * self.sub_solver(syms, cov2, shifted)
+        inner = self.sub_solver(syms, cov2, shifted)
+        if not inner.has(Phi2, sp.erf):
+            return factor * inner
+        # e^{m}·E[sign(ℓ + h)] = e^{m}(1 − erfc(h/√κ)): multiplied out, the large e^{m} of E[e^ℓ] and of
+        # E[e^ℓ sign ℓ] cancel exactly, and the small e^{m}·erfc and e^{m}·Φ₂ terms are left to evaluate
+        return sp.expand_mul(factor * inner.replace(sp.erf, lambda x: 1 - sp.erfc(x)))
 
     def base(self, lin: list, nsign: int) -> sp.Expr:
         """Products of ≤ 2 sign/erf factors of linear forms (module doc)."""
@@ -197,4 +209,23 @@ class _Solver:
         if len(lin) == 2 and lin[0][1] == 0 and lin[1][1] == 0:
             c = tidy((W[0].T * self.cov * W[1])[0, 0])
             return 2 / sp.pi * sp.asin(2 * c / sp.sqrt(kap[0] * kap[1]))
+        if len(lin) == 2:
+            return offset_pair(lin[0][1], lin[1][1], kap, tidy((W[0].T * self.cov * W[1])[0, 0]))
         raise NoClosedForm(f"{len(lin)} sign/erf factors")
+
+
+def offset_pair(h1: sp.Expr, h2: sp.Expr, kap: list, c: sp.Expr) -> sp.Expr:
+    """E[F₁(ℓ₁ + h₁)·F₂(ℓ₂ + h₂)] for F_k = sign or erf, κ_k = 2 Var ℓ_k (+1 for erf), c = Cov(ℓ₁, ℓ₂):
+    erf(x) = E_w sign(x + w) with w ~ N(0, ½) apart, so F_k = sign(X_k + h_k), Var X_k = σ_k² = κ_k/2
+    and Cov(X₁, X₂) = c; with sign = 2·1{−X < h} − 1 and Φ(h_k/σ_k) = (1 + erf(h_k/√κ_k))/2,
+
+        E[F₁F₂] = 4Φ₂(h₁/σ₁, h₂/σ₂; ρ) − 2Φ(h₁/σ₁) − 2Φ(h₂/σ₂) + 1
+                = 4Φ₂(−h₁/σ₁, −h₂/σ₂; ρ) − erfc(h₁/√κ₁) − erfc(h₂/√κ₂) + 1,   ρ = 2c/√(κ₁κ₂)
+
+    (Φ₂(−x, −y) = 1 − Φ(x) − Φ(y) + Φ₂(x, y), 2Φ(−h/σ) = erfc(h/√κ); Φ₂: :class:`..symbolic.bivariate.Phi2`;
+    h₁ = h₂ = 0 gives the arcsine kernel above).  The lower orthant and erfc are the small quantities
+    where an e^ℓ tilts the kinks far off (:meth:`_Solver.tilt`): evaluated in floating point, they
+    keep their relative accuracy where 1 − erf would not."""
+    s1, s2 = sp.sqrt(kap[0] / 2), sp.sqrt(kap[1] / 2)
+    rho = tidy(2 * c / sp.sqrt(kap[0] * kap[1]))
+    return 4 * Phi2(-h1 / s1, -h2 / s2, rho) - sp.erfc(h1 / sp.sqrt(kap[0])) - sp.erfc(h2 / sp.sqrt(kap[1])) + 1

@@ -53,6 +53,7 @@ from typing import Container, Iterator, Mapping, Sequence
 import numpy as np
 import sympy as sp
 
+from ..symbolic.bivariate import PHI2_ERROR, Phi2
 from ..symbolic.grid import CONST, ROW, GridTape, Workspace
 from ..symbolic.heads import Delta
 from ..symbolic.mehler import (T, DiagonalSlope, HermiteRow, Mean, MeanCurve, MehlerCurve, MehlerSlope,
@@ -401,6 +402,8 @@ class Builder:
             diag = [sp.Abs(cov[(i, i)], evaluate=False) for i in range(note.size)]
             magnitude = sp.Abs(value, evaluate=False)
             own = [sp.Float(ROUNDING) * sp.Add(magnitude, self.largest(diag), evaluate=False)]
+            if F.has(Phi2):                       # e^m·Φ₂ forms (ELU, SELU): their terms' own errors
+                own.append(self.sub(self.form_functions(F), names))
         raw = {}
         for ij, how in layout.items():
             if how[0] != "const" and how[1] not in raw:
@@ -434,6 +437,13 @@ class Builder:
         key = ("smooth", F, names)
         if key not in self.derived:
             self.derived[key] = smooth_form(F, names)
+        return self.derived[key]
+
+    def form_functions(self, F: sp.Expr) -> sp.Expr:
+        """:func:`function_rounding`, once per form (as :meth:`form_slopes`)."""
+        key = ("functions", F)
+        if key not in self.derived:
+            self.derived[key] = function_rounding(F)
         return self.derived[key]
 
     def form_arithmetic(self, F: sp.Expr) -> sp.Expr:
@@ -891,3 +901,54 @@ def head_slope(head: sp.Expr, n: sp.Symbol) -> sp.Expr:
     if db != 0:
         out.append(MehlerCurve(B, A, rho) / (2 * absolute(b)) * absolute(db))
     return sp.Add(*out)
+
+
+#: the relative error of an argument of a function of a closed form, computed from the entries in a few
+#: operations, relative to its magnitude |x|⁺ (:func:`positive`): 8 units of roundoff
+ARGUMENT_ROUNDING = 8 * EPS
+#: the relative error of scipy's exp, erf and erfc, and of numpy's arcsin, at exact arguments (≤ 2 ulp)
+FUNCTION_ROUNDING = 2 * EPS
+
+
+def function_error(f: sp.Expr) -> sp.Expr | None:
+    """A bound on the tape's error of one function f of a closed form at its (rounded) arguments:
+    FUNCTION_ROUNDING·|f| (exp, erf, erfc, asin), PHI2_ERROR for Φ₂; None for a function it does not know."""
+    if isinstance(f, Phi2):
+        return sp.Float(PHI2_ERROR)
+    if not isinstance(f, (sp.exp, sp.erf, sp.erfc, sp.asin)):
+        return None
+    return sp.Float(FUNCTION_ROUNDING) * sp.Abs(f, evaluate=False)
+
+
+def function_rounding(F: sp.Expr) -> sp.Expr:
+    """A bound on the error of a closed form F with Φ₂ as the tape evaluates it, beyond its entries'
+    errors (first order): Σ_f |∂F/∂f|·:func:`function_error`(f) over its functions f (Φ₂, exp, erfc,
+    erf, asin), plus Σ_x |∂F/∂x|·ARGUMENT_ROUNDING·|x|⁺ over the distinct arguments x of those
+    functions (each argument rounded once, wherever it is used: ∂F/∂x is the total derivative, in
+    which the steep ∂Φ₂/∂ρ near ρ = ±1 of one term cancels against the others'), plus
+    :func:`rounding` of the sums and products around them.  Its terms e^m·Φ₂ and e^m·erfc are
+    large where a variance is (m = (a + b + 2c)/2): each carries its own error here, where
+    ROUNDING·(|E| + max Cᵢᵢ) would not.  A function it does not know makes the form unreplayable."""
+    atoms = sorted((f for f in F.atoms(sp.Function) if f.free_symbols), key=sp.default_sort_key)
+    args = list(dict.fromkeys(x for f in atoms for x in f.args if x.free_symbols))
+    names = {x: sp.Dummy(f"x{i}") for i, x in enumerate(args)}
+    lifted = {f: f.func(*[names.get(x, x) for x in f.args]) for f in atoms}
+    H = F.xreplace(lifted)                                  # F over its functions' arguments as symbols
+    stand = {g: sp.Dummy(f"f{i}") for i, g in enumerate(lifted.values())}
+    G = H.xreplace(stand)                                   # ... and over the functions' values
+    if G.atoms(sp.Function):
+        raise Unreplayable(f"a function inside another's argument in {F}")
+    back = {d: f for f, d in zip(atoms, stand.values())}
+    unname = {d: x for x, d in names.items()}
+    terms = [rounding(G).xreplace(back)]
+    for f, d in zip(atoms, stand.values()):
+        err = function_error(f)
+        if err is None:
+            raise Unreplayable(f"no error rule for {f.func} in a closed form with Φ₂")
+        terms.append(sp.Abs(sp.diff(G, d).xreplace(back), evaluate=False) * err)
+    u = sp.Float(ARGUMENT_ROUNDING)
+    for x, d in names.items():
+        slope = sp.diff(H, d).xreplace(unname)
+        if slope != 0:
+            terms.append(u * sp.Abs(slope, evaluate=False) * positive(x))
+    return sp.Add(*terms)

@@ -31,6 +31,7 @@ import numpy as np
 import sympy as sp
 from scipy import special as sps
 
+from .bivariate import Phi2, phi2
 from .heads import Delta, SYMPY_TO_NUMPY
 from .mehler import (HEAD_KINDS, SUMMED, HermiteRow, PackCache, SumCache, T, diagonal_slope, mean_curve, mean_error,
                      mean_value, mehler_curve, mehler_error, mehler_slope, mehler_value)
@@ -42,6 +43,7 @@ _EXTRA: dict[object, Callable] = {
     sp.asin: np.arcsin, sp.acos: np.arccos, sp.atan: np.arctan, sp.sinh: np.sinh,
     sp.cosh: np.cosh, sp.erfc: sps.erfc, sp.atan2: np.arctan2, sp.tan: np.tan,
     sp.Heaviside: np.heaviside,        # Heaviside(x, H0): d max(x, y)/dx = Heaviside(x − y, 1/2)
+    Phi2: phi2,                        # the bivariate normal distribution function (ELU, SELU)
 }
 
 

@@ -1,0 +1,230 @@
+"""ELU and SELU in closed form: the bivariate normal distribution function Φ₂ (symbolic/bivariate.py),
+the engine's offset-kink rule (expect/exact.py: offset_pair, the tilt's erfc form) and the dataset
+kernels of programs/kernels/elu_mlp.tp and selu_mlp.tp replayed over pairs — each against an
+independent reference: mpmath (Φ₂ by another integral, the quadrant identities by 2-D quadrature) and
+a layer recursion whose Gaussian expectations are composite Gauss–Legendre quadrature split at the
+kinks (no closed form; accurate to ~1e-15, checked against mpmath below)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import mpmath
+import numpy as np
+import pytest
+import sympy as sp
+from numpy.polynomial.legendre import leggauss
+
+import tensorprog as tp
+from tensorprog.builtins.table import SELU_ALPHA, SELU_SCALE
+from tensorprog.expect.engine import expect as engine_expect
+from tensorprog.symbolic.bivariate import PHI2_ERROR, Phi2, phi2, phi2_mp
+from tensorprog.symbolic.heads import Elu, Selu
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# ---- the reference: piecewise Gauss–Legendre, split at the kinks ---------------------------------
+X24, W24 = leggauss(24)
+PANELS, CUT = 24, 12.0
+
+
+def elu(x, a=1.0):
+    return np.where(x > 0, x, a * np.expm1(np.minimum(x, 0)))
+
+
+def delu(x, a=1.0):
+    return np.where(x > 0, 1.0, a * np.exp(np.minimum(x, 0)))
+
+
+def selu(x):
+    return SELU_SCALE * elu(x, SELU_ALPHA)
+
+
+def dselu(x):
+    return SELU_SCALE * delu(x, SELU_ALPHA)
+
+
+def nodes(lo, hi):
+    """Composite Gauss–Legendre (PANELS panels of 24 nodes) on [lo, hi], weights times φ."""
+    lo, hi = np.asarray(lo, float)[..., None, None], np.asarray(hi, float)[..., None, None]
+    h = (hi - lo) / PANELS
+    x = lo + h * np.arange(PANELS)[:, None] + h / 2 * (X24 + 1)
+    w = h / 2 * W24 * np.exp(-x * x / 2) / np.sqrt(2 * np.pi)
+    return x.reshape(x.shape[:-2] + (-1,)), w.reshape(w.shape[:-2] + (-1,))
+
+
+def reference(f, g, a, b, c):
+    """E f(u) g(v), (u, v) ~ N(0, [[a, c], [c, b]]): u = √a z₁, v = (c/√a) z₁ + r z₂, split at u = 0
+    and, for each z₁, at v = 0 (u ≡ (√a/c)·v when r = 0: one dimension)."""
+    r2 = b - c * c / a
+    out = 0.0
+    for lo, hi in ((-CUT, 0.0), (0.0, CUT)):
+        z1, w1 = nodes(lo, hi)
+        if r2 <= 1e-14 * b:
+            out += float(np.sum(w1 * f(np.sqrt(a) * z1) * g(c / np.sqrt(a) * z1)))
+            continue
+        r = np.sqrt(r2)
+        t = np.clip(-(c / np.sqrt(a)) * z1 / r, -CUT, CUT)
+        inner = 0.0
+        for l2, h2 in ((np.full_like(t, -CUT), t), (t, np.full_like(t, CUT))):
+            z2, w2 = nodes(l2, h2)
+            inner = inner + np.sum(w2 * g((c / np.sqrt(a)) * z1[:, None] + r * z2), axis=1)
+        out += float(np.sum(w1 * f(np.sqrt(a) * z1) * inner))
+    return out
+
+
+def recursion(phi, dphi, q11, q12, q22, L, var, var1, b1):
+    """(nngp, ntk) of the template's network by the layer recursion, every expectation by :func:`reference`."""
+    s11, s12, s22 = var1 * q11 + b1, var1 * q12 + b1, var1 * q22 + b1
+    theta = s12
+    for layer in range(1, L + 1):
+        k12, kdot = reference(phi, phi, s11, s22, s12), reference(dphi, dphi, s11, s22, s12)
+        if layer == L:
+            return k12, k12 + kdot * theta
+        theta = var * k12 + var * kdot * theta
+        s11, s22 = var * reference(phi, phi, s11, s11, s11), var * reference(phi, phi, s22, s22, s22)
+        s12 = var * k12
+    raise ValueError("L ≥ 1")
+
+
+# ---- Φ₂ ------------------------------------------------------------------------------------------
+def phi2_other(h, k, rho):
+    """Φ₂ by another integral than phi2_mp's: ∫_{−∞}^h φ(x) Φ((k − ρx)/√(1 − ρ²)) dx."""
+    s = mpmath.sqrt(1 - rho * rho)
+    return mpmath.quad(lambda x: mpmath.npdf(x) * mpmath.ncdf((k - rho * x) / s), [-mpmath.inf, min(h, 0), h]
+                       if h > 0 else [-mpmath.inf, h])
+
+
+POINTS = [(0.3, -0.5, 0.4), (-2.0, -1.0, -0.7), (1.0, 2.0, 0.95), (-3.0, -3.5, 0.0), (0.0, 1.2, 0.6),
+          (-0.7, 0.0, -0.3), (0.0, 0.0, 0.5), (2.5, -1.5, 1 - 1e-9), (-1.0, -1.0, 1 - 1e-12),
+          (1.5, -0.5, -1 + 1e-10), (-4.0, 3.0, -0.999), (6.0, -6.0, 0.2),
+          (-0.6705310410859375, 0.6705310410851757, -0.9999999999998633),   # antipodal: h ≈ −k, ρ ≈ −1
+          (0.8, 0.8000000000003, 0.9999999999997)]
+
+
+@pytest.mark.parametrize("h,k,rho", POINTS)
+def test_phi2_agrees_with_mpmath(h, k, rho):
+    with mpmath.workdps(30):
+        ref = phi2_mp(mpmath.mpf(h), mpmath.mpf(k), mpmath.mpf(rho))
+        if abs(rho) < 0.99:                               # the other integral, away from its singular ρ
+            assert abs(phi2_other(mpmath.mpf(h), mpmath.mpf(k), mpmath.mpf(rho)) - ref) < 1e-25
+    assert abs(float(phi2(h, k, rho)) - float(ref)) <= PHI2_ERROR
+    assert abs(float(Phi2(sp.Float(h), sp.Float(k), sp.Float(rho)).evalf(25)) - float(ref)) < 1e-15
+
+
+def test_phi2_random_arguments_and_scipy():
+    """phi2 over random (h, k, ρ), ρ within 1e-14 of ±1 too, within PHI2_ERROR of mpmath; and scipy's
+    multivariate normal cdf (its own, looser, integration) agrees to its accuracy."""
+    from scipy.stats import multivariate_normal
+    rng = np.random.default_rng(0)
+    h, k = rng.uniform(-8, 8, 60), rng.uniform(-8, 8, 60)
+    rho = np.concatenate([rng.uniform(-1, 1, 20), 1 - 10.0 ** -rng.uniform(1, 14, 20),
+                          -1 + 10.0 ** -rng.uniform(1, 14, 20)])
+    with mpmath.workdps(30):
+        ref = np.array([float(phi2_mp(mpmath.mpf(a), mpmath.mpf(b), mpmath.mpf(r))) for a, b, r in zip(h, k, rho)])
+    assert np.max(np.abs(phi2(h, k, rho) - ref)) <= PHI2_ERROR
+    for a, b, r in zip(h[:5], k[:5], rho[:5]):
+        assert phi2(a, b, r) == pytest.approx(multivariate_normal(cov=[[1, r], [r, 1]]).cdf([a, b]), abs=1e-7)
+
+
+def test_phi2_limits_and_derivatives():
+    h, k, r = sp.symbols("h k r")
+    ncdf = lambda x: (1 + sp.erf(x / sp.sqrt(2))) / 2                      # noqa: E731
+    assert Phi2(h, k, 1) == ncdf(sp.Min(h, k))
+    assert Phi2(sp.Rational(1, 2), sp.Rational(-1, 3), 1) == ncdf(sp.Rational(-1, 3))
+    assert Phi2(h, k, 0) == ncdf(h) * ncdf(k)
+    assert Phi2(0, 0, r) == sp.Rational(1, 4) + sp.asin(r) / (2 * sp.pi)
+    assert float(phi2(0.4, -0.2, -1.0)) == pytest.approx(float(ncdf(0.4) + ncdf(-0.2) - 1), abs=1e-16)
+    assert float(phi2(-0.4, -0.2, -1.0)) == 0.0
+    assert float(phi2(0.4, -0.2, 1.0)) == pytest.approx(float(ncdf(-0.2)), abs=1e-16)
+    at = {h: sp.Float(0.3), k: sp.Float(-0.8), r: sp.Float(0.45)}
+    with mpmath.workdps(30):
+        for i, x in enumerate((h, k, r), start=1):
+            args = [mpmath.mpf(str(at[s])) for s in (h, k, r)]
+
+            def f(t, i=i):
+                a = list(args)
+                a[i - 1] = t
+                return phi2_mp(*a)
+            numeric = mpmath.diff(f, args[i - 1])
+            assert abs(float(Phi2(h, k, r).diff(x).xreplace(at).evalf(25)) - float(numeric)) < 1e-14
+
+
+# ---- the quadrant identities and the engine's closed forms ----------------------------------------
+def test_quadrant_identity_by_mpmath():
+    """E[e^{u+v} 1{u<0, v<0}] = e^{(a+b+2c)/2} Φ₂(−(a+c)/√a, −(b+c)/√b; ρ) (exponential tilting) and
+    E[e^u 1{u<0}] = e^{a/2}Φ(−√a), by mpmath 2-D quadrature."""
+    with mpmath.workdps(15):
+        a, b, c = mpmath.mpf("1.3"), mpmath.mpf("0.8"), mpmath.mpf("0.4")
+        r = mpmath.sqrt(b - c * c / a)
+        quad = mpmath.quad(lambda z1: mpmath.npdf(z1) * mpmath.exp(mpmath.sqrt(a) * z1) * mpmath.quad(
+            lambda z2: mpmath.npdf(z2) * mpmath.exp(c / mpmath.sqrt(a) * z1 + r * z2),
+            [-mpmath.inf, -(c / mpmath.sqrt(a)) * z1 / r]), [-mpmath.inf, 0])
+        closed = mpmath.exp((a + b + 2 * c) / 2) * phi2_mp(-(a + c) / mpmath.sqrt(a), -(b + c) / mpmath.sqrt(b),
+                                                          c / mpmath.sqrt(a * b))
+        assert abs(quad - closed) < 1e-15
+        one = mpmath.quad(lambda z: mpmath.npdf(z) * mpmath.exp(mpmath.sqrt(a) * z), [-mpmath.inf, 0])
+        assert abs(one - mpmath.exp(a / 2) * mpmath.ncdf(-mpmath.sqrt(a))) < 1e-15
+
+
+def test_reference_quadrature_is_accurate():
+    """The Gauss–Legendre reference against closed forms it does not use: E[elu'(u)²] = ½ + e^{2a}Φ(−2√a),
+    E[step(u) step(v)] = ¼ + asin(ρ)/(2π)."""
+    for a in (0.5, 1.6, 7.0):
+        exact = 0.5 + float(mpmath.exp(2 * a) * mpmath.ncdf(-2 * mpmath.sqrt(a)))
+        assert abs(reference(delu, delu, a, a, a) - exact) < 1e-15
+    step = lambda x: (x > 0).astype(float)                                 # noqa: E731
+    assert abs(reference(step, step, 2.0, 1.0, 0.9) - (0.25 + np.arcsin(0.9 / np.sqrt(2)) / (2 * np.pi))) < 1e-15
+
+
+u, v = sp.symbols("u v")
+CASES = [(Elu(u, 1) * Elu(v, 1), elu, elu), (sp.diff(Elu(u, 1), u) * sp.diff(Elu(v, 1), v), delu, delu),
+         (Selu(u) * Selu(v), selu, selu), (sp.diff(Selu(u), u) * sp.diff(Selu(v), v), dselu, dselu),
+         (Elu(u, sp.Rational(1, 2)) * v, lambda x: elu(x, 0.5), lambda x: x)]
+COVS = [(1.6, 2.0, 0.5), (3.0, 4.0, -2.5), (7.0, 7.0, 6.9), (7.0, 7.0, 7.0), (1.0, 2.0, 0.0),
+        (2.0, 1.5, 0.99 * np.sqrt(3.0)), (2.0, 1.5, -0.99 * np.sqrt(3.0))]
+
+
+@pytest.mark.parametrize("a,b,c", COVS)
+def test_closed_forms_match_quadrature(a, b, c):
+    """Every ELU/SELU expectation of the NNGP and NTK is exact (ρ near ±1, 0 and on the diagonal too)
+    and agrees with the split quadrature to 1e-12 (relative for values above 1)."""
+    cov = sp.Matrix([[a, c], [c, b]])
+    for expr, f, g in CASES:
+        est = engine_expect(expr, [u, v], cov)
+        assert est.method == "exact"
+        ref = reference(f, g, a, b, c)
+        assert abs(est.value - ref) <= 1e-12 * max(1.0, abs(ref)), (expr, a, b, c, est.value, ref)
+
+
+# ---- the dataset kernels ------------------------------------------------------------------------
+@pytest.mark.parametrize("name,phi,dphi", [("elu", elu, delu), ("selu", selu, dselu)])
+def test_kernel_templates_are_exact_and_within_their_errors(name, phi, dphi):
+    """tp.kernel on the templates: every output exact, every sampled entry (the diagonal, a pair of
+    correlation −1, a repeated input) within its stated error of the recursion and below 1e-10."""
+    X = np.random.default_rng(5).standard_normal((24, 10))
+    X[3] = -X[1]
+    X[7] = X[2]
+    params = dict(L=4, var=1.5, var1=1.5, b1=0.1)
+    K = tp.kernel(ROOT / "programs" / "kernels" / f"{name}_mlp.tp", X, **params)
+    q = X @ X.T / X.shape[1]
+    assert K.outputs["nngp"].method == K.outputs["ntk"].method == "exact"
+    pairs = [(0, 0), (1, 3), (2, 7), (4, 19), (5, 8), (6, 6), (0, 23), (11, 17)]
+    for i, j in pairs:
+        ref = recursion(phi, dphi, q[i, i], q[i, j], q[j, j], params["L"], 1.5, 1.5, 0.1)
+        for out, r in zip(("nngp", "ntk"), ref):
+            got, err = K.outputs[out].mean[i, j], K.outputs[out].error[i, j]
+            assert abs(got - r) <= err + 1e-15 * abs(r), (out, i, j, got, r, err)
+            assert err <= 1e-10
+            assert K.outputs[out].mean[j, i] == got
+
+
+def test_single_pair_compile_is_exact():
+    """A 2-input program with selu compiles by the closed forms (method exact) and agrees with the recursion."""
+    from tensorprog.program import load
+    params = dict(q11=1.3, q12=-0.4, q22=0.9, L=3, var=1.5, var1=1.5, b1=0.1)
+    limit = load(ROOT / "programs" / "kernels" / "selu_mlp.tp", **params).compile().limit().outputs
+    ref = recursion(selu, dselu, 1.3, -0.4, 0.9, 3, 1.5, 1.5, 0.1)
+    for out, r in zip(("nngp", "ntk"), ref):
+        assert limit[out].method == "exact"
+        assert abs(limit[out].value - r) <= max(limit[out].error, 1e-14 * abs(r)) and abs(limit[out].value - r) < 1e-12
