@@ -175,7 +175,8 @@ class Numbers(Interpretation):
 
 class Exact(Interpretation):
     """Exact constants and closed forms (``symbolic=True``); a program lowered with its params as
-    leaves (``trace=True``) is read through them (σ², dims, constants in the params)."""
+    leaves (``trace=True``) is read through them (σ², dims, constants in the params).  A number
+    known only by value (holding a Float) stays a value, never a guessed closed form (:mod:`.values`)."""
     exact = True
 
     def leaf(self, node: ir.Const, program: ir.Program) -> sp.Expr:
