@@ -274,3 +274,5 @@ def test_floats_exactly_rational_stay_exact():
     x = sp.Symbol("x")
     mixed = by_value(sp.Float(0.3) * sp.exp(sp.Rational(1, 3)) * x + sp.exp(sp.Rational(1, 3)) * x ** 2)
     assert mixed == sp.Float(0.3 * math.exp(1 / 3)) * x + sp.exp(sp.Rational(1, 3)) * x ** 2
+    for bad in (sp.sqrt(sp.Float(-2.0)), sp.exp(sp.Float(1000.0))):   # complex; beyond the float range
+        assert value_of(bad) == bad and by_value(bad * x) == bad * x

@@ -13,6 +13,8 @@ numeric expectation.  A number holding one is therefore known by value too, and 
 """
 from __future__ import annotations
 
+import math
+
 import sympy as sp
 
 from ..expect.linalg import approximate
@@ -35,12 +37,27 @@ def number(x: float) -> sp.Expr:
     return q if q.q <= SMALL_DENOMINATOR else sp.Float(x)
 
 
+def real_value(expr: sp.Expr) -> float | None:
+    """The value of a number expression as a float (computed to 30 digits, rounded once), or None
+    where it is no finite real float (nan, infinite, beyond the float range, complex): such a
+    number stays as it is, for the compiler's finiteness checks to report."""
+    try:
+        value = approximate(expr)
+        re, im = float(value.real), float(value.imag)
+    except (TypeError, ValueError, ArithmeticError):
+        return None
+    if not math.isfinite(re) or not abs(im) <= 1e-12 * max(1.0, abs(re)):
+        return None
+    return re
+
+
 def value_of(expr: sp.Expr) -> sp.Expr:
-    """A number expression holding a Float as one number of its value (:func:`number` of its
-    value, computed to 30 digits and rounded once); any other expression as it is."""
+    """A number expression holding a Float as one number of its value (:func:`number` of
+    :func:`real_value`); any other expression, or one with no finite real value, as it is."""
     if not (expr.is_number and holds_float(expr)):
         return expr
-    return number(float(approximate(expr).real))
+    value = real_value(expr)
+    return expr if value is None else number(value)
 
 
 def by_value(expr: sp.Expr) -> sp.Expr:
@@ -55,7 +72,7 @@ def by_value(expr: sp.Expr) -> sp.Expr:
     out: dict[sp.Basic, sp.Basic] = {}
 
     def arg(a: sp.Basic) -> sp.Basic:
-        return number(float(approximate(a).real)) if is_number[a] and holds[a] else out[a]
+        return value_of(a) if is_number[a] and holds[a] else out[a]
     for node in order:
         is_number[node] = not node.is_Symbol and all(is_number[a] for a in node.args)
         holds[node] = node.is_Float or any(holds[a] for a in node.args)
@@ -64,9 +81,9 @@ def by_value(expr: sp.Expr) -> sp.Expr:
             continue
         if node.is_Add or node.is_Mul:       # its number terms (factors) together: one number
             numbers = [a for a in node.args if is_number[a]]
-            if any(holds[a] for a in numbers):
-                value = number(float(approximate(node.func(*numbers)).real))
-                out[node] = node.func(value, *[out[a] for a in node.args if not is_number[a]])
+            value = real_value(node.func(*numbers)) if any(holds[a] for a in numbers) else None
+            if value is not None:
+                out[node] = node.func(number(value), *[out[a] for a in node.args if not is_number[a]])
                 continue
         args = [arg(a) for a in node.args]
         out[node] = node if all(a is b for a, b in zip(args, node.args)) else node.func(*args)
