@@ -42,10 +42,7 @@ def to_sympy(fn: ir.Fn, leaf: Callable[[int], sp.Expr], exact: bool = False) -> 
 
 def constant(value: float, exact: bool) -> sp.Expr:
     """A number as sympy: integers stay integers; with ``exact``, short decimals become rationals
-    (by ``nsimplify``, ~0.1 s a number: remembered per value), and so do constants computed in
-    floats, where the form is within about an ulp of the float, relatively (1/sqrt(2) →
-    sqrt(2)/2); anything else stays a Float of its value (0.3179716913900271, of loaded data, is 2
-    ulps from the 15-digit decimal nsimplify offers)."""
+    (by ``nsimplify``, ~0.1 s a number: remembered per value)."""
     return _constant(float(value), bool(exact))
 
 
@@ -55,7 +52,7 @@ def _constant(value: float, exact: bool) -> sp.Expr:
         return sp.Integer(int(value))
     if exact:
         guess = sp.nsimplify(float(value), [sp.pi], tolerance=1e-15)
-        if abs(float(guess) - value) <= 2.5e-16 * abs(value) and sp.count_ops(guess) <= 12:
+        if abs(float(guess) - value) <= 2.5e-16 * max(1.0, abs(value)) and sp.count_ops(guess) <= 12:
             return guess          # 0.3 -> 3/10, 0.7071... -> sqrt(2)/2, 0.6366... -> 2/pi
     return sp.Float(value)
 
