@@ -89,7 +89,8 @@ def test_ntk_products_of_moments_do_not_crash_and_match_numbers():
     program = tp.load(str(ROOT / "programs/kernels/relu_mlp.tp"), L=2, b1=0.1)
     symbolic, numeric = program.compile(symbolic=True), program.compile()
     for out in numeric.program.outputs:
-        assert symbolic.result(out.var).value == pytest.approx(numeric.result(out.var).value, rel=1e-9, abs=1e-12)
+        a, b = symbolic.result(out.var), numeric.result(out.var)
+        assert abs(a.value - b.value) <= 5 * (a.error + b.error) + 1e-12, out.name
 
 
 def test_structural_params_stay_numbers():
@@ -141,7 +142,7 @@ def test_every_shipped_program_compiles_symbolically(path):
     symbolic, numeric = program.compile(symbolic=True), program.compile()
     for out in numeric.program.outputs:
         a, b = symbolic.result(out.var), numeric.result(out.var)
-        tol = 5 * (np.asarray(a.error) + np.asarray(b.error)) + 1e-9 * np.abs(np.asarray(b.value)) + 1e-12
+        tol = 5 * (np.asarray(a.error) + np.asarray(b.error)) + 1e-12
         assert np.all(np.abs(np.asarray(a.value) - np.asarray(b.value)) <= tol), (path, out.name)
 
 
