@@ -90,6 +90,17 @@ def test_block_rule_refuses_what_it_cannot_separate():
     assert degree(ls[0] + 1, set(ls)) is None
 
 
+@pytest.mark.parametrize("r", [sp.Rational(317971691390027, 10 ** 15), sp.sqrt(2)])
+def test_block_scale_is_exact_not_a_guessed_rational(r):
+    """E[ℓ₁²/‖ℓ‖] for ℓ ~ N(0, r·I₃) is √r·2√2/(3√π) exactly: the block's scale c = r is read from
+    Q and Σ, not guessed from its float (a nearby rational: an irrational r, or a rational of large
+    denominator, came back as another number, claimed exact)."""
+    ls = sp.symbols("l1:4", real=True)
+    est = expect(ls[0] ** 2 / sp.sqrt(sum(v ** 2 for v in ls)), ls, sp.eye(3) * r, exact=True)
+    assert est.method == "exact"
+    assert sp.simplify(est.exact - sp.sqrt(r) * 2 * sp.sqrt(2) / (3 * sp.sqrt(sp.pi))) == 0
+
+
 def test_structural_zero_recognises_odd_independent_blocks():
     a, b, g1, g2 = sp.symbols("a b g1 g2", real=True)
     cov = {(a, a): 1, (b, b): 1, (a, b): sp.Rational(1, 2), (b, a): sp.Rational(1, 2),

@@ -38,10 +38,13 @@ import sympy as sp
 from .analysis import expanded_size
 from .linalg import Matrix
 from .multiply import multiplied_terms
+from ..symbolic.dag import distinct_nodes
 from ..symbolic.heads import AbsF, Delta, LeakyRelu, Relu, Sign, Step
 
 #: C M C = c C is checked to this relative tolerance
 TOLERANCE = 1e-10
+#: an exact scale c that is not a rational is kept as a closed form up to this many distinct nodes
+SMALL_FORM = 24
 ZERO_DEGREE = (Step, Sign, sp.sign, sp.Heaviside)
 ONE_DEGREE = (Relu, AbsF, sp.Abs, LeakyRelu)
 
@@ -164,6 +167,7 @@ def split_norms(expr: sp.Expr, gaussians: tuple, cov: Matrix, groups: dict,
     C = np.array(cov.tolist(), dtype=float)
     present = expr.free_symbols
     radii: dict = {}
+    scales: dict = {}                          # R → c as sympy (exact where Q and Σ are)
     for base, Q, eps in Qs:
         gids = {groups[s] for s in Q.free_symbols}
         block = tuple(g for g in gaussians if groups[g] in gids and g in present)
@@ -178,10 +182,11 @@ def split_norms(expr: sp.Expr, gaussians: tuple, cov: Matrix, groups: dict,
         rank = int(np.linalg.matrix_rank(Cb, tol=1e-10 * max(np.max(np.abs(Cb)), 1e-300)))
         R = sp.Dummy("rho", positive=True)
         radii[key] = (base, c, rank, R, set(block), eps)
+        scales[R] = exact_number(c, Q, block, idx, cov) if eps == 0 else None
     # Q → cR²; Q + ε → a positive symbol T standing for cR² + ε (kept whole: sympy would expand
     # (cR² + ε)^(−3/2) into a quotient of sums)
     shifted = {R: sp.Dummy("T", positive=True) for _, _, _, R, _, eps in radii.values() if eps != 0}
-    sub = {b: shifted[R] if R in shifted else exact_number(c, b, cov) * R ** 2
+    sub = {b: shifted[R] if R in shifted else scales[R] * R ** 2
            for b, c, _, R, _, eps in radii.values()}
     out = rational_exponents(expr).xreplace(sub)
     Rs = {R for _, _, _, R, _, _ in radii.values()} | set(shifted.values())
@@ -251,16 +256,30 @@ def sum_degree(factors: list[tuple[sp.Expr, int]], block: set, memo: dict) -> sp
     return total
 
 
-def exact_number(c: float, Q: sp.Expr, cov: Matrix) -> sp.Expr:
-    """c as a rational when Q and Σ are exact (so closed forms stay exact), else a Float."""
+def exact_number(c: float, Q: sp.Expr, block: tuple, idx: list[int], cov: Matrix) -> sp.Expr:
+    """The scale c of Q = c·zᵀC⁺z (:func:`mahalanobis_scale`, whose float is ``c``) exact when Q
+    and Σ are: tr(C M C) / tr(C) with C = Σ[idx, idx] the block's covariance and M Q's matrix (so closed forms
+    stay exact), kept where it is a rational or a small closed form; else (Floats in Q or Σ, or a
+    large form) the Float ``c``.  Never a rational guessed from the float (``nsimplify`` would
+    read an irrational c, or a rational of large denominator, as a nearby one)."""
     if Q.has(sp.Float) or cov.has(sp.Float):
         return sp.Float(c)
-    q = sp.nsimplify(c, rational=True, tolerance=1e-13)
-    return q if abs(float(q) - c) <= 1e-12 * c else sp.Float(c)
+    P = sp.Poly(Q, *block)
+    M = sp.zeros(len(block), len(block))
+    for mono, coeff in P.terms():
+        i, j = [i for i, a in enumerate(mono) for _ in range(a)]
+        M[i, j] += coeff / 2
+        M[j, i] += coeff / 2
+    C = cov.extract(idx, idx)
+    exact = (C * M * C).trace() / C.trace()
+    if exact.is_Rational or (exact.is_number and len(distinct_nodes(exact, SMALL_FORM)) <= SMALL_FORM):
+        return exact
+    return sp.Float(c)
 
 
 def rational_exponents(expr: sp.Expr) -> sp.Expr:
-    """x**0.5 → x**(1/2): Float exponents (from the program's 0.5) as the rationals they are."""
+    """x**0.5 → x**(1/2): Float exponents (from the program's 0.5) as the rationals they are
+    (:func:`rational`)."""
     floats = [e for e in expr.atoms(sp.Pow) if e.exp.is_Float]
     while floats:                     # innermost first, so that outer keys still match
         sub = {e: sp.Pow(e.base, rational(e.exp)) for e in floats}
@@ -269,10 +288,10 @@ def rational_exponents(expr: sp.Expr) -> sp.Expr:
     return expr
 
 
-@functools.lru_cache(maxsize=256)
 def rational(x: sp.Float) -> sp.Rational:
-    """The rational a Float exponent stands for (``nsimplify``, memoised)."""
-    return sp.nsimplify(x, rational=True)
+    """The rational a Float exponent is: exactly its value (0.5 → 1/2; never a guess, which reads
+    0.7071067811865476 as 7071067811865476/10¹⁶)."""
+    return sp.Rational(x)
 
 
 def _delta_scale(e: sp.Expr, Rs: set) -> sp.Expr:

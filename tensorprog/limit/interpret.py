@@ -61,6 +61,7 @@ from .indices import IndexSet
 from .ledger import largest_variance, with_rounding
 from .params_expect import BIG_NUMBER, at_values, closed_form, large_numbers, number_at
 from .result import LimitValue, summarize
+from .values import by_value, holds_float, value_of
 
 if TYPE_CHECKING:
     from .ledger import Ledger
@@ -174,7 +175,8 @@ class Numbers(Interpretation):
 
 class Exact(Interpretation):
     """Exact constants and closed forms (``symbolic=True``); a program lowered with its params as
-    leaves (``trace=True``) is read through them (σ², dims, constants in the params)."""
+    leaves (``trace=True``) is read through them (σ², dims, constants in the params).  A number
+    known only by value (holding a Float) stays a value, never a guessed closed form (:mod:`.values`)."""
     exact = True
 
     def leaf(self, node: ir.Const, program: ir.Program) -> sp.Expr:
@@ -203,6 +205,7 @@ class Exact(Interpretation):
         every covariance entry but a rational (Floats): a closed form would hold them, too large
         to keep, and finding it multiplies them out.  No formula is kept then (exact None): what
         rests on it is computed from its value (:meth:`value`) and claims none (:meth:`formula`)."""
+        expr, cov = by_value(expr), cov.applyfunc(by_value)
         big = BIG_NUMBER
         if not any(large_numbers(e, big) for e in (expr, *cov) if isinstance(e, sp.Basic)):
             return super().closed_form(ledger, expr, gauss, cov, laws)
@@ -217,10 +220,14 @@ class Exact(Interpretation):
             isinstance(value, sp.Basic) and large_numbers(value, BIG_NUMBER))
 
     def value(self, est: Estimate, index: int) -> sp.Expr:
-        return est.exact if est.exact is not None else sp.Float(est.value)
+        """The closed form; a number holding a Float, or no closed form, by value (:mod:`.values`)."""
+        known_by_value = est.exact is None or (est.exact.is_number and holds_float(est.exact))
+        return sp.Float(est.value) if known_by_value else est.exact
 
     def scalar_value(self, value: sp.Expr) -> sp.Expr:
-        return sp.nsimplify(value) if value.is_number and value.free_symbols == set() else value
+        """As built; a number holding a Float (resting on a value) by value (:mod:`.values`), never
+        a guessed closed form."""
+        return value_of(value)
 
     def haar_number(self, value: float) -> sp.Expr:
         return self.constant(value)

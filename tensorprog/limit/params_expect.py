@@ -43,7 +43,8 @@ MAX_GAUSSIANS_IN_HEAD = 2
 #: (``compile --symbolic``: built over many steps, as the sums of exp() of a transformer's attention
 #: weights) goes to the engine as its value
 #: (``Exact.closed_form`` in :mod:`.interpret`): the engine's exact algebra multiplies such sums out
-#: (gp4a_transformer: E[relu(a + b) relu(c + d)] over covariance entries of 31-54 nodes, six to ten
+#: (gp4a_transformer, when its data constants were read as rationals (:mod:`.values`):
+#: E[relu(a + b) relu(c + d)] over covariance entries of 31-54 nodes, six to ten
 #: exp() terms each, took more than 10 CPU minutes and 20 GB; simplifying a scalar of 35 nodes too)
 BIG_NUMBER = 24
 MANY_HEADS = 4

@@ -13,6 +13,7 @@ from .. import ir
 from ..expect.laws import as_number
 from ..npz import save_npz
 from .accuracy import METHOD_RANK, VALUE_ROUNDING
+from .values import holds_float, value_of
 
 
 
@@ -77,9 +78,19 @@ def summarize(value: sp.Expr, estimates: Sequence, symbolic: bool, params: dict 
     error = sum(e.error for e in estimates) + VALUE_ROUNDING * (abs(number.real) + 1)
     exact = None
     if method == "exact" and symbolic:
-        exact = sp.nsimplify(value) if value.is_Float else (
-            sp.simplify(value) if sp.count_ops(value) < 200 else value)
+        exact = closed_form(value)
     return LimitValue(number.real, float(error), method, exact)
+
+
+def closed_form(value: sp.Expr) -> sp.Expr | None:
+    """The closed form a scalar of exact method claims: ``value`` simplified (kept as built past
+    200 operations); but a number holding a Float is known by value (:mod:`.values`): no closed
+    form, unless its value is exactly a short rational (0.5 → 1/2; never a guess: ``nsimplify``
+    would read 1.0000000029 as 1)."""
+    if value.is_number and holds_float(value):
+        exact = value_of(value)
+        return exact if exact.is_Rational else None
+    return sp.simplify(value) if sp.count_ops(value) < 200 else value
 
 
 def exact_json(v: LimitValue) -> str | list | None:

@@ -19,3 +19,20 @@ def distinct_nodes(expr: sp.Basic, most: int | None = None) -> list[sp.Basic]:
                 seen.add(a)
                 stack.append(a)
     return list(seen)
+
+
+def post_order(expr: sp.Basic) -> list[sp.Basic]:
+    """Every distinct sub-expression of expr, once, each after its arguments (iterative: no
+    recursion limit for a deep Z)."""
+    order, entered, stack = [], {expr}, [(expr, iter(expr.args))]
+    while stack:                  # depth first: a node entered before is finished (a DAG has no cycle)
+        node, args = stack[-1]
+        for a in args:
+            if a not in entered:
+                entered.add(a)
+                stack.append((a, iter(a.args)))
+                break
+        else:
+            stack.pop()
+            order.append(node)
+    return order
