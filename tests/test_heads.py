@@ -6,7 +6,7 @@ import sympy as sp
 
 from tensorprog.builtins import BUILTINS
 from tensorprog.symbolic.heads import HEADS, Delta
-from tensorprog.symbolic.mehler import coefficients, hermite_basis, ld_rows
+from tensorprog.symbolic.hermite import coefficients, hermite_basis, ld_rows
 
 
 def own_heads():

@@ -13,8 +13,8 @@ from tensorprog.expect.budget import Budget
 from tensorprog.expect.engine import expect
 from tensorprog.expect.series import series_pairs
 from tensorprog.symbolic.grid import GridTape
-from tensorprog.symbolic.mehler import (MehlerError, MehlerValue, Mean, T, coefficients, derivative,
-                                        hermite_head)
+from tensorprog.symbolic.hermite import coefficients, derivative
+from tensorprog.symbolic.mehler import MehlerError, MehlerValue, Mean, T, hermite_head
 
 x, y = sp.symbols("x y", real=True)
 
@@ -162,7 +162,7 @@ def test_parity_fold_equals_the_plain_products(K, h):
     long double (G the long double basis) to within their stated bound plus u|α̃_k| (the exact and the
     rounded parts added in float64) and the long double reference's own rounding; the bound is far
     below one float64 ulp of the coefficients' scale."""
-    from tensorprog.symbolic.mehler import LD, UNIT_LD, folded_basis, ld_basis, split
+    from tensorprog.symbolic.hermite import LD, UNIT_LD, folded_basis, ld_basis, split
     z, G = ld_basis(K, h)
     _, sw, coarse, others = folded_basis(K, h)
     F = np.random.default_rng(1).standard_normal((5, len(z))) * sw
@@ -192,7 +192,7 @@ def test_parity_fold_equals_the_plain_products(K, h):
 def hi_basis(fold, K: int) -> np.ndarray:
     """The β-bit basis of a fold unfolded to its nodes (K+1 columns), in long double: hi(z)·G₁(z) summed
     over the folded nodes is the exact part of :meth:`Folded.product`."""
-    from tensorprog.symbolic.mehler import LD
+    from tensorprog.symbolic.hermite import LD
     n = fold.pos.stop
     out = np.zeros((n, K + 1), dtype=LD)
     first = len(fold.zero)
@@ -210,7 +210,8 @@ def test_diagonal_cells_take_the_1d_square():
     """At ρ = 1 (and one ulp below) with the same packed row and column, the cell is E φ(u)² by the
     1-D rule (against scipy's quad), its stated error covering the difference and small; a
     different column at ρ = 1 still takes the series."""
-    from tensorprog.symbolic.mehler import pack, packed_sum, step_for
+    from tensorprog.symbolic.hermite import pack, step_for
+    from tensorprog.symbolic.mehler import packed_sum
 
     def silu(t):
         return t / (1 + np.exp(-t))
@@ -233,7 +234,8 @@ def test_packed_sum_grid_cells_have_the_bits_of_each_cell_alone(name):
     grid's floor, gathered orders up to HORNER_TOP and power sums beyond, and a diagonal cell) have
     the values and stated errors of each cell computed alone, bit for bit: a cell's bits depend on its
     own ρ, row and column, not on the block or on the path (grid, gathered, power sums) it took."""
-    from tensorprog.symbolic.mehler import HORNER_TOP, pack, packed_sum, step_for
+    from tensorprog.symbolic.hermite import pack, step_for
+    from tensorprog.symbolic.mehler import HORNER_TOP, packed_sum
 
     def silu(t):
         return t / (1 + np.exp(-t))
@@ -269,7 +271,7 @@ def test_packed_sum_grid_cells_have_the_bits_of_each_cell_alone(name):
 
 def packed_pair(name: str, K: int = 64):
     """Packed rows of tanh or SiLU at 7 and 9 variances (one shared), and ρ (7, 9) from −1 to 1, 0 included."""
-    from tensorprog.symbolic.mehler import pack, step_for
+    from tensorprog.symbolic.hermite import pack, step_for
 
     def silu(t):
         return t / (1 + np.exp(-t))
@@ -320,8 +322,8 @@ def test_error_polynomial_is_the_stated_bound(name):
     double, cell by cell: δ_β(|α₀| + r|α₁| + r²|α₂| + r³c_α) + δ_α(…β…) + (K + 1)δ_αδ_β and
     u(1 + 1e-12)(2m₀ + 8m₁) (m₀, m₁ with the rest from order 2, or 3 where a side's α₂ is 0 throughout:
     tanh).  Equal to 1e-14 relative, in both orientations."""
-    from tensorprog.symbolic.mehler import (R_A0, R_A1, R_L1, R_N2, R_N3, R_S2, R_W2, UNIT, Operand, error_polynomial,
-                                            levels, packed_columns)
+    from tensorprog.symbolic.hermite import R_A0, R_A1, R_L1, R_N2, R_N3, R_S2, R_W2, levels, packed_columns
+    from tensorprog.symbolic.mehler import UNIT, Operand, error_polynomial
 
     A, B, rho = packed_pair(name)
     K = 64
@@ -355,10 +357,10 @@ def test_pack_with_a_shared_memo_has_the_bits_of_a_pack_alone(monkeypatch):
     (PackCache.memo; SiLU's Silu head through Sigmoid's expit): each pack has the bits it has computed
     alone, without a memo — tanh's family (bounded: the core window as it starts) and SiLU's (growing: a
     window widened for SiLU² at a = 4.4)."""
-    import tensorprog.symbolic.mehler as mehler
-    from tensorprog.symbolic.mehler import PackCache, pack, step_for
+    import tensorprog.symbolic.hermite as hermite
+    from tensorprog.symbolic.hermite import PackCache, pack, step_for
     from tensorprog.symbolic.tape import HermiteArg, Tape
-    monkeypatch.setattr(mehler, "EXTENDED", True)            # the long double rule (what the memo serves)
+    monkeypatch.setattr(hermite, "EXTENDED", True)            # the long double rule (what the memo serves)
     a = np.array([0.05, 0.3, 0.9, 1.7, 4.4])
     sig = 1 / (1 + sp.exp(-T))
     families = [[sp.tanh(T) ** 2, sp.tanh(T), (1 - sp.tanh(T) ** 2) ** 2, 1 - sp.tanh(T) ** 2],

@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 import tensorprog as tp
-from tensorprog.symbolic.mehler import coefficients, mehler_curve, mehler_slope, pack, packed_sum, step_for
+from tensorprog.symbolic.hermite import coefficients, pack, step_for
+from tensorprog.symbolic.mehler import mehler_curve, mehler_slope, packed_sum
 
 ROOT = Path(__file__).resolve().parent.parent
 EPS = np.finfo(float).eps
@@ -139,10 +140,10 @@ def test_coefficient_error_covers_mpmath_and_is_tight(act, extended, monkeypatch
     plain products stated 4–14 ε·√S: the products' accumulation then dominated the kernels' bounds);
     E φ² likewise (its error ≤ 1.5 u·S: its float64 rounding, u·S, and the two rules' difference).  A φ evaluated in float64 (``tanh64``: no long double values)
     keeps the float64 values' floor (COEFF_ROUNDING), which covers too.  silu2 grows like z² (the core
-    window widens for it at a = 4).  The plain float64 rule (``mehler.EXTENDED`` off: φ and the products
+    window widens for it at a = 4).  The plain float64 rule (``hermite.EXTENDED`` off: φ and the products
     in float64) covers with its own floor (PLAIN_COEFF_ROUNDING), at most 16 ε·√S."""
-    import tensorprog.symbolic.mehler as mehler
-    monkeypatch.setattr(mehler, "EXTENDED", extended)
+    import tensorprog.symbolic.hermite as hermite
+    monkeypatch.setattr(hermite, "EXTENDED", extended)
     import mpmath as mp
     mp.mp.prec = 110
     sig = {"np": lambda t: 1 / (1 + np.exp(-t)), "mp": lambda t: 1 / (1 + mp.exp(-t))}

@@ -11,8 +11,10 @@ import pytest
 import sympy as sp
 
 from tensorprog.symbolic.grid import CELL, COL, CONST, ROW, GridTape, derived_spaces, regroup
-from tensorprog.symbolic.mehler import (DiagonalSlope, Mean, MeanCurve, MehlerCurve, MehlerError, MehlerSlope, MehlerValue,
-                                        T, diagonal_slope, hermite_head, mean_curve, mehler_curve, mehler_slope, pack)
+from tensorprog.symbolic.hermite import pack
+from tensorprog.symbolic.mehler import (DiagonalSlope, Mean, MeanCurve, MehlerCurve, MehlerError, MehlerSlope,
+                                        MehlerValue, T, diagonal_slope, hermite_head, mean_curve, mehler_curve,
+                                        mehler_slope)
 from tensorprog.symbolic.tape import Tape
 
 from test_grid import CELLS, COLS, EXPRESSIONS, ROWS, SHARED, SYMBOLS, inputs

@@ -38,7 +38,8 @@ from .linalg import Matrix
 from .quad import ORDERS, estimate_error
 from .reduce import Ctx, Engine
 from .series import numpy_function, separate, series_pairs
-from ..symbolic.mehler import Mean, MeanError, MehlerError, MehlerValue, T, coefficients, hermite_head, step_for
+from ..symbolic.hermite import coefficients, step_for
+from ..symbolic.mehler import Mean, MeanError, MehlerError, MehlerValue, T, hermite_head
 from ..symbolic.evaluate import compile_exprs, evaluate
 
 

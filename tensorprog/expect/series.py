@@ -44,7 +44,7 @@ import numpy as np
 import sympy as sp
 
 from ..symbolic.evaluate import compile_exprs
-from ..symbolic.mehler import AIM, Coefficients, Fn, bound, coefficients, horner
+from ..symbolic.hermite import AIM, Coefficients, Fn, bound, coefficients, horner
 
 #: the truncation orders tried, smallest first (the first whose bound meets the target is used)
 ORDERS = (8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)

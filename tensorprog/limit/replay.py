@@ -56,8 +56,7 @@ import sympy as sp
 from ..symbolic.bivariate import PHI2_ERROR, Phi2
 from ..symbolic.grid import CONST, ROW, GridTape, Workspace
 from ..symbolic.heads import Delta
-from ..symbolic.mehler import (T, DiagonalSlope, HermiteRow, Mean, MeanCurve, MehlerCurve, MehlerSlope,
-                               MehlerValue)
+from ..symbolic.mehler import T, DiagonalSlope, HermiteRow, Mean, MeanCurve, MehlerCurve, MehlerSlope, MehlerValue
 from ..symbolic.tape import Builder as TapeBuilder
 from .ledger import ROUNDING
 

@@ -33,7 +33,8 @@ from scipy import special as sps
 
 from .bivariate import Phi2, phi2
 from .heads import Delta, SYMPY_TO_NUMPY
-from .mehler import (HEAD_KINDS, SUMMED, HermiteRow, PackCache, SumCache, T, diagonal_slope, mean_curve, mean_error,
+from .hermite import PackCache
+from .mehler import (HEAD_KINDS, SUMMED, HermiteRow, SumCache, T, diagonal_slope, mean_curve, mean_error,
                      mean_value, mehler_curve, mehler_error, mehler_slope, mehler_value)
 
 # ---- function heads ------------------------------------------------------------------------------
@@ -132,8 +133,8 @@ class Op(NamedTuple):
 @dataclass(frozen=True, eq=False)
 class HermiteArg:
     """The argument of a "hermite" operation: φ as a one-input :class:`Tape` (of :data:`.mehler.T`),
-    the order K and the trapezoidal step h (:func:`.mehler.pack`), and the tape's
-    :class:`.mehler.PackCache` (its operations meet the same inputs' variances as rows and as
+    the order K and the trapezoidal step h (:func:`.hermite.pack`), and the tape's
+    :class:`.hermite.PackCache` (its operations meet the same inputs' variances as rows and as
     columns)."""
     tape: "Tape"
     K: int
@@ -149,12 +150,12 @@ class HermiteArg:
     def extended(self) -> bool:
         """Whether φ is evaluated in long double on long double points: where the tape computes it
         so from numbers it holds exactly (:func:`long_double`: the coefficients' extended precision,
-        :func:`.mehler.evaluate`); else in float64 on every input."""
+        :func:`.hermite.evaluate`); else in float64 on every input."""
         return long_double(self.tape)
 
     def function(self, t: np.ndarray, memo: dict | None = None) -> np.ndarray:
         """φ at the points t, in their precision where :attr:`extended`, else in float64; ``memo``: the
-        values of function heads at these long double points (:meth:`.mehler.PackCache.memo`: tanh,
+        values of function heads at these long double points (:meth:`.hermite.PackCache.memo`: tanh,
         tanh², 1 − tanh² and (1 − tanh²)² at one layer's variances share one long double tanh)."""
         if t.dtype == np.longdouble and self.extended:
             return self.tape(t, dtype=np.longdouble, memo=memo)[0]

@@ -1,0 +1,703 @@
+"""The Hermite coefficients of the Mehler series, per input: its *row* operations (see
+:mod:`..expect.series` for the rule and its bound, :mod:`.mehler` for the per-pair sums).
+
+Coefficients α_k(a) = E[φ(√a z) h_k(z)] of a numpy function φ at many variances by one matrix
+product (the trapezoidal rule on [−13, 13], error estimated by the rule at step 2h: every other
+node), with their tail and error estimates.  The grid tape (:mod:`.grid`) packs one variance's
+coefficients with their tail, error, norm and the few numbers the per-cell bounds read
+(:func:`pack`, laid out as :func:`packed_columns` says), once per input; :class:`PackCache` keeps
+the packs of a tape.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Callable, Sequence
+
+import numpy as np
+
+EPS = np.finfo(float).eps
+Fn = Callable[[np.ndarray], np.ndarray]
+#: the extended precision the basis is computed in (x87's 80-bit format where numpy has it)
+LD = np.longdouble
+#: the error of one coefficient from φ's float64 values F_i = fl(fl(φ(fl(√a·z_i)))·√w_i) (their
+#: roundings, φ's own libm error, the argument's rounding times φ's condition), relative to
+#: √S = ‖F‖₂: the products with the basis are exact but for ~10⁻³u√S (:meth:`Folded.product`), so this
+#: is what is left of a coefficient's rounding.  Against the same rule with φ, the basis and the sums in
+#: 80-bit floats and in 110-bit mpmath (tests/test_series_bounds.py, bench/mehler_coefficients.py: tanh,
+#: SiLU, their squares, their derivatives and the derivatives' squares, K = 8 … 384, variances
+#: 0.002–4.4): max_k |α̃_k − α_k| ≤ 1.1 ε√S, and the stated δ = max_k |α̃_k − α̃'_k| + this (the rule at
+#: 2h differs by its values' rounding too) covers it with room.  (The float64 products' own
+#: accumulation, 5–12 ε√S, dominated the coefficients' error before the products were exact.)
+COEFF_ROUNDING = 1.5 * EPS
+#: the rounding of S̃ = Σ_i F_i² relative to S (measured as above: ≤ 3.5 ε)
+SQUARE_ROUNDING = 4 * EPS
+#: whether the rule runs in extended precision (φ in long double on the core window, exact products:
+#: δ ≤ 0.75 ε√S, tests/test_series_bounds.py) or in plain float64 (φ and the products in float64, δ
+#: with :data:`PLAIN_COEFF_ROUNDING`: 4–14 ε√S, about a third of the kernels' stated errors, but the
+#: pack takes half the time: bench/series_kernels.py, tanh and SiLU at N = 300 and 1000)
+EXTENDED = False
+#: the rounding of one coefficient of the plain float64 rule (products by BLAS: their accumulation,
+#: 5–12 ε√S, dominates), relative to √S: against the same rule in 80-bit floats (tanh, SiLU, their
+#: squares and derivatives' squares; K = 8, 64, 256; variances 0.002–4) max_k |α̃_k − α_k| ≤ 3.1 ε√S, and
+#: δ = max_k |α̃_k − α̃'_k| + this (the rule at 2h differs by its own rounding) ≥ 1.8× it everywhere
+PLAIN_COEFF_ROUNDING = 2 * EPS
+
+
+#: the rule's half-width: beyond |z| = T, pdf(z)·h_k(z)·φ is below 1e-18 (|h_k(z)| e^{−z²/4} ≤ 1)
+HALF_WIDTH = 13.0
+#: the largest step: the trapezoidal rule's error on a Gaussian times a polynomial of degree d is about
+#: e^{−2π²/h²}·(2π/h)^d — below 10⁻²⁰ at 2h (the error estimate's rule) for the orders up to which
+#: 1.8/√(4K+2) (:func:`step_for`) allows it
+MAX_STEP = 0.25
+
+
+def step_for(K: int, largest_variance: float) -> float:
+    """The trapezoidal step for coefficients up to order K: h_k oscillates with wavenumber up to
+    √(4K+2)/2, and φ(√a ·)'s strip of analyticity narrows like 1/√a (tanh's poles at ±iπ/(2√a): at
+    a = 2 the rule at step 2h = 0.1 is good to ~10⁻¹⁸, and the step follows 1/√a on both sides of it,
+    up to :data:`MAX_STEP`: a small variance's φ(√a z) is a low polynomial to ulps, the Gaussian's
+    rule then limits)."""
+    a = max(largest_variance, 1e-300)
+    return ladder(min(MAX_STEP, 1.8 / np.sqrt(4 * K + 2), 0.05 * np.sqrt(2.0 / a)))
+
+
+def ladder(h: float) -> float:
+    """h rounded down to a rung 2^{j/8} (j an integer; 9 % apart), itself rounded down to 20 significant
+    bits: the functions packed at one layer's variances (a mean's and a series' rows, of slightly
+    different largest variances) meet one step, and share their long double values
+    (:meth:`PackCache.memo`); the nodes i·h are exact in float64."""
+    rung = 2.0 ** (np.floor(8 * np.log2(h)) / 8)
+    m, e = np.frexp(rung)
+    return float(np.ldexp(np.floor(np.ldexp(m, 20)), e - 20))
+
+
+@lru_cache(maxsize=64)
+def ld_basis(K: int, h: float) -> tuple[np.ndarray, np.ndarray]:
+    """(z, G) of the trapezoidal rule of step h on [−T, T] in np.longdouble (Σ w_i f(z_i) ≈ E f(z),
+    z ~ N(0, 1), w_i = h·pdf(z_i)): G[k, i] = √w_i h_k(z_i), k ≤ K (the first rows of
+    :func:`ld_rows`, the same numbers for every K: a layer's mean and series rows share one)."""
+    z, G = ld_rows(max(64, 1 << max(K, 1).bit_length()), h)
+    return z, G[:K + 1]
+
+
+@lru_cache(maxsize=32)
+def ld_rows(K: int, h: float) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`ld_basis` to order K, by the recurrence h_{k+1} = (z h_k − √k h_{k−1})/√(k+1) on the scaled
+    values (bounded: |h_k(z)| e^{−z²/4} ≤ 1).  The nodes z_i = i·h are exact (a 53-bit h times an
+    integer below 2¹¹ in a 64-bit significand)."""
+    n = int(np.ceil(HALF_WIDTH / h))
+    z = LD(h) * np.arange(-n, n + 1).astype(LD)
+    sw = np.sqrt(LD(h) * np.exp(-z * z / 2) / np.sqrt(2 * np.arccos(LD(-1))))
+    G = np.empty((K + 1, len(z)), dtype=LD)
+    G[0] = sw
+    if K:
+        G[1] = z * sw
+    roots, tmp = np.sqrt(np.arange(K + 1).astype(LD)), np.empty(len(z), dtype=LD)
+    for k in range(1, K):                 # (z·G_k − √k·G_{k−1})/√(k+1), in place: the same roundings
+        g = G[k + 1]
+        np.multiply(z, G[k], out=g)
+        np.multiply(roots[k], G[k - 1], out=tmp)
+        np.subtract(g, tmp, out=g)
+        np.divide(g, roots[k + 1], out=g)
+    return z, G
+
+
+@lru_cache(maxsize=16)
+def hermite_basis(K: int, h: float) -> tuple[np.ndarray, np.ndarray]:
+    """(z, G) of :func:`ld_basis` rounded to float64 (z_i = fl(i·h), the points φ is evaluated at)."""
+    z, G = ld_basis(K, h)
+    return z.astype(float), G.astype(float)
+
+
+@dataclass(frozen=True)
+class Coefficients:
+    """Hermite coefficients of one function at several variances, with what the bound needs.
+
+    ``alpha`` (V, K+1): α̃_k for each variance; ``tail`` (V,): an upper estimate of
+    T(K) = Σ_{k>K} α_k²; ``err`` (V,): of ‖α − α̃‖₂ (k ≤ K); ``norm`` (V,): ‖α̃‖₂ (≤ √(E φ²) + err);
+    ``square`` (V,): E φ(√a z)² (the diagonal of E φψ when φ = ψ); ``square_err`` (V,): its error
+    estimate (the rule at step 2h, plus rounding); ``sup`` (V,): of max_k |α_k − α̃_k| (the rule at
+    step 2h, plus :data:`COEFF_ROUNDING`·√S, the products' bound and u·max_k |α̃_k|: what the grid
+    tape's per-cell bound uses)."""
+    alpha: np.ndarray
+    tail: np.ndarray
+    err: np.ndarray
+    norm: np.ndarray
+    square: np.ndarray
+    square_err: np.ndarray
+    sup: np.ndarray | None = None
+
+    @property
+    def K(self) -> int:
+        return self.alpha.shape[1] - 1
+
+    def truncate(self, K: int) -> "Coefficients":
+        """The same coefficients up to order K ≤ self.K: the dropped ones join the tail (their
+        error, at most err, is counted in the tail through (√T + err)²)."""
+        return Coefficients(self.alpha[:, :K + 1], self.tail_at(K), self.err,
+                            np.sqrt(np.sum(self.alpha[:, :K + 1] ** 2, 1)), self.square, self.square_err, self.sup)
+
+    def tail_at(self, K: int) -> np.ndarray:
+        """The tail of :meth:`truncate` (K): (√T + ‖α̃_{K<k}‖ + err)² (without the rest of it)."""
+        extra = np.sqrt(np.sum(self.alpha[:, K + 1:] ** 2, axis=1))
+        return (np.sqrt(self.tail) + extra + self.err) ** 2
+
+
+def gamma(n: int) -> float:
+    """γ_n = nu/(1 − nu), u = ε/2: a dot product of n terms in float64, in any order, errs by at most
+    γ_n Σ|x_i y_i| (Higham, Accuracy and Stability, §3.1)."""
+    return n * (EPS / 2) / (1 - n * (EPS / 2))
+
+
+def split_bits(n: int) -> int:
+    """The largest β with n·2^{2β+1} ≤ 2⁵³: a dot product of n terms, each a product of an integer of
+    magnitude ≤ 2^{β+1} (a folded sum of two) and one ≤ 2^β (times one power of two), has every partial
+    sum an integer below 2⁵³ (times that power): exact in float64, in any order of summation and
+    with or without fused operations."""
+    beta = 26
+    while n * 2.0 ** (2 * beta + 1) > 2.0 ** 53:
+        beta -= 1
+    return beta
+
+
+def split(X: np.ndarray, beta: int, top: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(hi, rest, 2^e) of float64 rows X (V, n): 2^e > ``top`` ≥ max_i |X_i| per row (a power of two) and
+    hi = 2^{e−β}·rint(X·2^{β−e}), by (X + c) − c with c = 1.5·2^{52}·2^{e−β} (X + c lies in c's binade,
+    whose spacing is 2^{e−β}: rounded to nearest there, and − c is exact) — an integer of magnitude
+    ≤ 2^β times 2^{e−β} — and rest = X − hi, exact (hi is a multiple of 2^{e−β}, itself a multiple of
+    ulp(X) where X is not 0, and |X − hi| ≤ min(|X|, 2^{e−β−1}))."""
+    _, e = np.frexp(top)
+    c = np.ldexp(1.5, e - beta + 52)[:, None]
+    hi = X + c
+    hi -= c
+    return hi, X - hi, np.ldexp(1.0, e)
+
+
+@dataclass(frozen=True)
+class Half:
+    """One parity's half of a folded basis (:class:`Folded`), split for :meth:`Folded.product`: the
+    orders k ≡ p (mod 2) at their nodes (node-major, (n, m)).  ``hi``: fl(G) rounded to β bits of its
+    order's power of two 2^{f_k} > max_i |G_ki| (an integer of magnitude ≤ 2^β times 2^{f_k−β}, held
+    exactly); ``stack``: fl(G) above fl(G − hi) (2n, m), G the long double basis; ``top``: max_k 2^{f_k};
+    ``l1``: max_k ‖G_k‖₁ (rounded up)."""
+    hi: np.ndarray
+    stack: np.ndarray
+    top: float
+    l1: float
+
+
+def half_basis(G: np.ndarray, beta: int, scale: np.ndarray) -> Half:
+    """The :class:`Half` of long double G (node-major (n, m)): hi from fl(G) split by columns (orders)
+    by 2^{f_k} > ``scale`` ≥ max_i |fl(G_ki)| (one scale per order for every node set of a rule: their
+    exact parts add exactly, :func:`_rule`), and fl(G − hi) (G − hi is exact in long double: hi is a
+    multiple of ulp(fl(G)) ≥ ulp_ld(G))."""
+    G64 = G.astype(float)
+    if G64.size:
+        hi, _, pow2 = split(np.ascontiguousarray(G64.T), beta, scale)
+        hi, top = hi.T, float(pow2.max())
+    else:
+        hi, top = G64, 0.0
+    rest = (G - hi).astype(float)
+    l1 = float(np.max(np.sum(np.abs(G64), axis=0), initial=0.0)) * (1 + 1e-12)
+    return Half(np.ascontiguousarray(hi), np.ascontiguousarray(np.concatenate([G64, rest], axis=0)), top, l1)
+
+
+@dataclass(frozen=True)
+class Folded:
+    """A symmetric node set folded by parity: h_k(−z) = (−1)^k h_k(z), so with F the weighted
+    values at the nodes, Σ_i F_i G[k, i] = Σ_{z_i>0} (F(z_i) ± F(−z_i)) G[k, i] (+ the node z = 0
+    for even k): the even orders from F's even part, the odd ones from its odd part, each a
+    product of half the nodes by half the orders (a quarter of the work, twice).  A part that is
+    0 (φ odd, or even: tanh, tanh², …) skips its product.  The even half's nodes are z = 0 (if a
+    node) then the z > 0; each half split (:class:`Half`) with β = :func:`split_bits` of its nodes."""
+    pos: slice               # the nodes z > 0, ascending
+    neg: slice               # their mirrors −z, in the same order
+    zero: np.ndarray         # the index of z = 0 (empty if not a node)
+    even: Half               # G[0::2] at [z = 0,] z > 0
+    odd: Half | None         # G[1::2] at z > 0 (None for K = 0)
+    beta: int
+
+    def product(self, hi: np.ndarray, rest: np.ndarray, top: np.ndarray, K: int,
+                l1: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(the exact part, the rounded part (V, K+1), a bound per row on each coefficient's error against
+        the long double basis G (V,)) of (hi + rest) @ Gᵀ for values split by :func:`split` (hi: integers
+        of magnitude ≤ 2^β times 2^{e−β}, 2^e = ``top``; |rest| ≤ 2^{e−β−1}), an Ozaki split: with
+        G = G₁ + G_r and the parts folded,
+
+            (X₁ + X_r)·G = X₁·G₁ + X₁·G_r + X_r·G,
+
+        the first exact — X₁ = hi(z) ± hi(−z) is an exact sum of two such integers (≤ 2^{β+1}), and
+        :func:`split_bits` — the other two one float64 product [X_r X₁]·[fl(G); fl(G_r)], X_r =
+        fl(rest(z) ± rest(−z)).  The second's error: the roundings of X_r (u|X_r|, |X_r| ≤ 2^{e−β}), of
+        fl(G) (u|G|) and of G_r (u·2^{f−β−1}), and the product's γ_{2n}·(Σ|X_r||G| + Σ|X₁||G_r|)
+        (:func:`gamma`).  Charged per row as (γ_{2n} + 3u)(1 + 10⁻⁷)·2^{−β}·(2^e max_k ‖G_k‖₁ +
+        ‖X₁‖₁ max_k 2^{f_k}), ‖X₁‖₁ ≤ l1 + n·2^{e−β} (``l1`` ≥ the row's ‖hi + rest‖₁): about
+        2^{−β}n^{3/2}u·√S."""
+        exact, inexact = np.zeros((hi.shape[0], K + 1)), np.zeros((hi.shape[0], K + 1))
+        bound = np.zeros(hi.shape[0])
+        zero = len(self.zero)
+        for half, sign, start in ((self.even, 1.0, 0), (self.odd, -1.0, 1)):
+            if half is None:
+                continue
+            n = half.hi.shape[0]
+            buf = np.empty((hi.shape[0], 2 * n))               # [X_r X₁]: the folded parts, side by side
+            xr, x1 = buf[:, :n], buf[:, n:]
+            fold_op = np.add if sign > 0 else np.subtract
+            first = zero if sign > 0 else 0
+            if first:
+                x1[:, 0], xr[:, 0] = hi[:, self.zero[0]], rest[:, self.zero[0]]
+            fold_op(hi[:, self.pos], hi[:, self.neg], out=x1[:, first:])
+            fold_op(rest[:, self.pos], rest[:, self.neg], out=xr[:, first:])
+            if not buf.any():                                # φ of the other parity (tanh: its even part)
+                continue
+            exact[:, start::2] = x1 @ half.hi
+            inexact[:, start::2] = buf @ half.stack
+            step = 2.0 ** -self.beta
+            bound += (gamma(2 * n) + 1.5 * EPS) * (1 + 1e-7) * step * (
+                top * half.l1 + (l1 + n * top * step) * half.top)
+        return exact, inexact, bound
+
+
+    def plain(self, F: np.ndarray, K: int) -> np.ndarray:
+        """F @ fl(G)ᵀ (V, K+1) by the parity fold in plain float64 (:data:`EXTENDED` off)."""
+        out = np.zeros((F.shape[0], K + 1))
+        plus, minus = F[:, self.pos], F[:, self.neg]
+        even = plus + minus
+        if len(self.zero):
+            even = np.concatenate([F[:, self.zero], even], axis=1)
+        if np.any(even):
+            out[:, 0::2] = even @ self.even.stack[:self.even.hi.shape[0]]
+        if self.odd is not None:
+            odd = plus - minus
+            if np.any(odd):
+                out[:, 1::2] = odd @ self.odd.stack[:self.odd.hi.shape[0]]
+        return out
+
+
+def fold(z: np.ndarray, G: np.ndarray, beta: int, scale: np.ndarray) -> Folded:
+    """The parity fold of the nodes z (symmetric about 0, ascending) and their long double basis G
+    (:class:`Folded`), split with β bits by the per-order scales ``scale`` (:func:`half_basis`)."""
+    n, odd = divmod(len(z), 2)
+    first = n + odd                                  # the first node z > 0
+    if not np.array_equal(z[first:], -z[n - 1::-1] if n else z[:0]) or (odd and z[n] != 0):
+        raise ValueError("the parity fold needs nodes symmetric about 0")
+    pos = slice(first, len(z))
+    zero = np.arange(n, n + odd)
+    even = np.concatenate([G[0::2][:, zero], G[0::2][:, pos]], axis=1).T
+    return Folded(pos, slice(n - 1, None, -1) if n else slice(0, 0), zero, half_basis(even, beta, scale[0::2]),
+                  half_basis(G[1::2][:, pos].T, beta, scale[1::2]) if G.shape[0] > 1 else None, beta)
+
+
+@lru_cache(maxsize=64)
+def folded_basis(K: int, h: float) -> tuple[np.ndarray, np.ndarray, Folded, Folded]:
+    """(z, √w in float64, the fold of the rule's every other node z[::2] — the rule of step 2h — and
+    the fold of the others z[1::2]) (:func:`ld_basis`): the rule of step h is the sum of the two.  Both
+    split with one β, that of :func:`split_bits` of all the folded nodes, and one scale per order, so
+    that the sum of their exact parts is exact (:func:`_rule`)."""
+    z, G = ld_basis(K, h)
+    beta = split_bits(len(z) // 2 + 1)
+    scale = np.max(np.abs(G.astype(float)), axis=1)
+    return (z.astype(float), G[0].astype(float), fold(z[::2], G[:, ::2], beta, scale),
+            fold(z[1::2], G[:, 1::2], beta, scale))
+
+
+#: the core window, |z| ≤ CORE_Z: φ in long double there (where it can be), in float64 outside it — whose
+#: values' error is charged per row (:data:`FLOAT_VALUE_ROUNDINGS`); where that charge exceeds
+#: CORE_CHARGE·ε√S for some row (φ growing: SiLU² at a = 4.4), the window widens to WIDE_Z.  At 5, a
+#: bounded φ's charge at 5.5 is ≤ 0.01 ε√S, SiLU's ≤ 0.1 ε√S (the Gaussian's mass beyond 5.5)
+CORE_Z, WIDE_Z, CORE_CHARGE = 5.5, 7.0, 0.15
+#: the error of a float64 value F_i = √w_i φ(x_i), x_i = √a z_i, relative to |F_i|, in units of u:
+#: the argument's three roundings (√a, z_i and their product) times φ's condition number |xφ′(x)/φ(x)|
+#: — at most 1 + |x| for the activations here (tanh, sigmoid, softplus, SiLU, Mish, ELU, softsign:
+#: their values vanish at most like x·e^x, or grow at most like a power of x), charged with the call's
+#: largest |x| — plus φ's own (libm's float64 functions within 4 ulp: 8) and √w's and the product's
+#: roundings (2): (3(1 + |x|) + 10)·u
+FLOAT_VALUE_ROUNDINGS = 10.0
+#: the unit roundoff of the long double format (2⁻⁶⁴ for x87's 80 bits; ε/2 where it is float64)
+UNIT_LD = float(np.finfo(LD).eps) / 2
+#: the error of one coefficient from φ's long double values on the core window (libm's long double
+#: functions within a few ulp, a few operations, the argument's rounding times φ's condition number,
+#: the basis' recurrence: ≤ 49 u_ld·max_i |G_ki| at k = 512), relative to √S: against a 110-bit mpmath
+#: rule (tests/test_series_bounds.py: tanh, SiLU, (1 − tanh²)², SiLU², SiLU′²; K up to 512; variances
+#: 0.002–4) ≤ 53 u_ld √S (SiLU², whose values grow like z²; ≤ 7 u_ld √S for the others)
+LD_COEFF_ROUNDING = 128 * UNIT_LD
+#: the same for S = Σ_i F_i² (F's error twice, the long double sums')
+LD_SQUARE_ROUNDING = 128 * UNIT_LD
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What :func:`_rule` gives: α̃ and α̃' (the rules at h and 2h, (V, K+1)), S̃ and S̃', and per row a
+    floor of each coefficient's error beside the two rules' difference: the values' (long double on
+    the core window, float64 outside it; or float64 throughout, :data:`COEFF_ROUNDING`), the
+    products' (:meth:`Folded.product`, both rules) and u·max_k |α̃_k| (each coefficient's exact and
+    rounded products added in float64); and S's."""
+    alpha: np.ndarray
+    square: np.ndarray
+    coarse: np.ndarray
+    coarse_square: np.ndarray
+    floor: np.ndarray
+    square_floor: np.ndarray
+    exact: bool = True          # the products exact (else plain float64: :data:`EXTENDED`)
+
+
+def evaluate(fn: Fn, points: np.ndarray, memo: dict | None = None) -> tuple[np.ndarray, bool]:
+    """(φ at the long double ``points``, whether in long double): ``fn`` on them, or, where it gives
+    float64 (a function without long double loops, or one evaluated in float64: what
+    :class:`.tape.HermiteArg` hands over when its constants are not all held exactly), its values there
+    (at the points' float64 roundings), or where it has no loop for them (TypeError) or np.longdouble
+    is float64 itself, ``fn`` on the points' float64 roundings.  ``memo``: handed to ``fn`` (a
+    :meth:`.tape.HermiteArg.function`, whose heads' values at these points it keeps) when given."""
+    if np.finfo(LD).eps < EPS:
+        try:
+            got = np.asarray(fn(points) if memo is None else fn(points, memo=memo))
+        except TypeError:
+            got = None
+        if got is not None and got.dtype in (LD, np.float64):
+            return np.broadcast_to(got, points.shape), got.dtype == LD
+    return np.broadcast_to(np.asarray(fn(points.astype(float)), dtype=float), points.shape), False
+
+
+def core_values(fn: Fn, variances: np.ndarray, root: np.ndarray, z: np.ndarray, sw: np.ndarray,
+                zl: np.ndarray, swl: np.ndarray, d: int, F: np.ndarray,
+                memo: dict | None) -> tuple[np.ndarray, bool, np.ndarray]:
+    """φ's values for :func:`_rule` with the core window of half-width d nodes about the middle one: the
+    weighted float64 values F_i = fl(fl(φ(fl(√a·z_i)))·√w_i) outside it; on it √w_i·φ at the core's long
+    double points (:func:`evaluate`; kept in memo[("points", d)]) in long double, or their float64
+    values (all written into F, rounded); whether those are long double;
+    and per row the charge of the float64 values, ‖c ∘ F_outer‖₂·u with c_i = 3(1 + |x_i|) +
+    :data:`FLOAT_VALUE_ROUNDINGS` (|ΔF_i| ≤ c_i·u·|F_i|)."""
+    n, c = len(z), len(z) // 2
+    left, right = slice(0, c - d), slice(c + d + 1, n)
+    charge = np.zeros(len(root))
+    if not EXTENDED:                                        # the plain rule: φ in float64 at every node
+        np.multiply(np.broadcast_to(np.asarray(fn(root[:, None] * z), dtype=float), F.shape), sw, out=F)
+        return F[:, c - d:c + d + 1], False, charge
+    if d < c:                                               # float64 φ outside the core
+        zo = np.concatenate([z[left], z[right]])
+        xo = root[:, None] * zo
+        got = np.broadcast_to(np.asarray(fn(xo), dtype=float), xo.shape)
+        np.multiply(got[:, :c - d], sw[left], out=F[:, left])
+        np.multiply(got[:, c - d:], sw[right], out=F[:, right])
+        np.abs(xo, out=xo)
+        xo *= 3.0
+        xo += 3.0 + FLOAT_VALUE_ROUNDINGS
+        xo[:, :c - d] *= F[:, left]
+        xo[:, c - d:] *= F[:, right]
+        charge = np.sqrt(np.einsum("ij,ij->i", xo, xo)) * (EPS / 2)
+    points = None if memo is None else memo.get(("points", d))
+    if points is None:
+        points = np.sqrt(np.clip(variances, 0.0, None).astype(LD))[:, None] * zl[c - d:c + d + 1]
+        if memo is not None:
+            memo[("points", d)] = points
+    vals, accurate = evaluate(fn, points, None if memo is None else memo.setdefault(d, {}))
+    core = slice(c - d, c + d + 1)
+    if accurate:
+        vals = vals * swl[core]
+        F[:, core] = vals
+    else:
+        np.multiply(vals, sw[core], out=F[:, core])
+    return vals, accurate, charge
+
+
+def _rule(fn: Fn, variances: np.ndarray, K: int, h: float, memo: dict | None = None) -> Rule:
+    """The coefficients (V, K+1) and E φ(√a z)² (V,) for each variance by the trapezoidal rule of step
+    h (geometric convergence for φ analytic in a strip), and the same by its every other node (the
+    rule of step 2h, for the error estimate: no new evaluation of φ).  The weighted values
+    F_i = √w_i φ(√a z_i): on the core window |z_i| ≤ :data:`CORE_Z` in long double where φ allows
+    (:func:`evaluate`; √a, z_i and √w_i in long double), in float64 outside it; split once
+    (:func:`split`, by 2^e > √S(1 + 10⁻⁶) ≥ max_i |F_i|) with the core's rest fl(F^ld − hi) (exact in
+    long double: |F^ld − hi| ≤ 2^{e−β−1}(1 + 2⁻⁵⁰)); the products with the basis exact but for a small
+    bound (:meth:`Folded.product`) by the parity fold, on one BLAS thread (:func:`one_thread`).
+    ``memo``: a dict for these variances and h (:meth:`PackCache.memo`): the core's long double points
+    under ("points", d), and φ's heads' values there under d (:func:`evaluate`)."""
+    z, sw, coarse, others = folded_basis(K, h)
+    zl, Gl = ld_basis(K, h)
+    n, c = len(z), len(z) // 2
+    root = np.sqrt(np.clip(variances, 0.0, None))
+    F = np.empty((len(root), n))
+    d = min(c, int(CORE_Z / h))
+    vals, accurate, charge = core_values(fn, variances, root, z, sw, zl, Gl[0], d, F, memo)
+    if accurate and d < c:
+        top = np.sqrt(np.einsum("ij,ij->i", F, F))
+        if np.any(charge > CORE_CHARGE * EPS * top):     # φ growing: a wider window
+            d = min(c, int(WIDE_Z / h))
+            vals, accurate, charge = core_values(fn, variances, root, z, sw, zl, Gl[0], d, F, memo)
+    core = slice(c - d, c + d + 1)
+    Fl = vals
+    square = np.einsum("ij,ij->i", F, F)
+    if not EXTENDED:                                         # the plain float64 rule
+        with one_thread():
+            alpha, alpha2 = others.plain(F[:, 1::2], K), coarse.plain(F[:, ::2], K)
+        alpha += alpha2
+        alpha2 *= 2
+        return Rule(alpha, square, alpha2, 2 * np.einsum("ij,ij->i", F[:, ::2], F[:, ::2]),
+                    PLAIN_COEFF_ROUNDING * np.sqrt(square), SQUARE_ROUNDING * square, False)
+    hi, rest, top = split(F, coarse.beta, np.sqrt(square) * (1 + 1e-6))
+    if accurate:
+        rest[:, core] = Fl - hi[:, core]
+        # S = Σ (hi + rest)²: Σ hi² exact (N·2^{2β} ≤ 2⁵³ of its quanta, split_bits), the rest within
+        # γ_{N+1}·(2Σ|hi||rest| + Σ rest²) ≤ 2^{−β}·N·u·S; then rounded to float64 (u·S)
+        square = np.einsum("ij,ij->i", hi, hi) + (2 * np.einsum("ij,ij->i", hi, rest) + np.einsum("ij,ij->i", rest, rest))
+        coarse_square = 2 * (np.einsum("ij,ij->i", hi[:, ::2], hi[:, ::2]) + (
+            2 * np.einsum("ij,ij->i", hi[:, ::2], rest[:, ::2]) + np.einsum("ij,ij->i", rest[:, ::2], rest[:, ::2])))
+        # |Σ_outer ΔF_i G_ki| ≤ ‖ΔF_outer‖₂·‖G_k‖₂ (‖G_k‖₂ ≤ 1.01: the rule's orthonormality)
+        floor = LD_COEFF_ROUNDING * np.sqrt(square) + 1.01 * charge
+        square_floor = (LD_SQUARE_ROUNDING + EPS / 2 + n * 2.0 ** -coarse.beta * EPS) * square + \
+            2.1 * charge * np.sqrt(square)
+    else:
+        coarse_square = 2 * np.einsum("ij,ij->i", F[:, ::2], F[:, ::2])
+        floor = COEFF_ROUNDING * np.sqrt(square)
+        square_floor = SQUARE_ROUNDING * square
+    l1 = np.sqrt(n * square) * (1 + 1e-6)                 # ≥ ‖F‖₁ (Cauchy–Schwarz)
+    with one_thread():
+        exact, inexact, bc = coarse.product(hi[:, ::2], rest[:, ::2], top, K, l1)
+        exact2, inexact2, bo = others.product(hi[:, 1::2], rest[:, 1::2], top, K, l1)
+    # the rule at 2h: 2·fl(E + I); at h: fl((E + E′) + fl(I + I′)), E + E′ exact (one β and one scale
+    # per order: at most (n + n′)·2^{2β+1} quanta, split_bits), fl(I + I′) within u|I + I′|
+    exact2 += exact
+    inexact2 += inexact
+    small = (EPS / 2) * np.max(np.abs(inexact2), axis=1, initial=0.0)
+    exact2 += inexact2
+    alpha = exact2
+    exact += inexact
+    exact *= 2
+    floor = floor + bc + bo + small + 2 * bc + (EPS / 2) * np.max(np.abs(alpha), axis=1, initial=0.0)
+    return Rule(alpha, square, exact, coarse_square, floor, square_floor)
+
+
+@lru_cache(maxsize=1)
+def _controller():
+    from threadpoolctl import ThreadpoolController      # imported when coefficients are first computed
+    return ThreadpoolController()
+
+
+def one_thread():
+    """A context with BLAS on one thread.  The products of :func:`_rule` are small (hundreds of
+    variances by hundreds of nodes and orders): OpenBLAS's threads spin for them on a loaded
+    machine (2× the whole kernel's CPU time, measured on N = 300 tanh), and the coefficients' bits
+    then do not depend on the thread count."""
+    return _controller().limit(limits=1, user_api="blas")
+
+
+def coefficients(fn: Fn, variances: Sequence[float], K: int, h: float | None = None,
+                 memo: dict | None = None) -> Coefficients:
+    """The coefficients of φ = ``fn`` (a numpy function) up to order K at each variance, with
+    the tail and error estimates of the module doc: the trapezoidal rule at step h, and at step
+    2h (its every other node) for the error estimate (it converges geometrically: the coarser
+    rule's difference overestimates the finer one's error).
+
+    Per coefficient, δ = max_k |α̃_k − α̃'_k| (the two rules) + the floor of :class:`Rule` (the values'
+    error: :data:`LD_COEFF_ROUNDING`·√S on the long double core and the float64 values' charge outside
+    it, or :data:`COEFF_ROUNDING`·√S for a φ evaluated in float64; the products' bound; u·max_k |α̃_k|);
+    in ℓ2, ‖α − α̃‖ ≤ ‖α̃ − α̃'‖ + √(K+1)·floor."""
+    a = np.asarray(variances, dtype=float).ravel()
+    h = step_for(K, float(a.max(initial=0.0))) if h is None else h
+    r = _rule(fn, a, K, h, memo)
+    alpha, S, coarse, S1, floor = r.alpha, r.square, r.coarse, r.coarse_square, r.floor
+    diff = alpha - coarse
+    quad = np.sqrt(np.einsum("ij,ij->i", diff, diff))
+    # ℓ2 over k ≤ K (the engine's Cauchy–Schwarz bound; the plain rule's as it always was)
+    err = quad + np.sqrt(K + 1.0) * (floor if r.exact else 16 * EPS * np.sqrt(S))
+    kept = np.einsum("ij,ij->i", alpha, alpha)
+    # T(K) = S − Σ_{k≤K} α_k²: the computed difference, S's quadrature error, the coefficients'
+    # (|Σα² − Σα̃²| ≤ 2‖α̃‖e + e² for their error e) and the rounding of two sums of size S
+    # (S̃ and Σα̃² are sums of the same weighted values F: S̃ − Σα̃² = ‖F − its projection‖² ≥ 0 up to
+    # the rounding of F Gᵀ, a few ε·S — not 2‖α̃‖·√(K+1)·(rounding of one coefficient))
+    tail = np.clip(S - kept, 0.0, None) + np.abs(S - S1) + 2 * quad * np.sqrt(kept) + quad ** 2 + 16 * EPS * S
+    np.abs(diff, out=diff)
+    sup = np.max(diff, axis=1, initial=0.0) + floor
+    return Coefficients(alpha, tail, err, np.sqrt(kept), S, np.abs(S - S1) + r.square_floor, sup)
+
+
+def derivative(coef: Coefficients, variances: Sequence[float]) -> np.ndarray:
+    """The coefficients of φ′ up to order K − 1 from φ's (index shift, module doc):
+    E φ′(√a z) h_k(z) = √(k+1)·α_{k+1}(a)/√a (a > 0)."""
+    a = np.asarray(variances, dtype=float).ravel()
+    k = np.arange(coef.K)
+    return coef.alpha[:, 1:] * np.sqrt(k + 1)[None, :] / np.sqrt(a)[:, None]
+
+
+def horner(alpha: np.ndarray, beta: np.ndarray, rho: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(Σ_k ρ^k α_k β_k, Σ_k |ρ|^k |α_k β_k|) for rows of α and β (P, K+1) and ρ (P,) by Horner."""
+    K = alpha.shape[1] - 1
+    s = alpha[:, K] * beta[:, K]
+    m = np.abs(s)
+    r = np.abs(rho)
+    for k in range(K - 1, -1, -1):
+        t = alpha[:, k] * beta[:, k]
+        s = s * rho + t
+        m = m * r + np.abs(t)
+    return s, m
+
+
+def bound(ca: Coefficients, cb: Coefficients, ia: np.ndarray, ib: np.ndarray, rho: np.ndarray,
+          magnitude: np.ndarray) -> np.ndarray:
+    """The stated error of the module doc for pairs (rows ia of ca, rows ib of cb, correlation ρ)."""
+    K = ca.K
+    trunc = np.abs(rho) ** (K + 1) * np.sqrt(ca.tail[ia] * cb.tail[ib])
+    coef = ca.err[ia] * cb.norm[ib] + ca.norm[ia] * cb.err[ib] + ca.err[ia] * cb.err[ib]
+    return trunc + coef + 2 * (K + 2) * EPS * magnitude
+
+
+# ---------------------------------------------------------------------------------------------
+# the grid tape's operations: packed rows [α_0 … α_K, tail, err, norm], value and bound per cell
+
+#: the series aims this far below the target: its terms are cheap, and the expectations of a deep
+#: network's chain pass their errors on to the next layers' covariances
+AIM = 1e-3
+#: the truncation's share of that aim: a cell sums to the order whose truncation bound is below
+#: SHARE·AIM·tol (a few terms more than the aim needs keep the stated error near the rounding floor)
+SHARE = 0.1
+#: a cell's truncation bound is also at most TIGHT·ε·‖α̃‖‖β̃‖ (:func:`orders`): below the rounding of
+#: its sum (:func:`stated_errors`), so that the stated error stays within a small factor of the
+#: actual one (tests/test_series_bounds.py) — a few terms more than the aim alone asks
+TIGHT = 4.0
+LOG_TIGHT = float(np.log(TIGHT * EPS))
+#: the truncation levels of a packed row (those below its K, and K), at which it stores its tails:
+#: a cell's order L is bounded with the tail of the largest level ≤ L (:func:`orders`)
+LEVELS = (8, 16, 32, 64, 128, 256, 512)
+
+
+def levels(K: int) -> list[int]:
+    """The levels of a packed row of order K."""
+    return [k for k in LEVELS if k < K] + [K]
+
+
+def pack(fn: Fn, K: int, h: float, a: np.ndarray, memo: dict | None = None) -> np.ndarray:
+    """The packed coefficients of φ = fn at the variances ``a`` (any shape; computed once per
+    distinct value): shape a.shape + (W,), [α_0 … α_K, T(L) for each level L of :func:`levels`,
+    S = E φ², its error, δ, ‖α̃‖, the numbers of :func:`compute_row_numbers`, √(T(L)/T(L′)) for every
+    order L = 0 … K (:func:`tail_ratios`), K] (:func:`coefficients`, at the recorded step h; δ the
+    error of each coefficient, ``Coefficients.sup``; the tails below K as :meth:`Coefficients.truncate`
+    states them: T(L) ≤ (√T(K) + ‖α̃_{L<k≤K}‖ + ‖α − α̃‖)²)."""
+    a = np.asarray(a, dtype=float)
+    ua, inv = np.unique(a.ravel(), return_inverse=True)
+    c = coefficients(fn, ua, K, h, memo)
+    beyond = np.cumsum((c.alpha ** 2)[:, ::-1], axis=1)[:, ::-1]      # Σ_{k ≥ j} α_k²
+    tails = [(np.sqrt(c.tail) + np.sqrt(beyond[:, L + 1]) + c.err) ** 2 if L < K else c.tail for L in levels(K)]
+    out = np.concatenate([c.alpha, np.stack(tails, 1), c.square[:, None], c.square_err[:, None],
+                          c.sup[:, None], c.norm[:, None], compute_row_numbers(c.alpha),
+                          tail_ratios(c, beyond, tails), np.full((len(ua), 1), float(K))], axis=1)
+    if len(ua) == a.size and np.array_equal(ua, a.ravel()):     # distinct and sorted already: no copy
+        return out.reshape(a.shape + (out.shape[1],))
+    return out[inv].reshape(a.shape + (out.shape[1],))
+
+
+def tail_ratios(c: Coefficients, beyond: np.ndarray, tails: list[np.ndarray]) -> np.ndarray:
+    """Per row and order L = 0 … K, √(T(L)/T(L′)) ≤ 1, L′ the largest level ≤ L (:func:`levels`; 1
+    below the first level): T(L) ≤ (√T(K) + ‖α̃_{L<k≤K}‖ + ‖α − α̃‖)², the levels' own formula at
+    every order.  A cell summed to order L whose truncation bound :func:`orders` states with the
+    tails of L′ scales it by the two sides' ratios (:func:`stated_errors`)."""
+    K = c.K
+    ls = levels(K)
+    own = np.sqrt(c.tail)[:, None] + np.concatenate([np.sqrt(beyond[:, 1:]) + c.err[:, None],
+                                                     np.zeros((len(c.tail), 1))], axis=1)
+    ref = np.ones_like(own)
+    for n, L in enumerate(ls):
+        stop = ls[n + 1] if n + 1 < len(ls) else K + 1
+        ref[:, L:stop] = np.sqrt(tails[n])[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where(ref > 0, np.minimum(own / ref, 1.0), 1.0)
+    out[:, :ls[0]] = 1.0
+    return out
+
+
+class PackCache:
+    """Packed coefficients (:func:`pack`) by pure keys — a function's key, K, h and the bytes of
+    its distinct variances — the least recently used dropped beyond ``limit`` bytes.  One per tape
+    (:class:`.grid.HermiteArg`): its row and column operations meet the same inputs' variances
+    (a band's rows are among its columns)."""
+
+    def __init__(self, limit: int = 1 << 26) -> None:
+        self.limit = limit
+        self.items: OrderedDict = OrderedDict()
+        self.size = 0
+        self.memos: OrderedDict = OrderedDict()
+
+    def memo(self, variances: np.ndarray, h: float) -> dict:
+        """A memo of function heads' long double values at the rule of step h for these (distinct,
+        sorted) variances, by their bytes and h (:func:`_rule`, :meth:`.tape.Tape.__call__`): the
+        functions packed at one set of variances (tanh, tanh², (1 − tanh²)² at one layer) evaluate
+        their heads once.  The most recent few kept (about ``limit`` bytes: a core of about 250 long
+        double values per variance and head)."""
+        key = (variances.tobytes(), h)
+        got = self.memos.get(key)
+        if got is None:
+            got = self.memos[key] = {}
+            size = min(8, max(2, self.limit // (4 * 16 * 250 * max(1, len(variances)))))
+            while len(self.memos) > size:
+                self.memos.popitem(last=False)
+        self.memos.move_to_end(key)
+        return got
+
+    def packed(self, key: tuple, fn: Fn, K: int, h: float, a: np.ndarray) -> np.ndarray:
+        """pack(fn, K, h, a), from the cache when ``key`` and the same variances (in the same
+        order: a band's rows are its first columns) were met before; ``fn`` takes ``memo=``
+        (:meth:`.tape.HermiteArg.function`): one :meth:`memo` per set of variances and h."""
+        a = np.asarray(a, dtype=float)
+        full = (key, int(K), float(h), a.size, a.tobytes())
+        got = self.items.get(full)
+        if got is None:
+            got = pack(fn, K, h, a.ravel(), self.memo(np.unique(a), float(h)))
+            self.items[full] = got
+            self.size += got.nbytes
+            while self.size > self.limit and len(self.items) > 1:
+                self.size -= self.items.popitem(last=False)[1].nbytes
+        self.items.move_to_end(full)
+        return got.reshape(a.shape + got.shape[-1:])
+
+
+
+
+def packed_columns(K: int) -> tuple[int, int, int, int]:
+    """(first tail, S, δ, ‖α̃‖): the positions in a packed row of order K (:func:`pack`; δ the error
+    of each coefficient; the :func:`row_numbers` follow ‖α̃‖)."""
+    nl = len(levels(K))
+    return K + 1, K + 1 + nl, K + 3 + nl, K + 4 + nl
+
+
+# ---------------------------------------------------------------------------------------------
+# per-cell bounds from a few numbers per row: Σ_k |ρ|^k |x_k y_k| ≤ |x₀y₀| + |ρ||x₁y₁| + ρ²‖x_{≥2}‖‖y_{≥2}‖
+
+#: the columns of :func:`row_numbers`
+R_A0, R_A1, R_N2, R_L1, R_W2, R_S0, R_S1, R_S2, R_C0, R_C1, R_C2, R_N3, R_S3, R_C3 = range(14)
+
+
+def row_numbers(A: np.ndarray) -> np.ndarray:
+    """The :func:`compute_row_numbers` of a packed row (…, W), stored in it by :func:`pack`."""
+    K = int(np.ravel(A[..., -1])[0])
+    start = K + 5 + len(levels(K))
+    return A[..., start:start + ROW_NUMBERS]
+
+
+#: how many numbers :func:`compute_row_numbers` gives per row
+ROW_NUMBERS = 14
+
+
+def compute_row_numbers(alpha: np.ndarray) -> np.ndarray:
+    """Per row of coefficients α_0 … α_K (…, K+1) the numbers of the per-cell bounds (…, 11):
+    |α₀|, |α₁|, ‖α_{≥2}‖₂, ‖α_{≥2}‖₁, ‖(√k α_k)_{k≥2}‖ (the plain series x_k = α_k); then for
+    x_k = √(k+1) α_{k+1} (the ρ-derivative, :func:`mehler_slope`) and x_k = √((k+1)(k+2)) α_{k+2}
+    (the variance derivative, :func:`mehler_curve`) |x₀|, |x₁|, ‖x_{≥2}‖₂; then ‖x_{≥3}‖₂ of the
+    three (the signed bounds of :func:`signed_weighted`).  Computed once per distinct variance, when
+    the row is packed (:func:`pack`)."""
+    al = alpha
+    K = al.shape[-1] - 1
+    k = np.arange(K + 1, dtype=float)
+    sq = al * al
+    out = np.empty(al.shape[:-1] + (ROW_NUMBERS,))
+    out[..., R_A0], out[..., R_A1] = np.abs(al[..., 0]), np.abs(al[..., 1])
+    out[..., R_N2] = np.sqrt(np.sum(sq[..., 2:], axis=-1))
+    out[..., R_L1] = np.sum(np.abs(al[..., 2:]), axis=-1)
+    out[..., R_W2] = np.sqrt(np.sum(k[2:] * sq[..., 2:], axis=-1))
+    out[..., R_S0], out[..., R_S1] = np.abs(al[..., 1]), np.sqrt(2.0) * np.abs(al[..., 2])
+    out[..., R_S2] = np.sqrt(np.sum(k[3:] * sq[..., 3:], axis=-1))
+    out[..., R_C0], out[..., R_C1] = np.sqrt(2.0) * np.abs(al[..., 2]), np.sqrt(6.0) * np.abs(al[..., 3])
+    out[..., R_C2] = np.sqrt(np.sum(k[4:] * (k[4:] - 1) * sq[..., 4:], axis=-1))
+    out[..., R_N3] = np.sqrt(np.sum(sq[..., 3:], axis=-1))
+    out[..., R_S3] = np.sqrt(np.sum(k[4:] * sq[..., 4:], axis=-1))
+    out[..., R_C3] = np.sqrt(np.sum(k[5:] * (k[5:] - 1) * sq[..., 5:], axis=-1))
+    return out
