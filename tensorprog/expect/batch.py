@@ -250,9 +250,10 @@ def _closed_form(F: sp.Expr, values: dict, expr: sp.Expr, gaussians: tuple, covs
     :func:`..symbolic.rounding.function_rounding` (one by one where it has none)."""
     P = len(covs)
     errors = np.zeros(P)
-    if values and F.has(Phi2):
+    if F.has(Phi2):
         # e^m·Φ₂ and e^m·erfc terms (ELU, SELU) err far beyond the rounding of |E| the ledger charges:
-        # their own errors, as the replay charges them (:func:`..symbolic.rounding.function_rounding`)
+        # their own errors, as the replay charges them (:func:`..symbolic.rounding.function_rounding`);
+        # a number F (one pair) likewise, in float64 (not Φ₂ by mpmath at 20 digits)
         try:
             out, err = value_and_error(F, values, function_rounding(F) if forms is None else forms.rounding(F))
         except NoRoundingRule:
