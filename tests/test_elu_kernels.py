@@ -17,7 +17,7 @@ from numpy.polynomial.legendre import leggauss
 import tensorprog as tp
 from tensorprog.builtins.table import SELU_ALPHA, SELU_SCALE
 from tensorprog.expect.engine import expect as engine_expect
-from tensorprog.symbolic.bivariate import PHI2_ERROR, Phi2, phi2, phi2_mp
+from tensorprog.symbolic.bivariate import PHI2_ERROR, Phi2, phi2, phi2_error, phi2_magnitude, phi2_mp
 from tensorprog.symbolic.heads import Elu, Selu
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -125,6 +125,27 @@ def test_phi2_random_arguments_and_scipy():
     assert np.max(np.abs(phi2(h, k, rho) - ref)) <= PHI2_ERROR
     for a, b, r in zip(h[:5], k[:5], rho[:5]):
         assert phi2(a, b, r) == pytest.approx(multivariate_normal(cov=[[1, r], [r, 1]]).cdf([a, b]), abs=1e-7)
+
+
+def test_phi2_error_is_relative_to_its_terms():
+    """phi2_error (min(8ε, 4ε(1 + h² + k²)M(h, k))) covers mpmath at 30 digits where h, k are far below 0 and
+    Φ₂ is tiny (down to 1e-250, ρ within 1e-13 of ±1 too), and is that small there: at h = k = −20 far
+    below 8ε.  Its sympy form (what the tape charges) gives the same numbers, tiny ones included."""
+    rng = np.random.default_rng(7)
+    n = 40
+    h = np.concatenate([rng.uniform(-30, 2, n), rng.uniform(-6, 6, n), -10.0 ** rng.uniform(-2, 1.4, n)])
+    k = np.concatenate([rng.uniform(-30, 2, n), rng.uniform(-6, 6, n), rng.uniform(-25, 3, n)])
+    rho = np.concatenate([rng.uniform(-1, 1, n), 1 - 10.0 ** -rng.uniform(1, 13, n // 2),
+                          -1 + 10.0 ** -rng.uniform(1, 13, n - n // 2), rng.uniform(-1, 1, n)])
+    with mpmath.workdps(30):
+        ref = np.array([float(phi2_mp(mpmath.mpf(a), mpmath.mpf(b), mpmath.mpf(r))) for a, b, r in zip(h, k, rho)])
+    bound = phi2_error(h, k)
+    assert np.all(np.abs(phi2(h, k, rho) - ref) <= bound)
+    assert np.sum(ref < 1e-30) >= 20 and np.all(bound <= PHI2_ERROR)
+    assert phi2_error(-20.0, -20.0) < 1e-80 and phi2_magnitude(-20.0, -20.0) < 1e-80
+    H, Kk = sp.symbols("H K", real=True)
+    from tensorprog.symbolic.evaluate import evaluate
+    np.testing.assert_allclose(evaluate(phi2_error(H, Kk), {H: h, Kk: k}), bound, rtol=1e-13, atol=0)
 
 
 def test_phi2_limits_and_derivatives():

@@ -17,7 +17,7 @@ from typing import Mapping
 import numpy as np
 import sympy as sp
 
-from .bivariate import PHI2_ERROR, Phi2
+from .bivariate import Phi2, phi2_error
 from .evaluate import evaluate
 
 EPS = float(np.finfo(float).eps)
@@ -116,9 +116,10 @@ FUNCTION_ROUNDING = 2 * EPS
 
 def function_error(f: sp.Expr) -> sp.Expr | None:
     """A bound on the tape's error of one function f of a closed form at its (rounded) arguments:
-    FUNCTION_ROUNDING·|f| (exp, erf, erfc, asin), PHI2_ERROR for Φ₂; None for a function it does not know."""
+    FUNCTION_ROUNDING·|f| (exp, erf, erfc, asin), :func:`..symbolic.bivariate.phi2_error` for Φ₂ (at most
+    8ε, and far less where its h and k are far below 0); None for a function it does not know."""
     if isinstance(f, Phi2):
-        return sp.Float(PHI2_ERROR)
+        return phi2_error(f.args[0], f.args[1])
     if not isinstance(f, (sp.exp, sp.erf, sp.erfc, sp.asin)):
         return None
     return sp.Float(FUNCTION_ROUNDING) * sp.Abs(f, evaluate=False)
