@@ -41,7 +41,7 @@ from .series import numpy_function, separate, series_pairs
 from ..symbolic.bivariate import Phi2
 from ..symbolic.mehler import Mean, MeanError, MehlerError, MehlerValue, T, coefficients, hermite_head, step_for
 from ..symbolic.evaluate import compile_exprs, evaluate
-from ..symbolic.rounding import NoRoundingRule, function_rounding, value_and_error
+from ..symbolic.rounding import NoRoundingRule, lifted_rounding, value_and_error
 
 
 class Uniform(Sequence[str]):
@@ -162,12 +162,12 @@ class FormMemo:
         self.renamed: dict[tuple, tuple] = {}        # (expr, gaussians) -> the integrand's part of its key
         self.covs: dict[tuple, tuple] = {}           # a batch's covariances -> :func:`_symbolic_cov`
         self.splits: dict[tuple, tuple | None] = {}  # (expr, gaussians, blocks) -> :func:`split_blocks`
-        self.roundings: dict[sp.Expr, sp.Expr] = {}  # a form with Φ₂ -> its :func:`function_rounding`
+        self.roundings: dict[sp.Expr, tuple] = {}    # a form with Φ₂ -> its :func:`lifted_rounding`
 
-    def rounding(self, F: sp.Expr) -> sp.Expr:
-        """:func:`..symbolic.rounding.function_rounding` (F), once per form (the same at every layer)."""
+    def rounding(self, F: sp.Expr) -> tuple[sp.Expr, dict]:
+        """:func:`..symbolic.rounding.lifted_rounding` (F), once per form (the same at every layer)."""
         if F not in self.roundings:
-            self.roundings[F] = function_rounding(F)
+            self.roundings[F] = lifted_rounding(F)
         return self.roundings[F]
 
     def split(self, expr: sp.Expr, gaussians: tuple, blocks: list[list[int]]) -> tuple[sp.Expr, list] | None:
@@ -255,7 +255,7 @@ def _closed_form(F: sp.Expr, values: dict, expr: sp.Expr, gaussians: tuple, covs
         # their own errors, as the replay charges them (:func:`..symbolic.rounding.function_rounding`);
         # a number F (one pair) likewise, in float64 (not Φ₂ by mpmath at 20 digits)
         try:
-            out, err = value_and_error(F, values, function_rounding(F) if forms is None else forms.rounding(F))
+            out, err = value_and_error(F, values, None if forms is None else forms.rounding(F))
         except NoRoundingRule:
             return _one_by_one(expr, gaussians, covs, True, budget)
         out, errors = np.broadcast_to(out, (P,)).copy(), np.broadcast_to(err, (P,)).copy()

@@ -136,29 +136,37 @@ def function_rounding(F: sp.Expr) -> sp.Expr:
     ROUNDING·(|E| + max Cᵢᵢ) would not.  A function of constants is charged as any other (its value
     folded on the tape in float64), and so is an argument that is a number float64 does not hold
     (:func:`held`).  A function it does not know raises :class:`NoRoundingRule`."""
+    bound, names = lifted_rounding(F)
+    return bound.xreplace(names)
+
+
+def lifted_rounding(F: sp.Expr) -> tuple[sp.Expr, dict[sp.Dummy, sp.Expr]]:
+    """:func:`function_rounding` (F) as (B, names): B over a symbol for each distinct argument x of F's
+    functions, names {symbol: x} — B with names substituted is function_rounding (F).  Evaluated with
+    each symbol bound to its argument's value (:func:`value_and_error`), sympy never rebuilds the
+    functions at those arguments (at a number, its radicals: sympy factors their integers)."""
     atoms = sorted(F.atoms(sp.Function), key=sp.default_sort_key)
     args = list(dict.fromkeys(x for f in atoms for x in f.args if not held(x)))
-    names = {x: sp.Dummy(f"x{i}") for i, x in enumerate(args)}
+    names = {x: sp.Dummy(f"x{i}", real=True) for i, x in enumerate(args)}
     lifted = {f: f.func(*[names.get(x, x) for x in f.args]) for f in atoms}
     H = F.xreplace(lifted)                                  # F over its functions' arguments as symbols
     stand = {g: sp.Dummy(f"f{i}") for i, g in enumerate(lifted.values())}
     G = H.xreplace(stand)                                   # ... and over the functions' values
     if G.atoms(sp.Function):
         raise NoRoundingRule(f"a function inside another's argument in {F}")
-    back = {d: f for f, d in zip(atoms, stand.values())}
-    unname = {d: x for x, d in names.items()}
+    back = {d: g for g, d in stand.items()}
     terms = [rounding(G).xreplace(back)]
-    for f, d in zip(atoms, stand.values()):
-        err = function_error(f)
+    for g, d in stand.items():
+        err = function_error(g)
         if err is None:
-            raise NoRoundingRule(f"no error rule for {f.func} in a closed form with Φ₂")
+            raise NoRoundingRule(f"no error rule for {g.func} in a closed form with Φ₂")
         terms.append(sp.Abs(sp.diff(G, d).xreplace(back), evaluate=False) * err)
     u = sp.Float(ARGUMENT_ROUNDING)
     for x, d in names.items():
-        slope = sp.diff(H, d).xreplace(unname)
+        slope = sp.diff(H, d)
         if slope != 0:
             terms.append(u * sp.Abs(slope, evaluate=False) * positive(x))
-    return sp.Add(*terms)
+    return sp.Add(*terms), {d: x for x, d in names.items()}
 
 
 def held(x: sp.Expr) -> bool:
@@ -172,9 +180,12 @@ def held(x: sp.Expr) -> bool:
 
 
 def value_and_error(F: sp.Expr, env: Mapping[sp.Symbol, np.ndarray],
-                    bound: sp.Expr | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """F evaluated on the tape at ``env`` (arrays, or {} for a number), and ``bound`` there (default
-    :func:`function_rounding` (F), NoRoundingRule where there is none): its float64 value's error."""
-    bound = function_rounding(F) if bound is None else bound
-    value, error = (evaluate(e, env) for e in (F, bound))
+                    lifted: tuple[sp.Expr, dict] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """F evaluated on the tape at ``env`` (arrays, or {} for a number), and its float64 value's error
+    there: :func:`lifted_rounding` (F) (or ``lifted``, made by it; NoRoundingRule where there is none)
+    with each argument's symbol bound to the argument's value."""
+    bound, names = lifted_rounding(F) if lifted is None else lifted
+    at = dict(env)
+    at.update({d: evaluate(x, env) for d, x in names.items()})
+    value, error = evaluate(F, env), evaluate(bound, at)
     return np.asarray(value, dtype=float), np.abs(np.asarray(error, dtype=float))
