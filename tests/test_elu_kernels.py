@@ -17,7 +17,7 @@ from numpy.polynomial.legendre import leggauss
 import tensorprog as tp
 from tensorprog.builtins.table import SELU_ALPHA, SELU_SCALE
 from tensorprog.expect.engine import expect as engine_expect
-from tensorprog.symbolic.bivariate import PHI2_ERROR, Phi2, phi2, phi2_mp
+from tensorprog.symbolic.bivariate import PHI2_ERROR, Phi2, phi2, phi2_error, phi2_magnitude, phi2_mp
 from tensorprog.symbolic.heads import Elu, Selu
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -127,6 +127,27 @@ def test_phi2_random_arguments_and_scipy():
         assert phi2(a, b, r) == pytest.approx(multivariate_normal(cov=[[1, r], [r, 1]]).cdf([a, b]), abs=1e-7)
 
 
+def test_phi2_error_is_relative_to_its_terms():
+    """phi2_error (min(8ε, 4ε(1 + h² + k²)M(h, k))) covers mpmath at 30 digits where h, k are far below 0 and
+    Φ₂ is tiny (down to 1e-250, ρ within 1e-13 of ±1 too), and is that small there: at h = k = −20 far
+    below 8ε.  Its sympy form (what the tape charges) gives the same numbers, tiny ones included."""
+    rng = np.random.default_rng(7)
+    n = 40
+    h = np.concatenate([rng.uniform(-30, 2, n), rng.uniform(-6, 6, n), -10.0 ** rng.uniform(-2, 1.4, n)])
+    k = np.concatenate([rng.uniform(-30, 2, n), rng.uniform(-6, 6, n), rng.uniform(-25, 3, n)])
+    rho = np.concatenate([rng.uniform(-1, 1, n), 1 - 10.0 ** -rng.uniform(1, 13, n // 2),
+                          -1 + 10.0 ** -rng.uniform(1, 13, n - n // 2), rng.uniform(-1, 1, n)])
+    with mpmath.workdps(30):
+        ref = np.array([float(phi2_mp(mpmath.mpf(a), mpmath.mpf(b), mpmath.mpf(r))) for a, b, r in zip(h, k, rho)])
+    bound = phi2_error(h, k)
+    assert np.all(np.abs(phi2(h, k, rho) - ref) <= bound)
+    assert np.sum(ref < 1e-30) >= 20 and np.all(bound <= PHI2_ERROR)
+    assert phi2_error(-20.0, -20.0) < 1e-80 and phi2_magnitude(-20.0, -20.0) < 1e-80
+    H, Kk = sp.symbols("H K", real=True)
+    from tensorprog.symbolic.evaluate import evaluate
+    np.testing.assert_allclose(evaluate(phi2_error(H, Kk), {H: h, Kk: k}), bound, rtol=1e-13, atol=0)
+
+
 def test_phi2_limits_and_derivatives():
     h, k, r = sp.symbols("h k r")
     ncdf = lambda x: (1 + sp.erf(x / sp.sqrt(2))) / 2                      # noqa: E731
@@ -228,3 +249,32 @@ def test_single_pair_compile_is_exact():
     for out, r in zip(("nngp", "ntk"), ref):
         assert limit[out].method == "exact"
         assert abs(limit[out].value - r) <= max(limit[out].error, 1e-14 * abs(r)) and abs(limit[out].value - r) < 1e-12
+
+
+@pytest.mark.parametrize("name,phi,dphi", [("elu", elu, delu), ("selu", selu, dselu)])
+def test_batch_compile_charges_the_forms_functions(name, phi, dphi):
+    """A batch compile of many pairs (what tools/pairs.py does beyond ONE_BY_ONE leftover pairs) evaluates
+    each closed form on the numpy tape for all pairs at once: its e^m·Φ₂ terms (variances up to 10 here,
+    e^m up to ~e^10) err beyond the ledger's 4ε·(|E| + max variance), and the batch charges each form's
+    functions as the replay does (symbolic/rounding.py).  Every entry within its stated error of the
+    recursion (before: up to 1.9× beyond it), and the stated error not looser than 1e3× the actual."""
+    from tensorprog.expect.budget import Budget
+    from tensorprog.limit.compiler import compile_program
+    from tensorprog.program import load
+    from tensorprog.tools.pairs import first_layer_cov
+    X = np.random.default_rng(3).standard_normal((5, 4)) * 1.5
+    q = X @ X.T / 4
+    i, j = np.triu_indices(5, 1)
+    L, var, var1, b1 = 3, 1.5, 1.5, 0.1
+    prog = load(ROOT / "programs" / "kernels" / f"{name}_mlp.tp", L=L, var=var, var1=var1, b1=b1).ir
+    covs = first_layer_cov(var1, b1, q[i, i], q[i, j], q[j, j])
+    lim = compile_program(prog, budget=Budget(tol=1e-10), batch_covs={0: covs}).limit()
+    worst = 0.0
+    for k in range(len(i)):
+        ref = recursion(phi, dphi, q[i[k], i[k]], q[i[k], j[k]], q[j[k], j[k]], L, var, var1, b1)
+        for out, r in zip(("nngp", "ntk"), ref):
+            v, e = lim.outputs[out].value[k], lim.outputs[out].error[k]
+            assert lim.outputs[out].method == "exact"
+            assert abs(v - r) <= e, (out, k, v, r, e)
+            worst = max(worst, abs(v - r))
+    assert max(float(np.max(lim.outputs[o].error)) for o in ("nngp", "ntk")) <= 1e3 * max(worst, 1e-15)

@@ -38,9 +38,11 @@ from .linalg import Matrix
 from .quad import ORDERS, estimate_error
 from .reduce import Ctx, Engine
 from .series import numpy_function, separate, series_pairs
+from ..symbolic.bivariate import Phi2
 from ..symbolic.hermite import coefficients, step_for
 from ..symbolic.mehler import Mean, MeanError, MehlerError, MehlerValue, T, hermite_head
 from ..symbolic.evaluate import compile_exprs, evaluate
+from ..symbolic.rounding import NoRoundingRule, lifted_rounding, value_and_error
 
 
 class Uniform(Sequence[str]):
@@ -161,6 +163,13 @@ class FormMemo:
         self.renamed: dict[tuple, tuple] = {}        # (expr, gaussians) -> the integrand's part of its key
         self.covs: dict[tuple, tuple] = {}           # a batch's covariances -> :func:`_symbolic_cov`
         self.splits: dict[tuple, tuple | None] = {}  # (expr, gaussians, blocks) -> :func:`split_blocks`
+        self.roundings: dict[sp.Expr, tuple] = {}    # a form with Φ₂ -> its :func:`lifted_rounding`
+
+    def rounding(self, F: sp.Expr) -> tuple[sp.Expr, dict]:
+        """:func:`..symbolic.rounding.lifted_rounding` (F), once per form (the same at every layer)."""
+        if F not in self.roundings:
+            self.roundings[F] = lifted_rounding(F)
+        return self.roundings[F]
 
     def split(self, expr: sp.Expr, gaussians: tuple, blocks: list[list[int]]) -> tuple[sp.Expr, list] | None:
         """:func:`split_blocks`, once per integrand and blocks (the same at every layer)."""
@@ -237,11 +246,24 @@ def _generic_form(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, max_expand_
 def _closed_form(F: sp.Expr, values: dict, expr: sp.Expr, gaussians: tuple, covs: np.ndarray,
                  budget: Budget, retry: bool, forms: FormMemo | None = None) -> BatchResult:
     """F evaluated for all P; the points where it is not finite (a 0/0 of the generic formula)
-    are redone: as a batch of their own when there are several (once), else one by one."""
+    are redone: as a batch of their own when there are several (once), else one by one.  Its errors
+    are 0 (the caller charges the rounding of the value), but for a form with Φ₂: the bound of
+    :func:`..symbolic.rounding.function_rounding` (one by one where it has none)."""
     P = len(covs)
-    out = np.broadcast_to(evaluate(F, values) if values else float(F.evalf(20)), (P,)).copy()
-    res = BatchResult(out, np.zeros(P), Uniform("exact", P))
-    bad = np.nonzero(~np.isfinite(out))[0]
+    errors = np.zeros(P)
+    if F.has(Phi2):
+        # e^m·Φ₂ and e^m·erfc terms (ELU, SELU) err far beyond the rounding of |E| the ledger charges:
+        # their own errors, as the replay charges them (:func:`..symbolic.rounding.function_rounding`);
+        # a number F (one pair) likewise, in float64 (not Φ₂ by mpmath at 20 digits)
+        try:
+            out, err = value_and_error(F, values, None if forms is None else forms.rounding(F))
+        except NoRoundingRule:
+            return _one_by_one(expr, gaussians, covs, True, budget)
+        out, errors = np.broadcast_to(out, (P,)).copy(), np.broadcast_to(err, (P,)).copy()
+    else:
+        out = np.broadcast_to(evaluate(F, values) if values else float(F.evalf(20)), (P,)).copy()
+    res = BatchResult(out, errors, Uniform("exact", P))
+    bad = np.nonzero(~(np.isfinite(out) & np.isfinite(errors)))[0]
     if not len(bad):
         return replace(res, form=ClosedFormTrace(F, {}))       # the caller fills in the layout
     if retry and len(bad) > 1:

@@ -40,6 +40,8 @@ from .linalg import Matrix
 from .numeric import JobResult, numeric_expect
 from .reduce import Ctx, Engine
 from ..symbolic.heads import AbsF, LeakyRelu, Relu, Sign, Step
+from ..symbolic.bivariate import Phi2
+from ..symbolic.rounding import NoRoundingRule, value_and_error
 
 __all__ = ["Law", "Estimate", "expect", "expect_many"]
 
@@ -184,6 +186,12 @@ def _combine(F: sp.Expr, values: Mapping[sp.Dummy, JobResult]) -> Estimate:
             return Estimate(float("nan"), 0.0, "exact", sp.simplify(F) if sp.count_ops(F) < 400 else F)
         if F.has(sp.nan):
             return Estimate(float("nan"), float("nan"), "exact", sp.nan)
+        if F.has(Phi2):                     # float64 on the tape, with its bound (not Φ₂ by mpmath at 30 digits)
+            try:
+                value, error = value_and_error(F, {})
+                return Estimate(float(value), float(error), "exact", F)
+            except NoRoundingRule:
+                pass
         v = complex(F.evalf(30))
         return Estimate(v.real, 0.0, "exact", F)
     if F.free_symbols - set(jobs):

@@ -53,24 +53,19 @@ from typing import Container, Iterator, Mapping, Sequence
 import numpy as np
 import sympy as sp
 
-from ..symbolic.bivariate import PHI2_ERROR, Phi2
+from ..symbolic.bivariate import Phi2
 from ..symbolic.grid import CONST, ROW, GridTape, Workspace
 from ..symbolic.heads import Delta
 from ..symbolic.mehler import T, DiagonalSlope, HermiteRow, Mean, MeanCurve, MehlerCurve, MehlerSlope, MehlerValue
+from ..symbolic.rounding import EPS, NoRoundingRule, function_rounding, rounding
 from ..symbolic.tape import Builder as TapeBuilder
 from .ledger import ROUNDING
 
-EPS = float(np.finfo(float).eps)
 #: the rounding of an initial covariance entry s·q + b, relative to its scale √(ab) (a = s·q_ii + b,
 #: b likewise): q = ξᵀξ'/d errs by at most 2.01·u·s⁻¹√(ab) whatever d (the tools' Gram entries are
 #: summed in extended precision: ``tools.pairs.accurate_dot``), s·q and + b by u·(s|q| + b) ≤ u√(ab)
 #: each (Cauchy–Schwarz): 4.01·u in all, u = ε/2 — charged as 4.2·u
 INPUT_ROUNDING = 2.1 * EPS
-#: the rounding of one operation of a polynomial of the recurrence, relative to its magnitude (module doc):
-#: the unit roundoff u = ε/2 (IEEE round to nearest: |fl(x ∘ y) − x ∘ y| ≤ u·|x ∘ y|)
-OP_ROUNDING = EPS / 2
-#: OP_ROUNDING as the sympy number the charges are written with
-OP_UNIT = sp.Float(OP_ROUNDING)
 
 
 @dataclass(frozen=True)
@@ -442,7 +437,10 @@ class Builder:
         """:func:`function_rounding`, once per form (as :meth:`form_slopes`)."""
         key = ("functions", F)
         if key not in self.derived:
-            self.derived[key] = function_rounding(F)
+            try:
+                self.derived[key] = function_rounding(F)
+            except NoRoundingRule as e:
+                raise Unreplayable(str(e)) from None
         return self.derived[key]
 
     def form_arithmetic(self, F: sp.Expr) -> sp.Expr:
@@ -795,81 +793,6 @@ def absolute(expr: sp.Expr) -> sp.Expr:
     return abs(expr) if expr.is_Number else sp.Abs(expr, evaluate=False)
 
 
-def rounding(expr: sp.Expr, memo: dict | None = None) -> sp.Expr:
-    """A bound on the rounding of evaluating a sum/product expression from exact leaves (the leaves'
-    own errors are counted apart), each rounding to nearest at most u = OP_ROUNDING relative to its
-    result, first order in u: a sum of n terms adds (n − 1)·u·Σ|t|⁺ to its terms' roundings (in any
-    order of summation: each partial sum is at most Σ|t|⁺), a product of k factors (k − 1)·u·|P|⁺
-    plus each factor's rounding times the others' magnitude, a power x^m :func:`power_roundings`·u·|P|⁺
-    plus |m|·|x|^{m−1} times x's rounding; a number that float64 does not hold (a rational whose
-    denominator is not a power of 2) is rounded once where it is used.  ``memo``: the roundings and
-    magnitudes |·|⁺ already made, by expression (a sum's terms meet its magnitude's again)."""
-    memo = {} if memo is None else memo
-    key = ("rounding", expr)
-    if key not in memo:
-        memo[key] = expression_rounding(expr, memo)
-    return memo[key]
-
-
-def expression_rounding(expr: sp.Expr, memo: dict) -> sp.Expr:
-    """:func:`rounding` of one node, its parts' through ``memo``."""
-    u = OP_UNIT
-    if expr.is_Add:
-        parts = [rounding(a, memo) for a in expr.args]
-        parts.append(u * (len(expr.args) - 1) * positive(expr, memo))
-        return sp.Add(*[p for p in parts if p != 0])
-    if expr.is_Mul:
-        count = len(expr.args) - 1 + sum(1 for a in expr.args if inexact(a))
-        parts = [u * count * positive(expr, memo)]
-        for i, a in enumerate(expr.args):
-            r = rounding(a, memo)
-            if r != 0:
-                parts.append(r * positive(sp.Mul(*(expr.args[:i] + expr.args[i + 1:])), memo))
-        return sp.Add(*parts)
-    if expr.is_Pow and expr.exp.is_Number and expr.exp != 1:
-        base, m = expr.base, expr.exp
-        parts = [u * power_roundings(m) * positive(expr, memo)]
-        r = rounding(base, memo)
-        if r != 0:
-            parts.append(abs(m) * positive(base, memo) ** (m - 1) * r)
-        return sp.Add(*parts)
-    if inexact(expr):
-        return u * abs(expr)
-    return sp.Integer(0)
-
-
-def power_roundings(m: sp.Number) -> int:
-    """The roundings of x^m as the tape computes it (:func:`..symbolic.tape.exponent_function`),
-    relative to the result: x·x, 1/x and √x one each (correctly rounded), 1/√x two; another
-    exponent numpy's power (libm's pow: within one ulp, ≤ 2u), and 1/x^k one more."""
-    if m in (2, -1, sp.Rational(1, 2)):
-        return 1
-    if m == sp.Rational(-1, 2):
-        return 2
-    return 2 if m > 0 else 3
-
-
-def inexact(n: sp.Expr) -> bool:
-    """A rational number that float64 does not hold exactly (its denominator not a power of 2)."""
-    if not (n.is_Rational and not n.is_Integer):
-        return False
-    q = int(n.q)
-    return q & (q - 1) != 0
-
-
-def positive(expr: sp.Expr, memo: dict | None = None) -> sp.Expr:
-    """|P|⁺: a sum or product with each leaf replaced by its absolute value (``memo``: as :func:`rounding`'s)."""
-    if expr.is_Add or expr.is_Mul:
-        memo = {} if memo is None else memo
-        key = ("positive", expr)
-        if key not in memo:
-            memo[key] = expr.func(*[positive(a, memo) for a in expr.args])
-        return memo[key]
-    if expr.is_Number:
-        return abs(expr)
-    return sp.Abs(expr, evaluate=False)
-
-
 def head_slope(head: sp.Expr, n: sp.Symbol) -> sp.Expr:
     """A bound on |∂H/∂c_n| for a series head H of a recorded form (:mod:`..symbolic.mehler`):
     Mean(A(a)): MeanCurve(A)/(2a)·|∂a/∂c_n|; MehlerValue(A(a), B(b), ρ): with c = ρ√(ab),
@@ -900,54 +823,3 @@ def head_slope(head: sp.Expr, n: sp.Symbol) -> sp.Expr:
     if db != 0:
         out.append(MehlerCurve(B, A, rho) / (2 * absolute(b)) * absolute(db))
     return sp.Add(*out)
-
-
-#: the relative error of an argument of a function of a closed form, computed from the entries in a few
-#: operations, relative to its magnitude |x|⁺ (:func:`positive`): 8 units of roundoff
-ARGUMENT_ROUNDING = 8 * EPS
-#: the relative error of scipy's exp, erf and erfc, and of numpy's arcsin, at exact arguments (≤ 2 ulp)
-FUNCTION_ROUNDING = 2 * EPS
-
-
-def function_error(f: sp.Expr) -> sp.Expr | None:
-    """A bound on the tape's error of one function f of a closed form at its (rounded) arguments:
-    FUNCTION_ROUNDING·|f| (exp, erf, erfc, asin), PHI2_ERROR for Φ₂; None for a function it does not know."""
-    if isinstance(f, Phi2):
-        return sp.Float(PHI2_ERROR)
-    if not isinstance(f, (sp.exp, sp.erf, sp.erfc, sp.asin)):
-        return None
-    return sp.Float(FUNCTION_ROUNDING) * sp.Abs(f, evaluate=False)
-
-
-def function_rounding(F: sp.Expr) -> sp.Expr:
-    """A bound on the error of a closed form F with Φ₂ as the tape evaluates it, beyond its entries'
-    errors (first order): Σ_f |∂F/∂f|·:func:`function_error`(f) over its functions f (Φ₂, exp, erfc,
-    erf, asin), plus Σ_x |∂F/∂x|·ARGUMENT_ROUNDING·|x|⁺ over the distinct arguments x of those
-    functions (each argument rounded once, wherever it is used: ∂F/∂x is the total derivative, in
-    which the steep ∂Φ₂/∂ρ near ρ = ±1 of one term cancels against the others'), plus
-    :func:`rounding` of the sums and products around them.  Its terms e^m·Φ₂ and e^m·erfc are
-    large where a variance is (m = (a + b + 2c)/2): each carries its own error here, where
-    ROUNDING·(|E| + max Cᵢᵢ) would not.  A function it does not know makes the form unreplayable."""
-    atoms = sorted((f for f in F.atoms(sp.Function) if f.free_symbols), key=sp.default_sort_key)
-    args = list(dict.fromkeys(x for f in atoms for x in f.args if x.free_symbols))
-    names = {x: sp.Dummy(f"x{i}") for i, x in enumerate(args)}
-    lifted = {f: f.func(*[names.get(x, x) for x in f.args]) for f in atoms}
-    H = F.xreplace(lifted)                                  # F over its functions' arguments as symbols
-    stand = {g: sp.Dummy(f"f{i}") for i, g in enumerate(lifted.values())}
-    G = H.xreplace(stand)                                   # ... and over the functions' values
-    if G.atoms(sp.Function):
-        raise Unreplayable(f"a function inside another's argument in {F}")
-    back = {d: f for f, d in zip(atoms, stand.values())}
-    unname = {d: x for x, d in names.items()}
-    terms = [rounding(G).xreplace(back)]
-    for f, d in zip(atoms, stand.values()):
-        err = function_error(f)
-        if err is None:
-            raise Unreplayable(f"no error rule for {f.func} in a closed form with Φ₂")
-        terms.append(sp.Abs(sp.diff(G, d).xreplace(back), evaluate=False) * err)
-    u = sp.Float(ARGUMENT_ROUNDING)
-    for x, d in names.items():
-        slope = sp.diff(H, d).xreplace(unname)
-        if slope != 0:
-            terms.append(u * sp.Abs(slope, evaluate=False) * positive(x))
-    return sp.Add(*terms)

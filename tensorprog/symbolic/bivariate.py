@@ -23,6 +23,15 @@ It is the base case of the closed forms with two kinks at offsets (ELU, SELU and
   absolute, not relative (the terms cancel where Φ₂ is far below Φ(h), Φ(k)): measured against
   mpmath (tests/test_elu_kernels.py) over h, k ∈ [−8, 8] and ρ ∈ [−1, 1] (ρ within 1e-14 of ±1
   included) at most 1.5e-16; :data:`PHI2_ERROR`, 8 units of roundoff, is the bound stated.
+  Where h and k are far below 0 (the tilted quadrants of ELU and SELU: e^m·Φ₂ with e^m up to ~1e5)
+  Φ₂ and every term are tiny, and so is the error: each term is at most M(h, k) =
+  Φ(−|h|) + Φ(−|k|) + ½·([h ≥ 0] + [k ≥ 0] + [hk ≤ 0]) (:func:`phi2_magnitude`), computed to a
+  few ulp of it (scipy's ndtr and owens_t, and the sum's roundings), and the rounding of a_h enters T
+  through ∂T/∂a = e^{−h²(1+a²)/2}/(2π(1 + a²)), which relative to Φ(−|h|) ≈ φ(h)/|h| grows with |h|:
+  :func:`phi2_error` states min(8ε, 4ε·(1 + h² + k²)·M(h, k)).  Measured against mpmath at 30 digits
+  (tests/test_elu_kernels.py: h, k down to −30, values far below 1e-100, ρ within 1e-13 of ±1) the error
+  is at most 0.63ε·(1 + h² + k²)·M: the factor 4 is a margin of 6 over what was seen (an empirical
+  constant, as PHI2_ERROR's is).
   (k − ρh is formed as (k − h) + (1 − ρ)h for ρ ≥ 0, (k + h) − (1 + ρ)h for ρ < 0: as written it
   loses its digits at ρ → ±1 with h ≈ ±k, 3e-11 absolute at 1 + ρ = 1e-13.)
 """
@@ -36,6 +45,31 @@ from sympy.core.function import ArgumentIndexError
 
 #: a bound on |phi2(h, k, ρ) − Φ₂(h, k; ρ)| (module doc): 8 units of roundoff
 PHI2_ERROR = 8 * float(np.finfo(float).eps)
+#: the factor of :func:`phi2_error`'s bound relative to its terms' magnitude (module doc): 4ε
+PHI2_RELATIVE = 4 * float(np.finfo(float).eps)
+
+
+def phi2_magnitude(h, k):
+    """M(h, k) = Φ(−|h|) + Φ(−|k|) + ½·([h ≥ 0] + [k ≥ 0] + [hk ≤ 0]): a bound on the magnitude of each
+    term of Owen's formula — ½Φ(h) + ½Φ(−|h|) is Φ(−|h|) for h < 0 and ½ else, |T(h, a)| ≤ T(h, ∞) =
+    ½Φ(−|h|), β ≤ ½ only where hk ≤ 0 — and of the limits at ρ = ±1 and the forms at h = 0 or k = 0
+    (module doc); as sympy where h, k are sympy (Φ(−|x|) = erfc(|x|/√2)/2: an argument sympy does not
+    rewrite as 2 − erfc(−x), which would lose the tiny values)."""
+    if isinstance(h, sp.Basic) or isinstance(k, sp.Basic):
+        tail = lambda x: sp.erfc(sp.Abs(x, evaluate=False) / sp.sqrt(2)) / 2      # noqa: E731  (Φ(−|x|))
+        return tail(h) + tail(k) + (sp.Heaviside(h, 1) + sp.Heaviside(k, 1) + sp.Heaviside(-h * k, 1)) / 2
+    h, k = np.asarray(h, dtype=float), np.asarray(k, dtype=float)
+    return sps.ndtr(-np.abs(h)) + sps.ndtr(-np.abs(k)) + 0.5 * ((h >= 0) * 1.0 + (k >= 0) + (h * k <= 0))
+
+
+def phi2_error(h, k):
+    """A bound on |phi2(h, k, ρ) − Φ₂(h, k; ρ)| for every ρ (module doc): min(PHI2_ERROR,
+    PHI2_RELATIVE·(1 + h² + k²)·M(h, k)) (:func:`phi2_magnitude`); as sympy where h, k are sympy."""
+    if isinstance(h, sp.Basic) or isinstance(k, sp.Basic):
+        return sp.Min(sp.Float(PHI2_ERROR), sp.Float(PHI2_RELATIVE) * (1 + h**2 + k**2) * phi2_magnitude(h, k),
+                      evaluate=False)
+    h, k = np.asarray(h, dtype=float), np.asarray(k, dtype=float)
+    return np.minimum(PHI2_ERROR, PHI2_RELATIVE * (1 + h * h + k * k) * phi2_magnitude(h, k))
 
 
 def _ndtr(x):
