@@ -25,7 +25,7 @@ import sympy as sp
 from ..expect.budget import Budget
 from ..expect.engine import Estimate, Law, expect
 from ..expect.linalg import approximate
-from ..symbolic.dag import distinct_nodes
+from ..symbolic.dag import distinct_nodes, post_order
 from ..symbolic.evaluate import evaluate
 
 #: a closed form whose tree (every shared sub-expression counted once per occurrence) is larger
@@ -54,26 +54,9 @@ def tree_size(expr: sp.Basic, most: int) -> int:
     """The number of nodes of ``expr`` as a tree (a shared sub-expression once per occurrence),
     computed over its DAG; any count above ``most`` is reported as ``most + 1``."""
     sizes: dict[sp.Basic, int] = {}
-    for node in _post_order(expr):
+    for node in post_order(expr):
         sizes[node] = min(most + 1, 1 + sum(sizes[a] for a in node.args))
     return sizes[expr]
-
-
-def _post_order(expr: sp.Basic) -> list[sp.Basic]:
-    """The distinct sub-expressions of ``expr``, each after its arguments (iterative: no recursion
-    limit for a deep Z)."""
-    order, entered, stack = [], {expr}, [(expr, iter(expr.args))]
-    while stack:                  # depth first: a node entered before is finished (a DAG has no cycle)
-        node, args = stack[-1]
-        for a in args:
-            if a not in entered:
-                entered.add(a)
-                stack.append((a, iter(a.args)))
-                break
-        else:
-            stack.pop()
-            order.append(node)
-    return order
 
 
 def number_at(expr: sp.Expr, values: Mapping[sp.Symbol, float]) -> float:
@@ -92,7 +75,7 @@ def number_at(expr: sp.Expr, values: Mapping[sp.Symbol, float]) -> float:
 def param_nodes(expr: sp.Basic, params: Mapping[sp.Symbol, float]) -> dict[sp.Basic, bool]:
     """{node: whether a param occurs in it} over the distinct sub-expressions of ``expr``."""
     has: dict[sp.Basic, bool] = {}
-    for node in _post_order(expr):
+    for node in post_order(expr):
         has[node] = node in params or any(has[a] for a in node.args)
     return has
 
@@ -101,7 +84,7 @@ def _only_params(expr: sp.Basic, params: Mapping[sp.Symbol, float]) -> dict[sp.B
     """{node: whether its symbols are all params (at least one)} over the distinct sub-expressions."""
     out: dict[sp.Basic, bool] = {}
     other: dict[sp.Basic, bool] = {}
-    for node in _post_order(expr):
+    for node in post_order(expr):
         other[node] = (node.is_Symbol and node not in params) or any(other[a] for a in node.args)
         out[node] = not other[node] and (node in params or any(out[a] for a in node.args))
     return out
@@ -141,7 +124,7 @@ def atomize(expr: sp.Expr, atoms: Atoms, big: int | None = None) -> sp.Expr:
     only = _only_params(expr, atoms.values)
     large = large_numbers(expr, big) if big is not None else set()
     memo: dict[sp.Basic, sp.Basic] = {}
-    for node in _post_order(expr):
+    for node in post_order(expr):
         if only[node]:
             memo[node] = atoms.of(node)
         elif not node.args or node in large:       # a large number: atomized where it is maximal
@@ -159,7 +142,7 @@ def large_numbers(expr: sp.Basic, big: int) -> set[sp.Basic]:
     sizes: dict[sp.Basic, int] = {}
     number: dict[sp.Basic, bool] = {}
     heads: dict[sp.Basic, frozenset] = {}       # its distinct function heads, MANY_HEADS at most
-    for node in _post_order(expr):
+    for node in post_order(expr):
         sizes[node] = min(big + 1, 1 + sum(sizes[a] for a in node.args))
         number[node] = not node.is_Symbol and all(number[a] for a in node.args)
         below = frozenset({node}) if isinstance(node, sp.Function) else frozenset()
@@ -224,7 +207,7 @@ def gaussians_in_a_head(expr: sp.Expr, gaussians: Sequence[sp.Symbol]) -> int:
     """The most Gaussians under one function head of ``expr`` (relu(a + b) has 2)."""
     under: dict[sp.Basic, frozenset] = {}
     most, gaussian = 0, set(gaussians)
-    for node in _post_order(expr):
+    for node in post_order(expr):
         under[node] = frozenset({node} & gaussian).union(*(under[a] for a in node.args))
         if isinstance(node, sp.Function):
             most = max(most, len(under[node]))
