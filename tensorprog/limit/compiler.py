@@ -502,9 +502,34 @@ class Compiler:
         self.c[e.var] = value
         self.deps[e.var] = self.deps_of(e.args)
         error = self.interp.scalar_error(lambda: self.propagated_error(e))
+        if error is None and isinstance(self.interp, Batched):
+            error = self.propagated_array(e)      # a batch (dataset kernels, sweeps): on arrays
         if error is not None:
             self.scalar_error[e.var] = error
         self.records.append(ScalarNode(self.source(e.var), "scalar", value, e.fn, None))
+
+    def propagated_array(self, e: ir.Scalar) -> np.ndarray | None:
+        """Σ_a |∂f/∂c_a| · err(c_a) at every item of a batch, for c = f(c_a..) (f built with a symbol
+        per scalar argument, its varying constants as batch symbols); None where a derivative cannot
+        be evaluated on arrays (the error is then the sum of the estimates')."""
+        batch = self.interp.batch
+        syms = {a: sp.Symbol(f"c[%{a}]", real=True) for a in e.args if a in self.c}
+        saved = {a: self.c[a] for a in syms}
+        try:
+            self.c.update(syms)
+            f = self.build(e)
+        finally:
+            self.c.update(saved)
+        total = np.zeros(batch.P)
+        try:
+            for a, s in syms.items():
+                slope = np.abs(batch.eval(sp.diff(f, s).subs({t: saved[b] for b, t in syms.items()})))
+                error = self.scalar_error.get(a)
+                error = self.ledger.error_sum(self.deps[a]) if error is None else error
+                total = total + np.where(np.isfinite(slope), slope, np.inf) * error
+        except (TypeError, ValueError, KeyError):
+            return None
+        return total
 
     def propagated_error(self, e: ir.Scalar) -> float:
         """Σ_a |∂f/∂c_a| · err(c_a) for c = f(c_a..), with f built over a symbol per scalar argument."""

@@ -316,7 +316,10 @@ class Batched(Interpretation):
         return None
 
     def summarize(self, value: sp.Expr, estimates: Sequence, propagated=None) -> LimitValue:
-        return self.batch.summarize(value, estimates)
+        out = self.batch.summarize(value, estimates)
+        if propagated is None:
+            return out
+        return LimitValue(out.value, propagated + VALUE_ROUNDING * (np.abs(out.value) + 1), out.method, out.exact)
 
     def haar_arithmetic(self) -> Arithmetic:
         source = unrecorded("a Haar rule's coefficient")

@@ -144,35 +144,6 @@ class SweepCompiler(Compiler):
             self.families[(e.var, True)] = Family(var * ratio)
 
 
-    def do_Scalar(self, e: ir.Scalar) -> None:
-        super().do_Scalar(e)
-        error = self.propagated_array(e)
-        if error is not None:
-            self.scalar_error[e.var] = error
-
-    def propagated_array(self, e: ir.Scalar) -> np.ndarray | None:
-        """Σ_a |∂f/∂c_a| · err(c_a) at every point, for c = f(c_a..) (f built with a symbol per scalar
-        argument, its varying constants as batch symbols); None where a derivative cannot be
-        evaluated on arrays (the error is then the sum of the estimates', as for dataset kernels)."""
-        syms = {a: sp.Symbol(f"c[%{a}]", real=True) for a in e.args if a in self.c}
-        saved = {a: self.c[a] for a in syms}
-        try:
-            self.c.update(syms)
-            f = self.build(e)
-        finally:
-            self.c.update(saved)
-        total = np.zeros(self.batch.P)
-        try:
-            for a, s in syms.items():
-                slope = np.abs(self.batch.eval(sp.diff(f, s).subs({t: saved[b] for b, t in syms.items()})))
-                error = self.scalar_error.get(a)
-                error = self.ledger.error_sum(self.deps[a]) if error is None else error
-                total = total + np.where(np.isfinite(slope), slope, np.inf) * error
-        except (TypeError, ValueError, KeyError):
-            return None
-        return total
-
-
 def compile_points(program: ir.Program, leaves: Leaves, size: int, budget: Budget = DEFAULT) -> Compiled:
     """The recurrence of one structure over ``size`` points (``leaves`` from :func:`stack`)."""
     return SweepCompiler(program, leaves, size, budget=budget).run()
