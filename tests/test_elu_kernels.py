@@ -257,7 +257,10 @@ def test_batch_compile_charges_the_forms_functions(name, phi, dphi):
     each closed form on the numpy tape for all pairs at once: its e^m·Φ₂ terms (variances up to 10 here,
     e^m up to ~e^10) err beyond the ledger's 4ε·(|E| + max variance), and the batch charges each form's
     functions as the replay does (symbolic/rounding.py).  Every entry within its stated error of the
-    recursion (before: up to 1.9× beyond it), and the stated error not looser than 1e3× the actual."""
+    recursion (before: up to 1.9× beyond it), and the stated error not looser than 1e4× the actual (the
+    NTK's, a function of scalars, is propagated by sensitivity, Σ_a |∂f/∂c_a|·err(c_a), as in the
+    single-pair compile, which states the same: up to ~2e3× the actual here, shared estimates counted
+    once per argument)."""
     from tensorprog.expect.budget import Budget
     from tensorprog.limit.compiler import compile_program
     from tensorprog.program import load
@@ -277,7 +280,7 @@ def test_batch_compile_charges_the_forms_functions(name, phi, dphi):
             assert lim.outputs[out].method == "exact"
             assert abs(v - r) <= e, (out, k, v, r, e)
             worst = max(worst, abs(v - r))
-    assert max(float(np.max(lim.outputs[o].error)) for o in ("nngp", "ntk")) <= 1e3 * max(worst, 1e-15)
+    assert max(float(np.max(lim.outputs[o].error)) for o in ("nngp", "ntk")) <= 1e4 * max(worst, 1e-15)
 
 
 def test_parallel_pair_batch_propagates_errors_by_sensitivity():
