@@ -28,6 +28,7 @@ import sympy as sp
 from .. import ir
 from ..expect.budget import DEFAULT, Budget
 from ..ir.walk import Rules, fold
+from .accuracy import VALUE_ROUNDING
 from .batch import unrecorded
 from .compiler import Compiled, CompileOptions, Compiler, Family
 from .interpret import Swept
@@ -158,6 +159,6 @@ def point_values(compiled: Compiled, size: int) -> dict[str, LimitValue]:
         error = np.broadcast_to(np.asarray(lv.error, float), (size,)).copy()
         propagated = compiled.scalar_error.get(o.var)
         if propagated is not None:            # a function of scalars: its error by sensitivity
-            error = np.broadcast_to(propagated, (size,)) + 4e-16 * (np.abs(value) + 1)
+            error = np.broadcast_to(propagated, (size,)) + VALUE_ROUNDING * (np.abs(value) + 1)
         out[o.name] = LimitValue(value, error, lv.method)
     return out
