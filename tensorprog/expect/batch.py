@@ -38,6 +38,7 @@ from .linalg import Matrix
 from .quad import ORDERS, estimate_error
 from .reduce import Ctx, Engine
 from .series import kinked_at_zero, numpy_function, separate, series_pairs
+from .split_quad import split_expect
 from ..symbolic.bivariate import Phi2
 from ..symbolic.hermite import coefficients, step_for
 from ..symbolic.split_rule import split_step
@@ -517,6 +518,8 @@ def _series_batch(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, exact: bool
     phi = numpy_function(f, x)
     psi = phi if same else numpy_function(g, y)
     split = (kinked_at_zero(f, x), kinked_at_zero(g, y))      # kinks at 0: the split rule's coefficients
+    if any(split) and (tied := tied_sign(covs)):                # u ≡ ±v: E f(x)g(±x), one Gaussian
+        return _mean_batch(f * g.xreplace({y: tied * x}), (x,), covs, budget, forms)
     with np.errstate(all="ignore"):
         res = series_pairs(phi, psi, covs[:, 0, 0], covs[:, 1, 1], covs[:, 0, 1], budget.tol,
                            budget.series_terms, same, split)
@@ -530,5 +533,28 @@ def _series_batch(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, exact: bool
         rho = S[0, 1] * sp.Pow(S[0, 0] * S[1, 1], sp.Rational(-1, 2), evaluate=False)
         form = ClosedFormTrace(MehlerValue(A, B, rho, sp.Float(budget.tol)), layout, MehlerError(A, B, rho, sp.Float(budget.tol)))
         return replace(out, form=form)
+    if any(split):                       # kinked at 0: split quadrature, batched over the pairs left
+        out, bad = split_fill(out, bad, phi, psi, covs, budget.tol)
+        if not len(bad):
+            return out
     rest = _batch(expr, gaussians, covs[bad], exact, replace(budget, series_terms=0), retry, forms)
     return _fill(out, bad, rest)
+
+
+def tied_sign(covs: np.ndarray) -> int:
+    """±1 where every matrix of the batch is [[a, ±a], [±a, a]] exactly (u ≡ ±v), else 0."""
+    a, b, c = covs[:, 0, 0], covs[:, 1, 1], covs[:, 0, 1]
+    if not np.array_equal(a, b):
+        return 0
+    return 1 if np.array_equal(c, a) else -1 if np.array_equal(c, -a) else 0
+
+
+def split_fill(out: BatchResult, bad: np.ndarray, phi, psi, covs: np.ndarray,
+               tol: float) -> tuple[BatchResult, np.ndarray]:
+    """``out`` with its pairs ``bad`` by :func:`.split_quad.split_expect` where it meets ``tol``;
+    and the pairs still left."""
+    sub = covs[bad]
+    values, errors, ok = split_expect(phi, psi, sub[:, 0, 0], sub[:, 1, 1], sub[:, 0, 1], tol)
+    if ok.any():
+        out = _fill(out, bad[ok], BatchResult(values[ok], errors[ok], Uniform("quadrature", int(ok.sum()))))
+    return out, bad[~ok]
