@@ -38,7 +38,9 @@ from .linalg import Matrix
 from .quad import ORDERS, estimate_error
 from .reduce import Ctx, Engine
 from .series import kinked_at_zero, numpy_function, separate, series_pairs
-from .split_quad import split_expect
+from ..symbolic.hermite import AIM
+from ..symbolic.mixed import MixedError, MixedValue, better
+from ..symbolic.split_quad import split_expect
 from ..symbolic.bivariate import Phi2
 from ..symbolic.hermite import coefficients, step_for
 from ..symbolic.split_rule import split_step
@@ -525,18 +527,21 @@ def _series_batch(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, exact: bool
                            budget.series_terms, same, split)
     out = BatchResult(res.values, res.errors, Uniform("series", len(covs)))
     bad = np.nonzero(~(res.ok & np.isfinite(res.values)))[0]
+    if any(split):                       # kinked at 0: split quadrature where the series misses its aim
+        out, bad = split_fill(out, res, phi, psi, covs, budget.tol)
     if not len(bad):
         S, _, layout = _symbolic_cov(covs) if forms is None else forms.symbolic_cov(covs)
         h = step_for(res.cover, 1.5 * float(max(covs[:, 0, 0].max(), covs[:, 1, 1].max())))
         A = hermite_head(f.xreplace({x: T}), res.cover, split_step(res.cover) if split[0] else h)(S[0, 0])
         B = hermite_head(g.xreplace({y: T}), res.cover, split_step(res.cover) if split[1] else h)(S[1, 1])
         rho = S[0, 1] * sp.Pow(S[0, 0] * S[1, 1], sp.Rational(-1, 2), evaluate=False)
-        form = ClosedFormTrace(MehlerValue(A, B, rho, sp.Float(budget.tol)), layout, MehlerError(A, B, rho, sp.Float(budget.tol)))
+        tol = sp.Float(budget.tol)
+        if any(split):                   # the mixed rule: the series, split quadrature where it misses
+            form = ClosedFormTrace(MixedValue(A, B, rho, tol, S[0, 0], S[1, 1]), layout,
+                                   MixedError(A, B, rho, tol, S[0, 0], S[1, 1]))
+        else:
+            form = ClosedFormTrace(MehlerValue(A, B, rho, tol), layout, MehlerError(A, B, rho, tol))
         return replace(out, form=form)
-    if any(split):                       # kinked at 0: split quadrature, batched over the pairs left
-        out, bad = split_fill(out, bad, phi, psi, covs, budget.tol)
-        if not len(bad):
-            return out
     rest = _batch(expr, gaussians, covs[bad], exact, replace(budget, series_terms=0), retry, forms)
     return _fill(out, bad, rest)
 
@@ -549,12 +554,18 @@ def tied_sign(covs: np.ndarray) -> int:
     return 1 if np.array_equal(c, a) else -1 if np.array_equal(c, -a) else 0
 
 
-def split_fill(out: BatchResult, bad: np.ndarray, phi, psi, covs: np.ndarray,
-               tol: float) -> tuple[BatchResult, np.ndarray]:
-    """``out`` with its pairs ``bad`` by :func:`.split_quad.split_expect` where it meets ``tol``;
-    and the pairs still left."""
-    sub = covs[bad]
+def split_fill(out: BatchResult, res, phi, psi, covs: np.ndarray, tol: float) -> tuple[BatchResult, np.ndarray]:
+    """``out`` (the series' ``res``) with the pairs whose series error misses its aim (AIM·tol,
+    relative above 1) by :func:`..symbolic.split_quad.split_expect` where that meets ``tol`` with a
+    smaller error, as the replay's mixed rule takes them (:func:`..symbolic.mixed.better`); and the
+    pairs that neither meets."""
+    aim = np.nonzero(~(res.errors <= AIM * tol * np.maximum(1.0, np.abs(res.values))))[0]
+    if not len(aim):
+        return out, aim
+    sub = covs[aim]
     values, errors, ok = split_expect(phi, psi, sub[:, 0, 0], sub[:, 1, 1], sub[:, 0, 1], tol)
-    if ok.any():
-        out = _fill(out, bad[ok], BatchResult(values[ok], errors[ok], Uniform("quadrature", int(ok.sum()))))
-    return out, bad[~ok]
+    value, error = better(res.values[aim], res.errors[aim], values, errors, ok, tol)
+    take = ok & ~(res.errors[aim] <= errors)
+    if take.any():
+        out = _fill(out, aim[take], BatchResult(value[take], error[take], Uniform("quadrature", int(take.sum()))))
+    return out, aim[~np.isfinite(value)]

@@ -56,6 +56,7 @@ import sympy as sp
 from ..symbolic.bivariate import Phi2
 from ..symbolic.grid import CONST, ROW, GridTape, Workspace
 from ..symbolic.heads import Delta
+from ..symbolic.mixed import MixedValue
 from ..symbolic.mehler import T, DiagonalSlope, HermiteRow, Mean, MeanCurve, MehlerCurve, MehlerSlope, MehlerValue
 from ..symbolic.rounding import EPS, NoRoundingRule, function_rounding, rounding
 from ..symbolic.tape import Builder as TapeBuilder
@@ -365,7 +366,8 @@ class Builder:
         placeholder of its slot."""
         note = self.made.notes.get(k)
         est = self.compiled.estimates[k]
-        if note is None or est.method not in ("exact", "series"):
+        mixed = est.method == "quadrature" and note is not None and note.trace.F.has(MixedValue)   # :mod:`..symbolic.mixed`
+        if note is None or (est.method not in ("exact", "series") and not mixed):
             raise Unreplayable(f"estimate {k}")
         rename = self.tie_map(note)
         layout = {ij: how for ij, how in note.trace.layout.items() if how[0] == "const" or how[1] not in rename}

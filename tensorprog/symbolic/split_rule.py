@@ -76,23 +76,28 @@ def split_basis(K: int, width: float, nodes: int) -> tuple[np.ndarray, np.ndarra
 def split_rule(fn: Callable, variances: np.ndarray, K: int, width: float,
                nodes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(α̃ (V, K+1), S̃ (V,), ‖F‖ per row) of φ = ``fn`` at ``variances`` by the split rule."""
-    from .hermite import one_thread
     z, G = split_basis(K, width, nodes)
     sw = G[0]
     root = np.sqrt(np.clip(variances, 0.0, None))
     with np.errstate(all="ignore"):
         F = np.broadcast_to(np.asarray(fn(root[:, None] * z), dtype=float), (len(root), len(z))) * sw
     square = np.einsum("ij,ij->i", F, F)
-    with one_thread():
+    with one_blas_thread():
         alpha = F @ G.T
     return alpha, square, np.sqrt(square)
 
 
-def split_coefficients(fn: Callable, variances, K: int, width: float):
-    """:func:`.hermite.coefficients` by the split rule (module doc): the same numbers — α̃, the tail
-    T(K) ≤ S̃ − Σα̃² plus the rules' differences, ‖α − α̃‖₂, ‖α̃‖, S̃ and its error, max_k |α_k − α̃_k| —
-    with the coarse rule (:data:`COARSE_NODES` per panel) for the error estimate."""
-    from .hermite import Coefficients
+def one_blas_thread():
+    """A context with BLAS on one thread (as :func:`.hermite.one_thread`: small products, bits that do
+    not depend on the thread count)."""
+    from threadpoolctl import threadpool_limits
+    return threadpool_limits(limits=1, user_api="blas")
+
+
+def split_coefficients(fn: Callable, variances, K: int, width: float) -> tuple[np.ndarray, ...]:
+    """The fields of :class:`.hermite.Coefficients` by the split rule (module doc), in order: α̃, the
+    tail T(K) ≤ S̃ − Σα̃² plus the rules' differences, ‖α − α̃‖₂, ‖α̃‖, S̃ and its error,
+    max_k |α_k − α̃_k| — with the coarse rule (:data:`COARSE_NODES` per panel) for the error estimate."""
     a = np.asarray(variances, dtype=float).ravel()
     alpha, S, norm_f = split_rule(fn, a, K, width, NODES)
     coarse, S1, _ = split_rule(fn, a, K, width, COARSE_NODES)
@@ -103,5 +108,5 @@ def split_coefficients(fn: Callable, variances, K: int, width: float):
     kept = np.einsum("ij,ij->i", alpha, alpha)
     tail = np.clip(S - kept, 0.0, None) + np.abs(S - S1) + 2 * err * np.sqrt(kept) + err ** 2 + 16 * EPS * S
     sup = np.max(np.abs(diff), axis=1, initial=0.0) + floor
-    return Coefficients(alpha, tail, err, np.sqrt(kept), S, np.abs(S - S1) + 4 * EPS * S, sup)
+    return alpha, tail, err, np.sqrt(kept), S, np.abs(S - S1) + 4 * EPS * S, sup
 

@@ -321,33 +321,13 @@ def agree(spec: LimitSpec, covs: np.ndarray, names, got_values: list, got_errors
 
 
 def record_class(spec: LimitSpec, pairs: Pairs) -> Recorded | None:
-    """The replay recorded by a batch compile on up to RECORD_PAIRS of ``pairs``, or None.  Where
-    the series left some of them to quadrature (a kinked activation's series at |ρ| near 1: no
-    replay over them), recorded again on the pairs of smaller first-layer |ρ| (:data:`CALMER`): the
-    replay then checks every cell, and sends those where the series misses the target to the compile."""
+    """The replay recorded by a batch compile on up to RECORD_PAIRS of ``pairs``, or None."""
     i, j = pairs
     pick = np.unique(np.linspace(0, len(i) - 1, min(len(i), RECORD_PAIRS)).round().astype(int))
-    i, j = i[pick], j[pick]
-    for share in (None,) + CALMER:
-        if share is not None:
-            covs = pair_covs(spec, i, j)
-            rho = np.abs(covs[:, 0, 1]) / np.sqrt(covs[:, 0, 0] * covs[:, 1, 1])
-            keep = rho <= np.quantile(rho, share)
-            if keep.sum() < 2:
-                return None
-            i, j = i[keep], j[keep]
-        compiled = compile_program(spec.program, budget=spec.budget, batch_covs={spec.group: pair_covs(spec, i, j)})
-        replay = record(compiled, spec.names)
-        if replay is not None:
-            return Recorded(replay, list(compiled.limit().warnings))
-        if not {"series", "quadrature"} <= {e.method for e in compiled.estimates}:
-            return None
-    return None
-
-
-#: the shares of the record's pairs (those of smallest first-layer |ρ|) recorded on again, one after
-#: the other, where the series left some pairs to quadrature (:func:`record_class`)
-CALMER = (0.75, 0.5)
+    compiled = compile_program(spec.program, budget=spec.budget,
+                               batch_covs={spec.group: pair_covs(spec, i[pick], j[pick])})
+    replay = record(compiled, spec.names)
+    return None if replay is None else Recorded(replay, list(compiled.limit().warnings))
 
 
 def pair_covs(spec: LimitSpec, i: np.ndarray, j: np.ndarray) -> np.ndarray:

@@ -12,7 +12,7 @@ The inner integral is split where v = 0 (z₂* = −m/r, clipped to [−T, T]) i
 :data:`INNER_PANELS` panels each; on each side ψ(m + r z₂)·pdf(z₂) is analytic.  The outer integrand
 is analytic on each side of z₁ = 0 (φ's kink; the inner integral, a Gaussian smoothing of ψ's kink
 of width r, also varies on the scale r about z₁ = 0): its panels are graded geometrically toward 0
-(:data:`OUTER_BREAKS`), then of width 1 out to T = 13.  The error estimate: the same panels with
+down to a few levels below r/√b (:func:`grading`), then of width 1 out to T = 10.  The error estimate: the same panels with
 fewer nodes (:data:`COARSE`), whose difference from the finer rule (:data:`FINE`) overestimates the
 finer one's error, plus the rounding of the sums (8ε Σ|terms|).  Pairs whose estimate misses the
 target are left to the caller (``ok`` False).
@@ -25,23 +25,28 @@ from typing import Callable
 import numpy as np
 
 EPS = np.finfo(float).eps
-#: the rule's half-width (pdf(13) ≈ 1e-37: nothing beyond it counts)
-T = 13.0
-#: the outer panels' breakpoints on [0, T]: graded toward the kink at 0 (2⁻¹⁶ … 1/2), then unit panels
-OUTER_BREAKS = tuple([0.0] + [2.0 ** -j for j in range(16, 0, -1)] + [float(k) for k in range(1, 14)])
+#: the rule's half-width (pdf(10) ≈ 8e-23 relative to pdf(0): nothing beyond it counts at 1e-16)
+T = 10.0
+#: the outer panels on [0, T]: graded toward the kink at 0 (2⁻ʲ … 1/2, j down to a few levels below
+#: the pairs' smallest smoothing scale r, at most :data:`FINEST`), then unit panels
+FINEST = 16
 #: panels on each side of the inner kink
-INNER_PANELS = 13
+INNER_PANELS = 10
 #: nodes per panel of the rule and of its error estimate
-FINE, COARSE = 20, 14
+FINE, COARSE = 16, 11
+#: pairs within this of |ρ| = 1 are left (the inner smoothing's scale r = √(b(1 − ρ²)) below the
+#: outer panels' finest, 2⁻¹⁶): the caller's other rules (the diagonal, the 1-D forms of x ≡ ±y) take them
+SINGULAR = 1e-9
 #: pairs evaluated at once (each a (outer × inner) grid of a few 10⁵ points)
 CHUNK = 8
 
 
-@lru_cache(maxsize=8)
-def outer_rule(nodes: int) -> tuple[np.ndarray, np.ndarray]:
-    """Nodes and weights·pdf of the outer rule on [−T, T] (panels :data:`OUTER_BREAKS`, mirrored)."""
+@lru_cache(maxsize=64)
+def outer_rule(nodes: int, levels: int) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes and weights·pdf of the outer rule on [−T, T]: panels [2⁻ʲ⁻¹, 2⁻ʲ] for j < ``levels``,
+    [0, 2⁻ˡᵉᵛᵉˡˢ], then unit panels to T; mirrored."""
     x, w = np.polynomial.legendre.leggauss(nodes)
-    breaks = np.array(OUTER_BREAKS)
+    breaks = np.array([0.0] + [2.0 ** -j for j in range(levels, 0, -1)] + [float(k) for k in range(1, int(T) + 1)])
     lo, hi = breaks[:-1], breaks[1:]
     z = ((lo + hi)[:, None] / 2 + (hi - lo)[:, None] / 2 * x[None, :]).ravel()
     wz = ((hi - lo)[:, None] / 2 * w[None, :]).ravel()
@@ -60,10 +65,10 @@ def unit_panels(nodes: int) -> tuple[np.ndarray, np.ndarray]:
 def pair_sums(phi: Callable, psi: Callable, a: np.ndarray, b: np.ndarray, c: np.ndarray,
               nodes: int) -> tuple[np.ndarray, np.ndarray]:
     """(Σ terms, Σ |terms|) of the split rule with ``nodes`` per panel, for pairs (a, b, c) with r > 0."""
-    z1, w1 = outer_rule(nodes)
+    r = np.sqrt(np.maximum(b - c * c / a, 0.0))[:, None, None]
+    z1, w1 = outer_rule(nodes, grading(float(np.min(r / np.sqrt(b)[:, None, None]))))
     t, wt = unit_panels(nodes)
     sa = np.sqrt(a)[:, None]
-    r = np.sqrt(np.maximum(b - c * c / a, 0.0))[:, None, None]
     m = ((c / np.sqrt(a))[:, None] * z1)[:, :, None]                         # (p, n1, 1)
     star = np.clip(-m / r, -T, T)
     total, size = 0.0, 0.0
@@ -77,12 +82,21 @@ def pair_sums(phi: Callable, psi: Callable, a: np.ndarray, b: np.ndarray, c: np.
     return np.sum(f * total, axis=1), np.sum(np.abs(f) * size, axis=1)
 
 
+def grading(scale: float) -> int:
+    """The outer panels' levels for an inner smoothing of relative scale r/√b ≥ ``scale``: three below
+    it (at least 3, at most :data:`FINEST`)."""
+    return int(min(FINEST, max(3, np.ceil(-np.log2(max(scale, 1e-300))) + 3)))
+
+
 def split_expect(phi: Callable, psi: Callable, a, b, c, tol: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(values, errors, ok) of E φ(u)ψ(v) for pairs (a, b, c) (module doc); ``ok``: r > 0, finite, and
-    the error within ``tol`` (relative above 1)."""
+    """(values, errors, ok) of E φ(u)ψ(v) for pairs (a, b, c) (module doc); ``ok``: |ρ| ≤ 1 −
+    :data:`SINGULAR`, finite, and the error within ``tol`` (relative above 1)."""
     a, b, c = (np.atleast_1d(np.asarray(x, dtype=float)) for x in (a, b, c))
     values, errors = np.full(len(a), np.nan), np.full(len(a), np.inf)
-    live = np.nonzero((a > 0) & (b - c * c / np.where(a > 0, a, 1.0) > 0))[0]
+    with np.errstate(all="ignore"):
+        rho = np.abs(c) / np.sqrt(a * b)
+    live = np.nonzero((a > 0) & (b > 0) & (rho <= 1 - SINGULAR))[0]
+    live = live[np.argsort(-rho[live], kind="stable")]       # chunks of like ρ: like gradings
     with np.errstate(all="ignore"):
         for start in range(0, len(live), CHUNK):
             k = live[start:start + CHUNK]
