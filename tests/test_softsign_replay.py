@@ -187,3 +187,30 @@ def test_kinked_at_zero():
     assert kinked_at_zero(Relu(2 * t) ** 2, t)
     assert not kinked_at_zero(sp.tanh(t), t)
     assert not kinked_at_zero(Relu(t - 1), t)
+
+
+def test_mixed_record_is_stored_and_loaded_bit_for_bit(tmp_path, monkeypatch):
+    """A mixed record (a near duplicate among the inputs: split quadrature in its cells) goes to the
+    replay store as data (φ and ψ of its mixed operations as tapes) and comes back: a second call with
+    an empty memory loads it (no record, no warning of a disagreeing compile) and gives the same bits."""
+    import warnings
+
+    from tensorprog.limit.replay_store import ReplayStore
+    from tensorprog.tools import pairs as pmod
+    monkeypatch.setattr(pmod, "STORE", ReplayStore(tmp_path / "replays"))
+    pmod.REPLAYS.clear()
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((5, 10))
+    X[4] = X[2] + 0.05 * rng.standard_normal(10)
+    first = tp.kernel(TEMPLATE, X, tol=1e-10, L=3, var=1.5, var1=1.5, b1=0.1)
+    assert first.outputs["ntk"].method == "series"
+    assert any(r is not None and r.replay.mixed for r in pmod.REPLAYS.values())
+    pmod.REPLAYS.clear()
+    monkeypatch.setattr(pmod, "record_class", lambda *a, **k: pytest.fail("recorded instead of loaded"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        second = tp.kernel(TEMPLATE, X, tol=1e-10, L=3, var=1.5, var1=1.5, b1=0.1)
+    pmod.REPLAYS.clear()
+    for name in ("nngp", "ntk"):
+        assert np.array_equal(first.outputs[name].mean, second.outputs[name].mean)
+        assert np.array_equal(first.outputs[name].error, second.outputs[name].error)

@@ -153,6 +153,12 @@ class Replay:
         return replay
 
     @property
+    def mixed(self) -> bool:
+        """Whether some expectation is the mixed rule (:mod:`..symbolic.mixed`: the series, split
+        quadrature in the cells where it misses its aim)."""
+        return any(op.kind in ("mixed", "mixed_err") for op in self.tape.ops)
+
+    @property
     def diagonal_outputs(self) -> tuple[int, ...]:
         """The tape outputs of the diagonal part (values, errors, then its checks)."""
         k = len(self.names)
