@@ -38,11 +38,10 @@ from .linalg import Matrix
 from .quad import ORDERS, estimate_error
 from .reduce import Ctx, Engine
 from .series import kinked_at_zero, numpy_function, separate, series_pairs
-from ..symbolic.hermite import AIM
+from ..symbolic.bivariate import Phi2
+from ..symbolic.hermite import AIM, coefficients, step_for
 from ..symbolic.mixed import MixedError, MixedValue, better
 from ..symbolic.split_quad import split_expect
-from ..symbolic.bivariate import Phi2
-from ..symbolic.hermite import coefficients, step_for
 from ..symbolic.split_rule import split_step
 from ..symbolic.mehler import Mean, MeanError, MehlerError, MehlerValue, T, hermite_head
 from ..symbolic.evaluate import compile_exprs, evaluate

@@ -206,8 +206,9 @@ def series_job(expr: sp.Expr, gaussians: Sequence[sp.Symbol], cov: np.ndarray, t
     same = f.xreplace({x: y}) == g and cov[0, 0] == cov[1, 1]
     phi = numpy_function(f, x)
     psi = phi if same else numpy_function(g, y)
+    split = (kinked_at_zero(f, x), kinked_at_zero(g, y))      # kinks at 0: the split rule's coefficients
     with np.errstate(all="ignore"):
-        res = series_pairs(phi, psi, cov[0, 0], cov[1, 1], cov[0, 1], tol, max_terms, same)
+        res = series_pairs(phi, psi, cov[0, 0], cov[1, 1], cov[0, 1], tol, max_terms, same, split)
     if not (res.ok[0] and np.isfinite(res.values[0])):
         return None
     return float(res.values[0]), float(res.errors[0])
