@@ -82,9 +82,23 @@ def split_rule(fn: Callable, variances: np.ndarray, K: int, width: float,
     with np.errstate(all="ignore"):
         F = np.broadcast_to(np.asarray(fn(root[:, None] * z), dtype=float), (len(root), len(z))) * sw
     square = np.einsum("ij,ij->i", F, F)
-    with one_blas_thread():
-        alpha = F @ G.T
+    half = len(z) // 2                       # the nodes are symmetric: z_{half+i} = −z_{half−1−i}
+    right, left = F[:, half:], F[:, half - 1::-1]
+    even, odd = folded_basis(K, width, nodes)
+    alpha = np.empty((len(root), K + 1))
+    with one_blas_thread():                  # h_k(−z) = (−1)^k h_k(z): even orders read F(z) + F(−z), odd F(z) − F(−z)
+        alpha[:, 0::2] = (right + left) @ even
+        alpha[:, 1::2] = (right - left) @ odd
     return alpha, square, np.sqrt(square)
+
+
+@lru_cache(maxsize=32)
+def folded_basis(K: int, width: float, nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """The even and odd orders' rows of :func:`split_basis` on the nodes z ≥ 0, transposed and contiguous
+    ((n/2, ⌈(K+1)/2⌉) and (n/2, ⌊(K+1)/2⌋)): the parity fold's factors."""
+    z, G = split_basis(K, width, nodes)
+    half = len(z) // 2
+    return np.ascontiguousarray(G[0::2, half:].T), np.ascontiguousarray(G[1::2, half:].T)
 
 
 def one_blas_thread():
