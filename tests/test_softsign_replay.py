@@ -214,3 +214,22 @@ def test_mixed_record_is_stored_and_loaded_bit_for_bit(tmp_path, monkeypatch):
     for name in ("nngp", "ntk"):
         assert np.array_equal(first.outputs[name].mean, second.outputs[name].mean)
         assert np.array_equal(first.outputs[name].error, second.outputs[name].error)
+
+
+def test_split_quadrature_against_the_reference():
+    """The mixed rule's quadrature (symbolic/split_quad.py) for softsign·softsign and softsign′·softsign′
+    at |ρ| up to 0.9999, small and large variances: within its stated error of the long double
+    reference, that error below 1e-13; pairs at |ρ| = 1 are left to other rules (ok False)."""
+    from tensorprog.symbolic.split_quad import split_expect
+    a = np.array([0.3, 1.5, 0.04, 3.0, 0.5, 0.7])
+    b = np.array([0.31, 1.4, 0.05, 2.5, 0.5, 0.7])
+    rho = np.array([0.9995, -0.99, 0.9999, 0.97, 0.3, 1.0])
+    c = rho * np.sqrt(a * b)
+    fine, coarse = SplitReference(24, 1.0), SplitReference(16, 1.5)
+    for f in (softsign, dsoftsign):
+        values, errors, ok = split_expect(f, f, a, b, c, 1e-10)
+        assert list(ok) == [True] * 5 + [False]
+        ref = np.array([fine.pair(f, f, *x) for x in zip(a[:5], b[:5], c[:5])])
+        own = np.abs(ref - np.array([coarse.pair(f, f, *x) for x in zip(a[:5], b[:5], c[:5])])).astype(float)
+        actual = np.abs(values[:5] - ref.astype(float))
+        assert np.all(actual <= errors[:5] + own) and np.all(errors[:5] < 1e-13), (actual, errors, own)
