@@ -37,9 +37,12 @@ from .laws import Coord, as_number
 from .linalg import Matrix
 from .quad import ORDERS, estimate_error
 from .reduce import Ctx, Engine
-from .series import numpy_function, separate, series_pairs
+from .series import kinked_at_zero, numpy_function, separate, series_pairs
 from ..symbolic.bivariate import Phi2
-from ..symbolic.hermite import coefficients, step_for
+from ..symbolic.hermite import AIM, coefficients, step_for
+from ..symbolic.mixed import MixedError, MixedValue, better
+from ..symbolic.split_quad import split_expect
+from ..symbolic.split_rule import split_step
 from ..symbolic.mehler import Mean, MeanError, MehlerError, MehlerValue, T, hermite_head
 from ..symbolic.evaluate import compile_exprs, evaluate
 from ..symbolic.rounding import NoRoundingRule, lifted_rounding, value_and_error
@@ -393,7 +396,8 @@ def _factored(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, exact: bool, bu
         return _product(expr, gaussians, covs, blocks, exact, budget, retry, forms)
     if len(gaussians) == 2 and budget.series_terms > 0:
         return _series_batch(expr, gaussians, covs, exact, budget, retry, forms)
-    if len(gaussians) == 1 and budget.series_terms > 0 and not kink_args([expr]):
+    if len(gaussians) == 1 and budget.series_terms > 0 and (not kink_args([expr]) or
+                                                            kinked_at_zero(expr, gaussians[0])):
         return _mean_batch(expr, gaussians, covs, budget, forms)
     return None
 
@@ -405,10 +409,11 @@ MEAN_ORDER = 8
 def _mean_batch(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, budget: Budget,
                 forms: FormMemo | None = None) -> BatchResult | None:
     """E φ(x) for every variance: α_0 of the series' coefficients (the trapezoidal rule, once per
-    distinct variance, error from the rule at step 1.25h); None if some misses the target."""
+    distinct variance, error from the rule at step 1.25h; the split rule for kinks at 0 alone:
+    :mod:`..symbolic.split_rule`); None if some misses the target."""
     x = gaussians[0]
     a = covs[:, 0, 0]
-    h = step_for(MEAN_ORDER, 1.5 * float(a.max()))
+    h = step_for(MEAN_ORDER, 1.5 * float(a.max())) if not kink_args([expr]) else split_step(MEAN_ORDER)
     ua, ia = np.unique(a, return_inverse=True)
     with np.errstate(all="ignore"):
         c = coefficients(numpy_function(expr, x), ua, MEAN_ORDER, h)
@@ -513,18 +518,53 @@ def _series_batch(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, exact: bool
     same = f.xreplace({x: y}) == g
     phi = numpy_function(f, x)
     psi = phi if same else numpy_function(g, y)
+    split = (kinked_at_zero(f, x), kinked_at_zero(g, y))      # kinks at 0: the split rule's coefficients
+    if any(split) and (tied := tied_sign(covs)):                # u ≡ ±v: E f(x)g(±x), one Gaussian
+        return _mean_batch(f * g.xreplace({y: tied * x}), (x,), covs, budget, forms)
     with np.errstate(all="ignore"):
         res = series_pairs(phi, psi, covs[:, 0, 0], covs[:, 1, 1], covs[:, 0, 1], budget.tol,
-                           budget.series_terms, same)
+                           budget.series_terms, same, split)
     out = BatchResult(res.values, res.errors, Uniform("series", len(covs)))
     bad = np.nonzero(~(res.ok & np.isfinite(res.values)))[0]
+    if any(split):                       # kinked at 0: split quadrature where the series misses its aim
+        out, bad = split_fill(out, res, phi, psi, covs, budget.tol)
     if not len(bad):
         S, _, layout = _symbolic_cov(covs) if forms is None else forms.symbolic_cov(covs)
         h = step_for(res.cover, 1.5 * float(max(covs[:, 0, 0].max(), covs[:, 1, 1].max())))
-        A = hermite_head(f.xreplace({x: T}), res.cover, h)(S[0, 0])
-        B = hermite_head(g.xreplace({y: T}), res.cover, h)(S[1, 1])
+        A = hermite_head(f.xreplace({x: T}), res.cover, split_step(res.cover) if split[0] else h)(S[0, 0])
+        B = hermite_head(g.xreplace({y: T}), res.cover, split_step(res.cover) if split[1] else h)(S[1, 1])
         rho = S[0, 1] * sp.Pow(S[0, 0] * S[1, 1], sp.Rational(-1, 2), evaluate=False)
-        form = ClosedFormTrace(MehlerValue(A, B, rho, sp.Float(budget.tol)), layout, MehlerError(A, B, rho, sp.Float(budget.tol)))
+        tol = sp.Float(budget.tol)
+        if any(split):                   # the mixed rule: the series, split quadrature where it misses
+            form = ClosedFormTrace(MixedValue(A, B, rho, tol, S[0, 0], S[1, 1]), layout,
+                                   MixedError(A, B, rho, tol, S[0, 0], S[1, 1]))
+        else:
+            form = ClosedFormTrace(MehlerValue(A, B, rho, tol), layout, MehlerError(A, B, rho, tol))
         return replace(out, form=form)
     rest = _batch(expr, gaussians, covs[bad], exact, replace(budget, series_terms=0), retry, forms)
     return _fill(out, bad, rest)
+
+
+def tied_sign(covs: np.ndarray) -> int:
+    """±1 where every matrix of the batch is [[a, ±a], [±a, a]] exactly (u ≡ ±v), else 0."""
+    a, b, c = covs[:, 0, 0], covs[:, 1, 1], covs[:, 0, 1]
+    if not np.array_equal(a, b):
+        return 0
+    return 1 if np.array_equal(c, a) else -1 if np.array_equal(c, -a) else 0
+
+
+def split_fill(out: BatchResult, res, phi, psi, covs: np.ndarray, tol: float) -> tuple[BatchResult, np.ndarray]:
+    """``out`` (the series' ``res``) with the pairs whose series error misses its aim (AIM·tol,
+    relative above 1) by :func:`..symbolic.split_quad.split_expect` where that meets ``tol`` with a
+    smaller error, as the replay's mixed rule takes them (:func:`..symbolic.mixed.better`); and the
+    pairs that neither meets."""
+    aim = np.nonzero(~(res.errors <= AIM * tol * np.maximum(1.0, np.abs(res.values))))[0]
+    if not len(aim):
+        return out, aim
+    sub = covs[aim]
+    values, errors, ok = split_expect(phi, psi, sub[:, 0, 0], sub[:, 1, 1], sub[:, 0, 1], tol)
+    value, error = better(res.values[aim], res.errors[aim], values, errors, ok, tol)
+    take = ok & ~(res.errors[aim] <= errors)
+    if take.any():
+        out = _fill(out, aim[take], BatchResult(value[take], error[take], Uniform("quadrature", int(take.sum()))))
+    return out, aim[~np.isfinite(value)]

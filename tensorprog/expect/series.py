@@ -45,6 +45,7 @@ import sympy as sp
 
 from ..symbolic.evaluate import compile_exprs
 from ..symbolic.hermite import AIM, Coefficients, Fn, bound, coefficients, horner
+from ..symbolic.split_rule import split_step
 
 #: the truncation orders tried, smallest first (the first whose bound meets the target is used)
 ORDERS = (8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
@@ -82,10 +83,12 @@ def truncation_order(ca: Coefficients, cb: Coefficients, ia: np.ndarray, ib: np.
 
 
 def series_pairs(phi: Fn, psi: Fn, a: np.ndarray, b: np.ndarray, c: np.ndarray, tol: float,
-                 max_terms: int = 512, same: bool = False) -> PairsResult:
+                 max_terms: int = 512, same: bool = False, split: tuple[bool, bool] = (False, False)) -> PairsResult:
     """E φ(u)ψ(v) for P pairs with Var u = a, Var v = b, Cov = c, each to ``tol`` (relative above
     1) where the bound allows: coefficients once per distinct variance (``same``: φ = ψ, one set),
-    the order the smallest of :data:`ORDERS` up to ``max_terms`` that meets the target."""
+    the order the smallest of :data:`ORDERS` up to ``max_terms`` that meets the target.  ``split``:
+    whether φ, ψ have kinks at 0 alone (:func:`kinked_at_zero`): their coefficients by the split
+    rule (:mod:`..symbolic.split_rule`), not the trapezoidal one."""
     a, b, c = (np.atleast_1d(np.asarray(x, dtype=float)) for x in (a, b, c))
     a, b, c = np.broadcast_arrays(a, b, c)
     ua, ia = np.unique(a, return_inverse=True)
@@ -100,9 +103,9 @@ def series_pairs(phi: Fn, psi: Fn, a: np.ndarray, b: np.ndarray, c: np.ndarray, 
     for K in STAGES:                        # coefficients to order K, doubled until the bound holds
         K = min(K, max(max_terms, ORDERS[0]))
         if same:
-            ca = cb = coefficients(phi, uall, K)
+            ca = cb = rule_coefficients(phi, uall, K, split[0])
         else:
-            ca, cb = coefficients(phi, ua, K), coefficients(psi, ub, K)
+            ca, cb = rule_coefficients(phi, ua, K, split[0]), rule_coefficients(psi, ub, K, split[1])
         # a first, rough magnitude (|E φψ| ≤ √(E φ² E ψ²)) for the relative target
         goal = tol * np.maximum(1.0, np.sqrt(ca.square[ia] * cb.square[ib])) * AIM
         if K >= max_terms or np.all(np.abs(rho) ** (K + 1) * np.sqrt(ca.tail[ia] * cb.tail[ib]) <= goal):
@@ -114,7 +117,29 @@ def series_pairs(phi: Fn, psi: Fn, a: np.ndarray, b: np.ndarray, c: np.ndarray, 
     errors = bound(ta, tb, ia, ib, rho, mag)
     ok = errors <= tol * np.maximum(1.0, np.abs(values))
     return PairsResult(values, errors, Kp, ok, cover_order(phi, psi, ca, cb, ia, ib, goal, same,
-                                                           (uall,) if same else (ua, ub), max_terms))
+                                                           (uall,) if same else (ua, ub), max_terms, split))
+
+
+def rule_coefficients(fn: Fn, variances, K: int, kinked: bool) -> Coefficients:
+    """:func:`..symbolic.hermite.coefficients` of ``fn`` to order K: by the split rule
+    (:mod:`..symbolic.split_rule`, its step :func:`..symbolic.split_rule.split_step`) for a function
+    whose kinks are at 0 alone (``kinked``), else by the trapezoidal rule."""
+    return coefficients(fn, variances, K, split_step(K) if kinked else None)
+
+
+def kinked_at_zero(expr: sp.Expr, symbol: sp.Symbol) -> bool:
+    """Whether ``expr`` (a function of ``symbol``) has kinks or jumps, all of them at ``symbol`` = 0
+    alone: every kink argument (:func:`.analysis.kink_args`) is c·t, or a kinked head of c·t."""
+    from .analysis import kink_args
+    args = kink_args([expr])
+    if not args:
+        return False
+    for g in args:
+        inner = g.args[0] if isinstance(g, sp.Function) and len(g.args) == 1 and kink_args([g]) else g
+        if not (inner.free_symbols == {symbol} and inner.is_polynomial(symbol)
+                and sp.Poly(inner, symbol).degree() == 1 and inner.xreplace({symbol: 0}) == 0):
+            return False
+    return True
 
 
 #: the largest order a replay's coefficients are packed to (cells sum only the levels they need)
@@ -122,14 +147,15 @@ COVER_MAX = 512
 
 
 def cover_order(phi: Fn, psi: Fn, ca: Coefficients, cb: Coefficients, ia: np.ndarray, ib: np.ndarray,
-                goal: np.ndarray, same: bool, variances: tuple, max_terms: int) -> int:
+                goal: np.ndarray, same: bool, variances: tuple, max_terms: int,
+                split: tuple[bool, bool] = (False, False)) -> int:
     """The order whose bound meets ``goal`` at |ρ| = 1 for these variances (coefficients computed
     further, up to :data:`COVER_MAX`, if need be), or the largest tried: what a replay packs."""
     top = min(COVER_MAX, max(max_terms, ORDERS[0]))
     if ca.K < top and not np.all(np.sqrt(ca.tail[ia] * cb.tail[ib]) <= goal):
-        ca = cb = coefficients(phi, variances[0], top)
+        ca = cb = rule_coefficients(phi, variances[0], top, split[0])
         if not same:
-            cb = coefficients(psi, variances[1], top)
+            cb = rule_coefficients(psi, variances[1], top, split[1])
     one = np.ones(len(ia))
     if np.all(np.sqrt(ca.tail[ia] * cb.tail[ib]) <= goal):
         return truncation_order(ca, cb, ia, ib, one, goal)
@@ -180,8 +206,9 @@ def series_job(expr: sp.Expr, gaussians: Sequence[sp.Symbol], cov: np.ndarray, t
     same = f.xreplace({x: y}) == g and cov[0, 0] == cov[1, 1]
     phi = numpy_function(f, x)
     psi = phi if same else numpy_function(g, y)
+    split = (kinked_at_zero(f, x), kinked_at_zero(g, y))      # kinks at 0: the split rule's coefficients
     with np.errstate(all="ignore"):
-        res = series_pairs(phi, psi, cov[0, 0], cov[1, 1], cov[0, 1], tol, max_terms, same)
+        res = series_pairs(phi, psi, cov[0, 0], cov[1, 1], cov[0, 1], tol, max_terms, same, split)
     if not (res.ok[0] and np.isfinite(res.values[0])):
         return None
     return float(res.values[0]), float(res.errors[0])

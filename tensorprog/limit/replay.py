@@ -56,6 +56,7 @@ import sympy as sp
 from ..symbolic.bivariate import Phi2
 from ..symbolic.grid import CONST, ROW, GridTape, Workspace
 from ..symbolic.heads import Delta
+from ..symbolic.mixed import MixedValue
 from ..symbolic.mehler import T, DiagonalSlope, HermiteRow, Mean, MeanCurve, MehlerCurve, MehlerSlope, MehlerValue
 from ..symbolic.rounding import EPS, NoRoundingRule, function_rounding, rounding
 from ..symbolic.tape import Builder as TapeBuilder
@@ -150,6 +151,12 @@ class Replay:
                                         for o in replay.diagonal_outputs):
             raise ValueError("not a stored replay: its diagonal part reads more than the rows")
         return replay
+
+    @property
+    def mixed(self) -> bool:
+        """Whether some expectation is the mixed rule (:mod:`..symbolic.mixed`: the series, split
+        quadrature in the cells where it misses its aim)."""
+        return any(op.kind in ("mixed", "mixed_err") for op in self.tape.ops)
 
     @property
     def diagonal_outputs(self) -> tuple[int, ...]:
@@ -365,7 +372,8 @@ class Builder:
         placeholder of its slot."""
         note = self.made.notes.get(k)
         est = self.compiled.estimates[k]
-        if note is None or est.method not in ("exact", "series"):
+        mixed = est.method == "quadrature" and note is not None and note.trace.F.has(MixedValue)   # :mod:`..symbolic.mixed`
+        if note is None or (est.method not in ("exact", "series") and not mixed):
             raise Unreplayable(f"estimate {k}")
         rename = self.tie_map(note)
         layout = {ij: how for ij, how in note.trace.layout.items() if how[0] == "const" or how[1] not in rename}

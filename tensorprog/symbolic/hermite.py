@@ -17,6 +17,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from .split_rule import split_coefficients
+
 EPS = np.finfo(float).eps
 Fn = Callable[[np.ndarray], np.ndarray]
 #: the extended precision the basis is computed in (x87's 80-bit format where numpy has it)
@@ -495,6 +497,8 @@ def coefficients(fn: Fn, variances: Sequence[float], K: int, h: float | None = N
     in ℓ2, ‖α − α̃‖ ≤ ‖α̃ − α̃'‖ + √(K+1)·floor."""
     a = np.asarray(variances, dtype=float).ravel()
     h = step_for(K, float(a.max(initial=0.0))) if h is None else h
+    if h < 0:                           # −w: Gauss–Legendre panels of width w split at a kink at 0
+        return Coefficients(*split_coefficients(fn, a, K, -h))
     r = _rule(fn, a, K, h, memo)
     alpha, S, coarse, S1, floor = r.alpha, r.square, r.coarse, r.coarse_square, r.floor
     diff = alpha - coarse

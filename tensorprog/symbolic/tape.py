@@ -36,6 +36,7 @@ from .heads import Delta, SYMPY_TO_NUMPY
 from .hermite import PackCache
 from .mehler import (HEAD_KINDS, SUMMED, HermiteRow, SumCache, T, diagonal_slope, mean_curve, mean_error,
                      mean_value, mehler_curve, mehler_error, mehler_slope, mehler_value)
+from .mixed import MIXED_FUNCTIONS, MIXED_KINDS, MixedArg
 
 # ---- function heads ------------------------------------------------------------------------------
 
@@ -118,7 +119,8 @@ SERIES_FUNCTIONS: dict[str, Callable] = {"mehler": mehler_value, "mehler_err": m
                                          "mehler_slope": mehler_slope, "mehler_curve": mehler_curve,
                                          "mean_curve": mean_curve, "diagonal_slope": diagonal_slope}
 SERIES_ARITY = {"hermite": 1, "mehler": 4, "mehler_err": 4, "mean": 1, "mean_err": 1,
-                "mehler_slope": 3, "mehler_curve": 3, "mean_curve": 1, "diagonal_slope": 1}
+                "mehler_slope": 3, "mehler_curve": 3, "mean_curve": 1, "diagonal_slope": 1,
+                "mixed": 6, "mixed_err": 6}                   # the mixed rule's (:mod:`.mixed`)
 
 
 class Op(NamedTuple):
@@ -201,6 +203,8 @@ def function(op: Op) -> Callable:
     write it into, not among a fold's third and later arguments; or None)."""
     if op.kind == "hermite":
         return op.arg
+    if op.kind in MIXED_FUNCTIONS:
+        return partial(MIXED_FUNCTIONS[op.kind], arg=op.arg)
     if op.kind in SERIES_FUNCTIONS:
         fn = SERIES_FUNCTIONS[op.kind]
         return partial(fn, sums=op.arg) if op.kind in SUMMED and isinstance(op.arg, SumCache) else fn
@@ -398,7 +402,7 @@ class Tape:
 def tape_json(nslots: int, consts: Mapping[int, float], ops: Sequence[Op], outputs: Sequence[int]) -> dict:
     """A tape's slots, constants, operations and outputs as JSON data."""
     def arg(op: Op) -> object:
-        if isinstance(op.arg, HermiteArg):
+        if isinstance(op.arg, (HermiteArg, MixedArg)):
             return op.arg.to_json()
         if op.kind in SERIES_FUNCTIONS:
             return None
@@ -414,6 +418,7 @@ def parse_tape(data: dict, ninputs: int) -> tuple[int, dict[int, float], list[Op
     :func:`check_arity`); a ValueError (or KeyError, TypeError, IndexError) if it is not one."""
     ops = []
     packs, sums = PackCache(), SumCache()          # the tape's own (series operations)
+    mixed: dict[tuple, MixedArg] = {}
     for kind, arg, args, out in data["ops"]:
         if kind == "pow":
             arg = Fraction(int(arg[0]), int(arg[1])) if isinstance(arg, list) else float(arg)
@@ -423,6 +428,11 @@ def parse_tape(data: dict, ninputs: int) -> tuple[int, dict[int, float], list[Op
             arg = HermiteArg(Tape.from_json(arg[0]), int(arg[1]), float(arg[2]), packs)
         elif kind in SERIES_FUNCTIONS:
             arg = sums
+        elif kind in MIXED_FUNCTIONS:
+            key = (repr(arg[0]), repr(arg[1]))
+            if key not in mixed:                   # the value and error operations share one
+                mixed[key] = MixedArg(Tape.from_json(arg[0]), Tape.from_json(arg[1]), sums)
+            arg = mixed[key]
         elif kind == "fn" and arg not in HEADS_BY_NAME and arg != "Pow":
             raise ValueError(f"unknown head {arg!r}")
         elif kind not in ASSOCIATIVE and kind != "fn" and kind not in SERIES_ARITY:
@@ -603,6 +613,7 @@ class Builder(Emitter):
         self.numbers: dict[sp.Basic, int] = {}         # number -> its constant slot
         self.hermite: dict[tuple, HermiteArg] = {}     # HermiteRow's (φ, K, h) -> its operation's argument
         self.packs, self.sums = PackCache(), SumCache()  # the series operations' caches (the tape's own)
+        self.mixed: dict[tuple, MixedArg] = {}         # (φ, ψ) -> the mixed operations' argument
 
     def build(self, outputs: Sequence[int]) -> Tape:
         """The tape of the slots ``outputs`` (made by :meth:`visit`)."""
@@ -669,6 +680,11 @@ class Builder(Emitter):
                 phi, K, h = e.spec
                 self.hermite[key] = HermiteArg(Tape.compile([phi], [T]), K, h, self.packs)
             return self.emit("hermite", self.hermite[key], tuple(args))
+        if e.func in MIXED_KINDS:
+            key = (e.args[0].spec[0], e.args[1].spec[0])
+            if key not in self.mixed:
+                self.mixed[key] = MixedArg(Tape.compile([key[0]], [T]), Tape.compile([key[1]], [T]), self.sums)
+            return self.emit(MIXED_KINDS[e.func], self.mixed[key], tuple(args))
         if e.func in HEAD_KINDS:
             return self.emit(HEAD_KINDS[e.func], self.sums, tuple(args))
         if isinstance(e, sp.Function):

@@ -296,23 +296,26 @@ def agrees_with_compile(spec: LimitSpec, replay: Replay, i: np.ndarray, j: np.nd
     got_values, got_errors, valid = replay(covs[:, 0, 0], covs[:, 1, 1], covs[:, 0, 1])
     if not np.all(valid) or tuple(replay.names) != tuple(spec.names):
         return False
-    if not agree(spec, covs, replay.names, got_values, got_errors, valid.shape):
+    methods = ("exact", "series", "quadrature") if replay.mixed else ("exact", "series")
+    if not agree(spec, covs, replay.names, got_values, got_errors, valid.shape, methods):
         return False
     if replay.diagonal is None:
         return True
     covs = pair_covs(spec, i[pick[:1]], i[pick[:1]])       # its diagonal part: at (i, i) of the first pair
     sides = replay.tape.sides([covs[:, 0, 0]], [covs[:, 1, 1]])
     got_values, got_errors, valid = replay.diagonal_values(sides)
-    return bool(np.all(valid)) and agree(spec, covs, replay.names, got_values, got_errors, valid.shape)
+    return bool(np.all(valid)) and agree(spec, covs, replay.names, got_values, got_errors, valid.shape, methods)
 
 
-def agree(spec: LimitSpec, covs: np.ndarray, names, got_values: list, got_errors: list, shape: tuple) -> bool:
-    """A batch compile of the pairs of covariances ``covs`` gives every output exactly or by the
-    series, within ``got_errors`` plus its own error of ``got_values``."""
+def agree(spec: LimitSpec, covs: np.ndarray, names, got_values: list, got_errors: list, shape: tuple,
+          methods: tuple[str, ...] = ("exact", "series")) -> bool:
+    """A batch compile of the pairs of covariances ``covs`` gives every output by one of ``methods``
+    (exactly or by the series; the split quadrature too for a mixed record, :mod:`..symbolic.mixed`),
+    within ``got_errors`` plus its own error of ``got_values``."""
     lim = compile_program(spec.program, budget=Budget(tol=spec.tol), batch_covs={spec.group: covs}).limit()
     for name, v, e in zip(names, got_values, got_errors):
         out = lim.outputs[name]
-        if out.method not in ("exact", "series"):
+        if out.method not in methods:
             return False
         v, e = np.broadcast_to(v, shape), np.broadcast_to(e, shape)
         if not np.all(np.abs(v - out.value) <= e + np.abs(out.error)):
