@@ -69,6 +69,11 @@ from .ledger import ROUNDING
 INPUT_ROUNDING = 2.1 * EPS
 
 
+def stored_method(method: object) -> str:
+    """A stored replay's method: "series" or "quadrature" as stored, anything else "exact"."""
+    return method if method in ("series", "quadrature") else "exact"
+
+
 @dataclass(frozen=True)
 class Replay:
     """The outputs' values and errors as one :class:`..symbolic.grid.GridTape` of a pair's initial
@@ -79,7 +84,8 @@ class Replay:
     names: tuple[str, ...]
     constants: tuple[float, ...]            # check k < len(constants) must equal constants[k]
     ties: tuple[int, ...]                   # then (a, b, sign) triples: a = sign·b to 1e-12 (relative)
-    method: str = "exact"                   # "series" when some expectation is the Mehler series
+    method: str = "exact"                   # "series" when some expectation is the Mehler series,
+    #                                          "quadrature" when some is the mixed rule (:mod:`..symbolic.mixed`)
     #: every expectation is the series or a polynomial in its covariance: the values hold to their
     #: stated errors at singular covariances too (x ≡ y: a kernel's diagonal, :func:`smooth_form`)
     smooth: bool = False
@@ -137,7 +143,7 @@ class Replay:
                                                           tuple(int(t) for t in diag["ties"]))
             replay = cls(GridTape.from_json(data["tape"]), tuple(str(n) for n in data["names"]),
                          tuple(float(v) for v in data["constants"]), tuple(int(t) for t in data["ties"]),
-                         "series" if data.get("method") == "series" else "exact", data.get("smooth") is True,
+                         stored_method(data.get("method")), data.get("smooth") is True,
                          diagonal)
         except (KeyError, TypeError) as err:
             raise ValueError(f"not a stored replay: {err}") from None
@@ -284,8 +290,10 @@ class Builder:
                     diagonal = (d_checks, Diagonal(tuple(v for _, v in d_consts), tuple(d_ties)))
         outputs += checks + (diagonal[0] if diagonal else [])
         tape = GridTape.of(self.tape.build([self.slot(e) for e in outputs]), (1, 1, 1))
+        mixed = any(op.kind in ("mixed", "mixed_err") for op in tape.ops)
+        method = "quadrature" if mixed else "series" if self.absolute else "exact"
         return Replay(tape, tuple(names), tuple(v for _, v in consts), tuple(ties),
-                      "series" if self.absolute else "exact", smooth, diagonal[1] if diagonal else None)
+                      method, smooth, diagonal[1] if diagonal else None)
 
     def outputs(self, names: Sequence[str]) -> tuple[list[sp.Expr], list[sp.Expr]]:
         """The placeholders of the outputs ``names``' values and errors (every recorded number walked
