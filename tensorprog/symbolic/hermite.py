@@ -120,7 +120,8 @@ class Coefficients:
     ``square`` (V,): E φ(√a z)² (the diagonal of E φψ when φ = ψ); ``square_err`` (V,): its error
     estimate (the rule at step 2h, plus rounding); ``sup`` (V,): of max_k |α_k − α̃_k| (the rule at
     step 2h, plus :data:`COEFF_ROUNDING`·√S, the products' bound and u·max_k |α̃_k|: what the grid
-    tape's per-cell bound uses)."""
+    tape's per-cell bound uses); ``sup_low`` (V,): of max_{k≤LOW} |α_k − α̃_k| (the same for the first
+    orders alone, :func:`coefficients`)."""
     alpha: np.ndarray
     tail: np.ndarray
     err: np.ndarray
@@ -128,6 +129,7 @@ class Coefficients:
     square: np.ndarray
     square_err: np.ndarray
     sup: np.ndarray | None = None
+    sup_low: np.ndarray | None = None
 
     @property
     def K(self) -> int:
@@ -137,7 +139,8 @@ class Coefficients:
         """The same coefficients up to order K ≤ self.K: the dropped ones join the tail (their
         error, at most err, is counted in the tail through (√T + err)²)."""
         return Coefficients(self.alpha[:, :K + 1], self.tail_at(K), self.err,
-                            np.sqrt(np.sum(self.alpha[:, :K + 1] ** 2, 1)), self.square, self.square_err, self.sup)
+                            np.sqrt(np.sum(self.alpha[:, :K + 1] ** 2, 1)), self.square, self.square_err, self.sup,
+                            self.sup_low)
 
     def tail_at(self, K: int) -> np.ndarray:
         """The tail of :meth:`truncate` (K): (√T + ‖α̃_{K<k}‖ + err)² (without the rest of it)."""
@@ -341,6 +344,8 @@ class Rule:
     floor: np.ndarray
     square_floor: np.ndarray
     exact: bool = True          # the products exact (else plain float64: :data:`EXTENDED`)
+    #: the orders 0 … LOW of the plain rule again, accurately (:func:`low_orders`), or None
+    low: "LowOrders | None" = None
 
 
 def evaluate(fn: Fn, points: np.ndarray, memo: dict | None = None) -> tuple[np.ndarray, bool]:
@@ -402,7 +407,205 @@ def core_values(fn: Fn, variances: np.ndarray, root: np.ndarray, z: np.ndarray, 
     return vals, accurate, charge
 
 
-def _rule(fn: Fn, variances: np.ndarray, K: int, h: float, memo: dict | None = None) -> Rule:
+#: the orders 0 … LOW that the plain float64 rule computes again accurately (:func:`low_orders`): a
+#: cell's stated error weights the error of α_k by |β_k| r^k for k ≤ 2 apart, and those of the rest by
+#: r³‖β_{≥3}‖₁ (:func:`.mehler.error_polynomial`): the first terms carry most of a smooth φ's weight
+#: (tanh's α₁, a mean's α₀)
+LOW = 2
+#: the Chebyshev–Lobatto degrees (nested: each one's points among the next's) of the first orders'
+#: interpolation in s = √a (:func:`low_orders`), and the largest interpolation estimate accepted, relative
+#: to ε√S (the rows' smallest): above it the next degree, after the last the rows one by one (at most
+#: :data:`LOW_DIRECT` of them; else the plain rule's own first orders)
+LOW_DEGREES, LOW_ACCEPT, LOW_DIRECT = (32, 64), 0.02, 160
+
+
+@dataclass(frozen=True)
+class LowOrders:
+    """The coefficients α_0 … α_m (m = min(K, :data:`LOW`)) by the rules at h and 2h, rounded to float64
+    from long double (``alpha``, ``coarse``: (V, m+1)), and ``bound`` (V,): δ_low, a bound on each one's
+    error against the exact coefficient (the rule at h's own error estimated by the two rules'
+    difference in long double, as :func:`coefficients` does in float64: :func:`low_orders`)."""
+    alpha: np.ndarray
+    coarse: np.ndarray
+    bound: np.ndarray
+
+
+def blocks(X: np.ndarray) -> np.ndarray:
+    """X (…, n) zero-padded to a multiple of 32 and split into 32 blocks of consecutive terms (…, 32, n/32):
+    a sum of each block, then of the blocks, meets at most :func:`sum_roundings` (n) roundings per term
+    (its product's included), in any order of summation within each."""
+    n = X.shape[-1]
+    pad = -n % 32
+    if pad:
+        X = np.concatenate([X, np.zeros(X.shape[:-1] + (pad,), dtype=X.dtype)], axis=-1)
+    return X.reshape(X.shape[:-1] + (32, (n + pad) // 32))
+
+
+def sum_roundings(n: int) -> int:
+    """The roundings a product term meets in a sum of n terms by :func:`blocks`: its product, ⌈n/32⌉ − 1
+    additions in its block and 31 among the blocks."""
+    return -(-n // 32) + 31
+
+
+@lru_cache(maxsize=32)
+def low_basis(K: int, h: float) -> tuple[np.ndarray, np.ndarray]:
+    """The long double basis' orders k ≤ min(K, :data:`LOW`) at the rule's nodes and at its every other
+    node, in :func:`blocks`."""
+    G = ld_basis(K, h)[1][:min(K, LOW) + 1]
+    return blocks(G), blocks(G[:, ::2])
+
+
+def low_rules(fn: Fn, root: np.ndarray, K: int, h: float,
+              memo: dict | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """(the rule at h, the rule at 2h: (V, m+1) in long double, the floor of the first and that of the two
+    rules' difference (V,) each) of the orders k ≤ m = min(K, :data:`LOW`) at the long double s = √a
+    ``root``: φ in long double at every node (:func:`evaluate`; None where it is not), the weighted values
+    by the long double basis summed in long double (:func:`blocks`).  A rule's floor, against its exact
+    value: the values', :data:`LD_COEFF_ROUNDING`·√S (measured against a 110-bit rule), and the sum's
+    roundings, :func:`sum_roundings`·u_ld·Σ_i |F_i||G_ki| ≤ that·u_ld·c·√S (Cauchy–Schwarz: c = 1.01 ≥
+    ‖G_k‖₂ at h, c = 1.42 ≥ 2‖G_k,even‖₂ at 2h: 2Σ_even G_ki² ≈ 1; √S widened by 10⁻⁶).  The difference's
+    floor counts the values' errors once (as :func:`coefficients` does: ±Σ_i ΔF_i G_ki over the two node
+    sets) and both sums' roundings."""
+    zl, Gl = ld_basis(K, h)
+    vals, accurate = evaluate(fn, root[:, None] * zl, memo)
+    if not accurate:
+        return None
+    F = vals * Gl[0]
+    Gh, G2h = low_basis(K, h)
+    fine = np.einsum("ibj,kbj->ikb", blocks(F), Gh).sum(axis=-1)
+    coarse = 2 * np.einsum("ibj,kbj->ikb", blocks(F[:, ::2]), G2h).sum(axis=-1)
+    n = len(zl)
+    top = np.sqrt(np.einsum("ij,ij->i", F, F).astype(float)) * (1 + 1e-6)
+    sums_h, sums_2h = sum_roundings(n) * UNIT_LD * 1.01 * top, sum_roundings((n + 1) // 2) * UNIT_LD * 1.42 * top
+    return fine, coarse, LD_COEFF_ROUNDING * top + sums_h, LD_COEFF_ROUNDING * top + sums_h + sums_2h
+
+
+@lru_cache(maxsize=64)
+def lobatto(n: int, lo: float, hi: float) -> np.ndarray:
+    """The n + 1 Chebyshev–Lobatto points of [lo, hi] in long double, from hi down to lo (not to be
+    written: cached)."""
+    mid, half = (LD(lo) + LD(hi)) / 2, (LD(hi) - LD(lo)) / 2
+    return mid + half * np.cos(np.arange(n + 1).astype(LD) * np.arccos(LD(-1)) / n)
+
+
+def barycentric(nodes: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the weights ℓ_j(x) (V, n+1), the Lebesgue function λ(x) = Σ_j |ℓ_j(x)| (V,)) of the polynomial
+    interpolant at the Chebyshev–Lobatto ``nodes`` (:func:`lobatto`), by the barycentric formula of the
+    second kind (weights (−1)^j, halved at the ends), in long double; a point on a node takes it alone."""
+    n = len(nodes) - 1
+    w = np.where(np.arange(n + 1) % 2, LD(-1), LD(1))
+    w[0] /= 2
+    w[-1] /= 2
+    d = x[:, None] - nodes[None, :]
+    hit = d == 0
+    d[hit] = 1
+    c = w / d
+    c /= c.sum(axis=1)[:, None]
+    rows, cols = np.nonzero(hit)
+    c[rows] = 0
+    c[rows, cols] = 1
+    return c, np.sum(np.abs(c), axis=1).astype(float)
+
+
+def low_orders(fn: Fn, variances: np.ndarray, K: int, h: float, memo: dict | None) -> LowOrders | None:
+    """The plain rule's first orders k ≤ m = min(K, :data:`LOW`) again, accurately (:class:`LowOrders`),
+    where φ evaluates in long double (else None).  The rule at h (and at 2h) is an analytic function of
+    s = √a (a finite sum of φ(s z_i) times constants: tanh's, SiLU's and softplus' singularities are at
+    imaginary s alone, and ELU's kink stays at z = 0): at ``variances`` (sorted, distinct) over a span
+    [s₀, s₁] it is interpolated from the long double rules (:func:`low_rules`) at the Chebyshev–Lobatto
+    points of the span, of degree n = 8, 16, … (:data:`LOW_DEGREES`; nested: each degree adds only its
+    new points), until the interpolants of degrees n/2 and n differ by at most :data:`LOW_ACCEPT`·ε√S at
+    every variance (S the smallest at the points).  The first orders' cost is then that of a few dozen
+    variances, whatever their number.
+
+    Per variance, with ℓ_j and λ of :func:`barycentric`: the interpolant of degree n of values v_j with
+    errors e_j errs against the function by at most est + λ·max_j |e_j| + 2(3n + 4)·u_ld·λ·max_j |v_j − v_c|:
+    est the two degrees' difference (geometric convergence: the coarser interpolant's error overstates
+    the finer one's, as the rule at 2h does the rule at h), the points' errors through the interpolant
+    (|Σ_j ℓ_j e_j| ≤ λ·max|e_j|), and the formula's roundings in long double (Higham 2004, the second
+    kind's forward bound, twice), its values taken about the middle point's v_c (Σ_j ℓ_j = 1).  So for
+    the rule at h (points' errors: floor_h of :func:`low_rules`), e_h; for the two rules' difference D,
+    e_D (points' errors: the values' error once, as :func:`coefficients` counts it, and both sums'
+    roundings); and δ_low = |D̃| + e_D + e_h + u·max_k |α̃_k| (the rule at h's error estimated by |D|, as
+    :func:`coefficients` does, D̃ the interpolated difference).
+
+    The two degrees' difference is a polynomial of degree n, 0 at the even points: est ≤ Λ_n·max over the
+    odd points (Λ_n ≤ (2/π)·log(n + 1) + 1 at Chebyshev–Lobatto points, Brutman 1997; taken + 0.5), so
+    that only the final interpolant meets every variance.
+
+    A few variances (≤ 2·9), or one s, take the rules at each variance directly (est = 0, λ = 1); a span
+    whose interpolants do not meet the test by the last degree likewise where there are at most
+    :data:`LOW_DIRECT` variances, and gets None where there are more."""
+    a = np.asarray(variances, dtype=float)
+    roots = np.sqrt(np.clip(a, 0.0, None).astype(LD))
+    sub = (lambda key: memo.setdefault(("low",) + key, {})) if memo is not None else (lambda key: None)
+    if len(a) <= 2 * (LOW_DEGREES[0] + 1) or roots[0] == roots[-1]:
+        return direct_low(fn, roots, K, h, sub(("rows",)))
+    lo, hi = float(roots[0]), float(roots[-1])
+    per_root = LD_COEFF_ROUNDING + sum_roundings(len(ld_basis(K, h)[0])) * UNIT_LD * 1.01
+    got = None
+    for n in LOW_DEGREES:
+        nodes = lobatto(n, lo, hi)
+        new = low_rules(fn, nodes if got is None else nodes[1::2], K, h, sub((n,)))
+        if new is None:
+            return None
+        got = new if got is None else tuple(interleave(x, y) for x, y in zip(got, new))
+        fine, coarse, floor_h, floor_D = got
+        D = fine - coarse
+        c_odd, _ = barycentric(nodes[::2], nodes[1::2])
+        leb = 2 / np.pi * np.log(n + 1) + 1.5
+        est_h = leb * float(np.max(np.abs(fine[1::2] - c_odd @ fine[::2]), initial=0.0))
+        if est_h > LOW_ACCEPT * EPS * float(np.min(floor_h)) / per_root:
+            continue
+        est_D = leb * float(np.max(np.abs(D[1::2] - c_odd @ D[::2]), initial=0.0))
+        weights = sub(("weights", n))                # one per set of variances (the functions packed there)
+        if weights is None or "c" not in weights:
+            weights = dict(zip(("c", "lam"), barycentric(nodes, roots)))
+            if memo is not None:
+                memo[("low", "weights", n)] = weights
+        c, lam = weights["c"], weights["lam"]
+        live = np.flatnonzero(np.any(fine != 0, axis=0))      # (a parity's zero orders stay 0)
+        centre = fine[n // 2, live]
+        dev = fine[:, live] - centre
+        I_h = np.zeros((len(roots), fine.shape[1]), dtype=LD)
+        I_h[:, live] = c @ dev + centre
+        rounding = 2 * (3 * n + 4) * UNIT_LD * lam * float(np.max(np.abs(dev), initial=0.0))
+        e_h = est_h + lam * float(np.max(floor_h)) + rounding
+        bound_D = est_D + lam * float(np.max(np.abs(D)) + np.max(floor_D))       # ≥ |D| at every variance
+        return finish(I_h, None, bound_D + e_h)
+    return direct_low(fn, roots, K, h, sub(("rows",))) if len(a) <= LOW_DIRECT else None
+
+
+def interleave(old: np.ndarray, new: np.ndarray) -> np.ndarray:
+    """The values at the Lobatto points of degree 2n from those at degree n (``old``: its even points)
+    and the n new ones (``new``: the odd points)."""
+    out = np.empty((len(old) + len(new),) + old.shape[1:], dtype=old.dtype)
+    out[0::2], out[1::2] = old, new
+    return out
+
+
+def finish(fine: np.ndarray, coarse: np.ndarray | None, errors: np.ndarray) -> LowOrders:
+    """:class:`LowOrders` from the long double rule at h (V, m+1), the rule at 2h (or None: then α̃' = α̃,
+    the two rules' difference being in ``errors``) and the errors' part of δ_low (V,): δ_low =
+    max_k |fine − coarse| (in long double) + that + u·max_k |α̃_k|, α̃ = fl(fine), widened by 4ε for its
+    own roundings."""
+    alpha = fine.astype(float)
+    diff = 0.0 if coarse is None else np.max(np.abs(fine - coarse), axis=1).astype(float)
+    return LowOrders(alpha, alpha if coarse is None else coarse.astype(float),
+                     (diff + errors + (EPS / 2) * np.max(np.abs(alpha), axis=1)) * (1 + 4 * EPS))
+
+
+def direct_low(fn: Fn, roots: np.ndarray, K: int, h: float, memo: dict | None) -> LowOrders | None:
+    """:func:`low_rules` at each variance (s = ``roots``): δ_low = d + floor_h + floor_D + u·max_k |α̃_k|
+    (:func:`low_orders` without the interpolation: est = 0, λ = 1)."""
+    got = low_rules(fn, roots, K, h, memo)
+    if got is None:
+        return None
+    fine, coarse, floor_h, floor_D = got
+    return finish(fine, coarse, floor_h + floor_D)
+
+
+def _rule(fn: Fn, variances: np.ndarray, K: int, h: float, memo: dict | None = None, low: bool = False) -> Rule:
     """The coefficients (V, K+1) and E φ(√a z)² (V,) for each variance by the trapezoidal rule of step
     h (geometric convergence for φ analytic in a strip), and the same by its every other node (the
     rule of step 2h, for the error estimate: no new evaluation of φ).  The weighted values
@@ -412,7 +615,8 @@ def _rule(fn: Fn, variances: np.ndarray, K: int, h: float, memo: dict | None = N
     long double: |F^ld − hi| ≤ 2^{e−β−1}(1 + 2⁻⁵⁰)); the products with the basis exact but for a small
     bound (:meth:`Folded.product`) by the parity fold, on one BLAS thread (:func:`one_thread`).
     ``memo``: a dict for these variances and h (:meth:`PackCache.memo`): the core's long double points
-    under ("points", d), and φ's heads' values there under d (:func:`evaluate`)."""
+    under ("points", d), and φ's heads' values there under d (:func:`evaluate`).  ``low``: the plain rule
+    computes its first orders again accurately (:func:`low_orders`; the packed rows' ``Rule.low``)."""
     z, sw, coarse, others = folded_basis(K, h)
     zl, Gl = ld_basis(K, h)
     n, c = len(z), len(z) // 2
@@ -434,7 +638,8 @@ def _rule(fn: Fn, variances: np.ndarray, K: int, h: float, memo: dict | None = N
         alpha += alpha2
         alpha2 *= 2
         return Rule(alpha, square, alpha2, 2 * np.einsum("ij,ij->i", F[:, ::2], F[:, ::2]),
-                    PLAIN_COEFF_ROUNDING * np.sqrt(square), SQUARE_ROUNDING * square, False)
+                    PLAIN_COEFF_ROUNDING * np.sqrt(square), SQUARE_ROUNDING * square, False,
+                    low_orders(fn, variances, K, h, memo) if low else None)
     hi, rest, top = split(F, coarse.beta, np.sqrt(square) * (1 + 1e-6))
     if accurate:
         rest[:, core] = Fl - hi[:, core]
@@ -483,7 +688,7 @@ def one_thread():
 
 
 def coefficients(fn: Fn, variances: Sequence[float], K: int, h: float | None = None,
-                 memo: dict | None = None) -> Coefficients:
+                 memo: dict | None = None, low: bool = False) -> Coefficients:
     """The coefficients of φ = ``fn`` (a numpy function) up to order K at each variance, with
     the tail and error estimates of the module doc: the trapezoidal rule at step h, and at step
     2h (its every other node) for the error estimate (it converges geometrically: the coarser
@@ -492,11 +697,19 @@ def coefficients(fn: Fn, variances: Sequence[float], K: int, h: float | None = N
     Per coefficient, δ = max_k |α̃_k − α̃'_k| (the two rules) + the floor of :class:`Rule` (the values'
     error: :data:`LD_COEFF_ROUNDING`·√S on the long double core and the float64 values' charge outside
     it, or :data:`COEFF_ROUNDING`·√S for a φ evaluated in float64; the products' bound; u·max_k |α̃_k|);
-    in ℓ2, ‖α − α̃‖ ≤ ‖α̃ − α̃'‖ + √(K+1)·floor."""
+    in ℓ2, ‖α − α̃‖ ≤ ‖α̃ − α̃'‖ + √(K+1)·floor.  The orders k ≤ :data:`LOW` have their own δ_low (the
+    same, over those orders alone; ``Coefficients.sup_low``); with ``low``, the plain float64 rule
+    computes them again accurately (:func:`low_orders`: their values and their floor replaced)."""
     a = np.asarray(variances, dtype=float).ravel()
     h = step_for(K, float(a.max(initial=0.0))) if h is None else h
-    r = _rule(fn, a, K, h, memo)
+    r = _rule(fn, a, K, h, memo, low)
     alpha, S, coarse, S1, floor = r.alpha, r.square, r.coarse, r.coarse_square, r.floor
+    m = min(K, LOW) + 1
+    parity = 0.0
+    if r.low is not None:               # a parity's zeros (the fold's exact 0) stay 0, their |α̃| in δ_low
+        zero = alpha[:, :m] == 0
+        parity = np.max(np.where(zero, np.abs(r.low.alpha), 0.0), axis=1)
+        alpha[:, :m], coarse[:, :m] = np.where(zero, 0.0, r.low.alpha), np.where(zero, 0.0, r.low.coarse)
     diff = alpha - coarse
     quad = np.sqrt(np.einsum("ij,ij->i", diff, diff))
     # ℓ2 over k ≤ K (the engine's Cauchy–Schwarz bound; the plain rule's as it always was)
@@ -508,8 +721,9 @@ def coefficients(fn: Fn, variances: Sequence[float], K: int, h: float | None = N
     # the rounding of F Gᵀ, a few ε·S — not 2‖α̃‖·√(K+1)·(rounding of one coefficient))
     tail = np.clip(S - kept, 0.0, None) + np.abs(S - S1) + 2 * quad * np.sqrt(kept) + quad ** 2 + 16 * EPS * S
     np.abs(diff, out=diff)
-    sup = np.max(diff, axis=1, initial=0.0) + floor
-    return Coefficients(alpha, tail, err, np.sqrt(kept), S, np.abs(S - S1) + r.square_floor, sup)
+    sup_low = np.max(diff[:, :m], axis=1) + floor if r.low is None else r.low.bound + parity
+    sup = np.maximum(np.max(diff[:, m:], axis=1, initial=0.0) + floor, sup_low)
+    return Coefficients(alpha, tail, err, np.sqrt(kept), S, np.abs(S - S1) + r.square_floor, sup, sup_low)
 
 
 def derivative(coef: Coefficients, variances: Sequence[float]) -> np.ndarray:
@@ -575,11 +789,11 @@ def pack(fn: Fn, K: int, h: float, a: np.ndarray, memo: dict | None = None) -> n
     states them: T(L) ≤ (√T(K) + ‖α̃_{L<k≤K}‖ + ‖α − α̃‖)²)."""
     a = np.asarray(a, dtype=float)
     ua, inv = np.unique(a.ravel(), return_inverse=True)
-    c = coefficients(fn, ua, K, h, memo)
+    c = coefficients(fn, ua, K, h, memo, low=True)
     beyond = np.cumsum((c.alpha ** 2)[:, ::-1], axis=1)[:, ::-1]      # Σ_{k ≥ j} α_k²
     tails = [(np.sqrt(c.tail) + np.sqrt(beyond[:, L + 1]) + c.err) ** 2 if L < K else c.tail for L in levels(K)]
     out = np.concatenate([c.alpha, np.stack(tails, 1), c.square[:, None], c.square_err[:, None],
-                          c.sup[:, None], c.norm[:, None], compute_row_numbers(c.alpha),
+                          c.sup[:, None], c.norm[:, None], compute_row_numbers(c.alpha, c.sup_low),
                           tail_ratios(c, beyond, tails), np.full((len(ua), 1), float(K))], axis=1)
     if len(ua) == a.size and np.array_equal(ua, a.ravel()):     # distinct and sorted already: no copy
         return out.reshape(a.shape + (out.shape[1],))
@@ -627,7 +841,8 @@ class PackCache:
         got = self.memos.get(key)
         if got is None:
             got = self.memos[key] = {}
-            size = min(8, max(2, self.limit // (4 * 16 * 250 * max(1, len(variances)))))
+            # (the plain rule keeps a few long double rows per set of variances: :func:`low_orders`)
+            size = min(8, max(2, self.limit // (4 * 16 * 250 * max(1, len(variances))))) if EXTENDED else 32
             while len(self.memos) > size:
                 self.memos.popitem(last=False)
         self.memos.move_to_end(key)
@@ -663,7 +878,7 @@ def packed_columns(K: int) -> tuple[int, int, int, int]:
 # per-cell bounds from a few numbers per row: Σ_k |ρ|^k |x_k y_k| ≤ |x₀y₀| + |ρ||x₁y₁| + ρ²‖x_{≥2}‖‖y_{≥2}‖
 
 #: the columns of :func:`row_numbers`
-R_A0, R_A1, R_N2, R_L1, R_W2, R_S0, R_S1, R_S2, R_C0, R_C1, R_C2, R_N3, R_S3, R_C3 = range(14)
+R_A0, R_A1, R_N2, R_L1, R_W2, R_S0, R_S1, R_S2, R_C0, R_C1, R_C2, R_N3, R_S3, R_C3, R_DL = range(15)
 
 
 def row_numbers(A: np.ndarray) -> np.ndarray:
@@ -674,16 +889,17 @@ def row_numbers(A: np.ndarray) -> np.ndarray:
 
 
 #: how many numbers :func:`compute_row_numbers` gives per row
-ROW_NUMBERS = 14
+ROW_NUMBERS = 15
 
 
-def compute_row_numbers(alpha: np.ndarray) -> np.ndarray:
-    """Per row of coefficients α_0 … α_K (…, K+1) the numbers of the per-cell bounds (…, 11):
+def compute_row_numbers(alpha: np.ndarray, low_error: np.ndarray) -> np.ndarray:
+    """Per row of coefficients α_0 … α_K (…, K+1) the numbers of the per-cell bounds (…, 15):
     |α₀|, |α₁|, ‖α_{≥2}‖₂, ‖α_{≥2}‖₁, ‖(√k α_k)_{k≥2}‖ (the plain series x_k = α_k); then for
     x_k = √(k+1) α_{k+1} (the ρ-derivative, :func:`mehler_slope`) and x_k = √((k+1)(k+2)) α_{k+2}
     (the variance derivative, :func:`mehler_curve`) |x₀|, |x₁|, ‖x_{≥2}‖₂; then ‖x_{≥3}‖₂ of the
-    three (the signed bounds of :func:`signed_weighted`).  Computed once per distinct variance, when
-    the row is packed (:func:`pack`)."""
+    three (the signed bounds of :func:`signed_weighted`); then ``low_error``, the error δ_low of α_0 …
+    α_LOW (``Coefficients.sup_low``).  Computed once per distinct variance, when the row is packed
+    (:func:`pack`)."""
     al = alpha
     K = al.shape[-1] - 1
     k = np.arange(K + 1, dtype=float)
@@ -700,4 +916,5 @@ def compute_row_numbers(alpha: np.ndarray) -> np.ndarray:
     out[..., R_N3] = np.sqrt(np.sum(sq[..., 3:], axis=-1))
     out[..., R_S3] = np.sqrt(np.sum(k[4:] * sq[..., 4:], axis=-1))
     out[..., R_C3] = np.sqrt(np.sum(k[5:] * (k[5:] - 1) * sq[..., 5:], axis=-1))
+    out[..., R_DL] = low_error
     return out

@@ -18,8 +18,8 @@ from typing import Callable, NamedTuple, Sequence
 import numpy as np
 import sympy as sp
 
-from .hermite import (AIM, EPS, LOG_TIGHT, ROW_NUMBERS, R_A0, R_A1, R_C0, R_C1, R_C2, R_C3, R_L1, R_N2, R_N3,
-                       R_S0, R_S1, R_S2, R_S3, R_W2, SHARE, levels, packed_columns)
+from .hermite import (AIM, EPS, LOG_TIGHT, ROW_NUMBERS, R_A0, R_A1, R_C0, R_C1, R_C2, R_C3, R_DL, R_L1, R_N2,
+                       R_N3, R_S0, R_S1, R_S2, R_S3, R_W2, SHARE, levels, packed_columns)
 
 
 def packed_sum(A: np.ndarray, B: np.ndarray, rho: np.ndarray, tol: float) -> tuple[np.ndarray, np.ndarray]:
@@ -569,17 +569,19 @@ def error_polynomial(a: "Operand", b: "Operand", x: Callable, y: Callable, K: in
                      shape: tuple) -> np.ndarray:
     """The coefficients' errors and the sum's rounding of :func:`stated_errors` (a fresh array of the
     grid's ``shape``), as one polynomial in r = |ρ| whose coefficients are sums of products of a row's
-    number by a column's (x, y: the :func:`row_numbers` of A and B; δ_α, δ_β their coefficients' error;
-    U = u(1 + 1e-12)):
+    number by a column's (x, y: the :func:`row_numbers` of A and B; δ_α, δ_β their coefficients' error,
+    δl_α, δl_β that of their orders k ≤ 2, ``R_DL``: :func:`.hermite.low_orders`; U = u(1 + 1e-12)):
 
-    * δ_β·w_α + δ_α·w_β + (K + 1)δ_αδ_β with w_α = |α₀| + r|α₁| + r²|α₂| + r³c_α ≥ Σ_k r^k|α_k|
-      (c_α ≥ ‖α_{≥3}‖₁, :func:`rest_l1`; for a function of one parity α₂ or α₃ is 0, and r²‖α_{≥2}‖₁
-      would overstate the sum by 1/r on its larger part), w_β likewise;
+    * Σ_k r^k (|α_k||Δβ_k| + |Δα_k||β_k| + |Δα_k||Δβ_k|) ≤ δl_β·w_α + δ_β·r³c_α + (β likewise) +
+      3δl_αδl_β + r³(K − 2)δ_αδ_β, with w_α = |α₀| + r|α₁| + r²|α₂| and c_α ≥ ‖α_{≥3}‖₁
+      (:func:`rest_l1`; for a function of one parity α₂ or α₃ is 0, and r²‖α_{≥2}‖₁ would overstate
+      the sum by 1/r on its larger part);
     * U·(2 m₀ + (2 + :data:`RHO_ROUNDINGS`) m₁), m₀ = |α₀β₀| + r|α₁β₁| + r^q‖α_{≥q}‖‖β_{≥q}‖,
       m₁ = r|α₁β₁| + r^q‖(√k α_k)_{≥q}‖‖(√k β_k)_{≥q}‖, q = 2, or 3 where a side's α₂ is 0 throughout.
 
-    So C₀ + r(C₁ + r(C₂ + rC₃)) with C₀ = |α₀| ⊗ (δ_β + 2U|β₀|) + δ_α ⊗ (|β₀| + (K + 1)δ_β),
-    C₁ = |α₁| ⊗ (δ_β + 10U|β₁|) + δ_α ⊗ |β₁|, C₂ = |α₂| ⊗ δ_β + δ_α ⊗ |β₂| (and C₃ = c_α ⊗ δ_β + δ_α ⊗ c_β),
+    So C₀ + r(C₁ + r(C₂ + rC₃)) with C₀ = |α₀| ⊗ (δl_β + 2U|β₀|) + δl_α ⊗ (|β₀| + 3δl_β),
+    C₁ = |α₁| ⊗ (δl_β + 10U|β₁|) + δl_α ⊗ |β₁|, C₂ = |α₂| ⊗ δl_β + δl_α ⊗ |β₂| (and
+    C₃ = c_α ⊗ δ_β + δ_α ⊗ (c_β + (K − 2)δ_β)),
     the rounding's r^q terms U·(2‖α_{≥q}‖ ⊗ ‖β_{≥q}‖ + 8‖·‖ ⊗ ‖·‖) in C_q: every term ≥ 0, the sums of
     a side's numbers formed once per row or column, each product of a row by a column one pass over
     the grid (:func:`times`; one with a factor 0 throughout left out), by Horner in r.  Every
@@ -589,6 +591,7 @@ def error_polynomial(a: "Operand", b: "Operand", x: Callable, y: Callable, K: in
     coefficients' own error estimates (:data:`COEFF_ROUNDING`).  A cell's bits depend on its own r,
     row and column alone (tests/test_series.py)."""
     da, db = a.grid(e0), b.grid(e0)
+    la, lb = x(R_DL), y(R_DL)
     U = UNIT * (1 + 1e-12)
     za, zb = not np.any(a.grid(2)), not np.any(b.grid(2))
     if za or zb:
@@ -598,10 +601,10 @@ def error_polynomial(a: "Operand", b: "Operand", x: Callable, y: Callable, K: in
     rounding_rest = [(nq[0], (2 * U) * nq[1]), (nq[2], (8 * U) * nq[3])]
 
     ca, cb = rest_l1(x(R_L1), a.grid(2)), rest_l1(y(R_L1), b.grid(2))
-    polynomial = [[(ca, db), (da, cb)] + (rounding_rest if za or zb else []),                          # C₃
-                  [(np.abs(a.grid(2)), db), (da, np.abs(b.grid(2)))] + ([] if za or zb else rounding_rest),
-                  [(x(R_A1), db + (10 * U) * y(R_A1)), (da, y(R_A1))],
-                  [(x(R_A0), db + (2 * U) * y(R_A0)), (da, y(R_A0) + (K + 1.0) * db)]]              # C₀
+    polynomial = [[(ca, db), (da, cb + max(K - 2.0, 0.0) * db)] + (rounding_rest if za or zb else []),  # C₃
+                  [(np.abs(a.grid(2)), lb), (la, np.abs(b.grid(2)))] + ([] if za or zb else rounding_rest),
+                  [(x(R_A1), lb + (10 * U) * y(R_A1)), (la, y(R_A1))],
+                  [(x(R_A0), lb + (2 * U) * y(R_A0)), (la, y(R_A0) + 3.0 * lb)]]                     # C₀
     acc, tmp = np.zeros(shape), np.empty(shape)
     for n, terms in enumerate(polynomial):
         if n:
@@ -762,9 +765,10 @@ def mean_value(A: np.ndarray, out=None) -> np.ndarray:
 
 
 def mean_error(A: np.ndarray, out=None) -> np.ndarray:
-    """The error of α_0: the coefficients' error estimate δ (per coefficient)."""
+    """The error of α_0: the first orders' error estimate δ_low (row number ``R_DL``:
+    :func:`.hermite.low_orders`)."""
     K = int(np.ravel(A[..., -1])[0])
-    e = A[..., K + 3 + len(levels(K))]
+    e = A[..., K + 5 + len(levels(K)) + R_DL]
     return e if out is None else np.copyto(out, e) or out
 
 
