@@ -40,9 +40,12 @@ SQUARE_ROUNDING = 4 * EPS
 EXTENDED = False
 #: the rounding of one coefficient of the plain float64 rule (products by BLAS: their accumulation,
 #: 5–12 ε√S, dominates), relative to √S: against the same rule in 80-bit floats (tanh, SiLU, their
-#: squares and derivatives' squares; K = 8, 64, 256; variances 0.002–4) max_k |α̃_k − α_k| ≤ 3.1 ε√S, and
-#: δ = max_k |α̃_k − α̃'_k| + this (the rule at 2h differs by its own rounding) ≥ 1.8× it everywhere
-PLAIN_COEFF_ROUNDING = 2 * EPS
+#: squares and derivatives' squares; K = 8, 64, 256; variances 0.002–4) max_k |α̃_k − α_k| ≤ 3.1 ε√S.  It
+#: was 2ε, with δ = max_k |α̃_k − α̃'_k| + this; scanning more variances against a 110-bit rule (tanh at
+#: K = 48, a = 0.51 and 0.73: tests/test_series_bounds.py) found δ short by up to 1.43×, the error less
+#: the two rules' difference up to 2.95 ε√S: so 4ε (the packed rows' first orders are now computed
+#: again in long double, :func:`low_orders`: this floor is the rest's, and that of φ without long double)
+PLAIN_COEFF_ROUNDING = 4 * EPS
 
 
 #: the rule's half-width: beyond |z| = T, pdf(z)·h_k(z)·φ is below 1e-18 (|h_k(z)| e^{−z²/4} ≤ 1)
@@ -328,6 +331,12 @@ UNIT_LD = float(np.finfo(LD).eps) / 2
 LD_COEFF_ROUNDING = 128 * UNIT_LD
 #: the same for S = Σ_i F_i² (F's error twice, the long double sums')
 LD_SQUARE_ROUNDING = 128 * UNIT_LD
+#: the error of a first coefficient (k ≤ 2) from φ's long double values at every node, relative to √S
+#: (:func:`low_rules`: no float64 values, the basis' first rows from a short recurrence): against a
+#: 110-bit rule at the same nodes (tests/test_series_bounds.py: tanh, tanh², (1 − tanh²)², SiLU, SiLU²,
+#: SiLU′²; K = 8, 48, 256; variances 0.02–4.4) the whole long double rule, its sums included, errs by
+#: ≤ 2.4 u_ld √S
+LOW_VALUE_ROUNDING = 16 * UNIT_LD
 
 
 @dataclass(frozen=True)
@@ -408,15 +417,20 @@ def core_values(fn: Fn, variances: np.ndarray, root: np.ndarray, z: np.ndarray, 
 
 
 #: the orders 0 … LOW that the plain float64 rule computes again accurately (:func:`low_orders`): a
-#: cell's stated error weights the error of α_k by |β_k| r^k for k ≤ 2 apart, and those of the rest by
-#: r³‖β_{≥3}‖₁ (:func:`.mehler.error_polynomial`): the first terms carry most of a smooth φ's weight
-#: (tanh's α₁, a mean's α₀)
-LOW = 2
+#: cell's stated error weights the error of α_k by |β_k| r^k for k ≤ 2 apart, by r³(|β₃| + |β₄|) for
+#: k = 3, 4 and that of the rest by r³‖β_{≥5}‖₁ (:func:`.mehler.error_polynomial`): the first terms carry
+#: most of a smooth φ's weight (tanh's α₁ and α₃, a mean's α₀)
+LOW = 4
 #: the Chebyshev–Lobatto degrees (nested: each one's points among the next's) of the first orders'
 #: interpolation in s = √a (:func:`low_orders`), and the largest interpolation estimate accepted, relative
 #: to ε√S (the rows' smallest): above it the next degree, after the last the rows one by one (at most
 #: :data:`LOW_DIRECT` of them; else the plain rule's own first orders)
-LOW_DEGREES, LOW_ACCEPT, LOW_DIRECT = (32, 64), 0.02, 160
+LOW_DEGREES, LOW_ACCEPT, LOW_DIRECT = (16, 32, 64), 0.02, 160
+#: the first degree tried for a span [s₀, s₁] of relative width w = (s₁ − s₀)/(s₁ + s₀): the first of
+#: LOW_DEGREES whose bound here is ≥ w (measured on tanh, tanh², SiLU: the degrees their test accepts);
+#: the test still decides, a lower degree only costs a second set of points.  A wider span (SiLU's deep
+#: layers: s from 0.08 to 0.9) is not interpolated (degree 64 does not meet the test there)
+LOW_START = (0.02, 0.2, 0.6)
 
 
 @dataclass(frozen=True)
@@ -448,36 +462,55 @@ def sum_roundings(n: int) -> int:
 
 
 @lru_cache(maxsize=32)
-def low_basis(K: int, h: float) -> tuple[np.ndarray, np.ndarray]:
-    """The long double basis' orders k ≤ min(K, :data:`LOW`) at the rule's nodes and at its every other
-    node, in :func:`blocks`."""
+def low_basis(K: int, h: float) -> tuple[np.ndarray, ...]:
+    """The long double basis' orders k ≤ min(K, :data:`LOW`) folded by parity (:func:`low_rules`): at the
+    nodes z_j = jh, j = 1 … c (c = the middle node's index), their even and odd orders (in :func:`blocks`),
+    the same at the nodes of the rule at 2h among them (j ≡ c mod 2), and the even orders at z = 0."""
     G = ld_basis(K, h)[1][:min(K, LOW) + 1]
-    return blocks(G), blocks(G[:, ::2])
+    c = G.shape[1] // 2
+    pos = G[:, c + 1:]
+    half = pos[:, (c + 1) % 2::2]                    # j ≡ c (mod 2): the rule at 2h's nodes z > 0
+    return blocks(pos[0::2]), blocks(pos[1::2]), blocks(half[0::2]), blocks(half[1::2]), G[0::2, c]
 
 
 def low_rules(fn: Fn, root: np.ndarray, K: int, h: float,
               memo: dict | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
     """(the rule at h, the rule at 2h: (V, m+1) in long double, the floor of the first and that of the two
     rules' difference (V,) each) of the orders k ≤ m = min(K, :data:`LOW`) at the long double s = √a
-    ``root``: φ in long double at every node (:func:`evaluate`; None where it is not), the weighted values
-    by the long double basis summed in long double (:func:`blocks`).  A rule's floor, against its exact
-    value: the values', :data:`LD_COEFF_ROUNDING`·√S (measured against a 110-bit rule), and the sum's
-    roundings, :func:`sum_roundings`·u_ld·Σ_i |F_i||G_ki| ≤ that·u_ld·c·√S (Cauchy–Schwarz: c = 1.01 ≥
-    ‖G_k‖₂ at h, c = 1.42 ≥ 2‖G_k,even‖₂ at 2h: 2Σ_even G_ki² ≈ 1; √S widened by 10⁻⁶).  The difference's
-    floor counts the values' errors once (as :func:`coefficients` does: ±Σ_i ΔF_i G_ki over the two node
-    sets) and both sums' roundings."""
+    ``root``: φ in long double at every node (:func:`evaluate`; None where it is not), folded by parity
+    (h_k(−z) = (−1)^k h_k(z): the even orders from F(z) + F(−z), the odd ones from F(z) − F(−z), z > 0,
+    and F(0) for the even ones), the folded values by the long double basis summed in long double
+    (:func:`blocks`); a part 0 throughout (φ odd or even in long double at these nodes: then the rule of
+    the long double values gives those orders exactly 0) skips its sums.  A rule's floor, against its
+    exact value: the values', :data:`LOW_VALUE_ROUNDING`·√S (measured against a 110-bit rule), and the
+    sum's roundings, (1 + :func:`sum_roundings` (c + 1))·u_ld·Σ_i |F_i||G_ki| ≤ that·u_ld·C·√S
+    (Cauchy–Schwarz: C = 1.01 ≥ ‖G_k‖₂ at h, C = 1.42 ≥ 2‖G_k,even‖₂ at 2h: 2Σ_even G_ki² ≈ 1; √S widened
+    by 10⁻⁶), c the nodes z > 0.  The difference's floor counts the values' errors once (as
+    :func:`coefficients` does: ±Σ_i ΔF_i G_ki over the two node sets) and both sums' roundings."""
     zl, Gl = ld_basis(K, h)
     vals, accurate = evaluate(fn, root[:, None] * zl, memo)
     if not accurate:
         return None
     F = vals * Gl[0]
-    Gh, G2h = low_basis(K, h)
-    fine = np.einsum("ibj,kbj->ikb", blocks(F), Gh).sum(axis=-1)
-    coarse = 2 * np.einsum("ibj,kbj->ikb", blocks(F[:, ::2]), G2h).sum(axis=-1)
-    n = len(zl)
+    c = len(zl) // 2
+    plus, minus = F[:, c + 1:], F[:, c - 1::-1]
+    even, odd = plus + minus, plus - minus
+    Ge, Go, He, Ho, G0 = low_basis(K, h)
+    m = min(K, LOW) + 1
+    fine, coarse = np.zeros((len(root), m), dtype=LD), np.zeros((len(root), m), dtype=LD)
+    start = (c + 1) % 2
+    if np.any(even) or np.any(F[:, c]):
+        fine[:, 0::2] = np.einsum("ibj,kbj->ikb", blocks(even), Ge).sum(axis=-1) + F[:, c, None] * G0
+        coarse[:, 0::2] = 2 * np.einsum("ibj,kbj->ikb", blocks(even[:, start::2]), He).sum(axis=-1)
+        if c % 2 == 0:                                   # z = 0 is a node of the rule at 2h
+            coarse[:, 0::2] += 2 * F[:, c, None] * G0
+    if m > 1 and np.any(odd):
+        fine[:, 1::2] = np.einsum("ibj,kbj->ikb", blocks(odd), Go).sum(axis=-1)
+        coarse[:, 1::2] = 2 * np.einsum("ibj,kbj->ikb", blocks(odd[:, start::2]), Ho).sum(axis=-1)
     top = np.sqrt(np.einsum("ij,ij->i", F, F).astype(float)) * (1 + 1e-6)
-    sums_h, sums_2h = sum_roundings(n) * UNIT_LD * 1.01 * top, sum_roundings((n + 1) // 2) * UNIT_LD * 1.42 * top
-    return fine, coarse, LD_COEFF_ROUNDING * top + sums_h, LD_COEFF_ROUNDING * top + sums_h + sums_2h
+    sums_h = (2 + sum_roundings(c)) * UNIT_LD * 1.01 * top
+    sums_2h = (2 + sum_roundings((c + 1) // 2)) * UNIT_LD * 1.42 * top
+    return fine, coarse, LOW_VALUE_ROUNDING * top + sums_h, LOW_VALUE_ROUNDING * top + sums_h + sums_2h
 
 
 @lru_cache(maxsize=64)
@@ -539,12 +572,14 @@ def low_orders(fn: Fn, variances: np.ndarray, K: int, h: float, memo: dict | Non
     a = np.asarray(variances, dtype=float)
     roots = np.sqrt(np.clip(a, 0.0, None).astype(LD))
     sub = (lambda key: memo.setdefault(("low",) + key, {})) if memo is not None else (lambda key: None)
-    if len(a) <= 2 * (LOW_DEGREES[0] + 1) or roots[0] == roots[-1]:
+    if len(a) <= 2 * (LOW_DEGREES[1] + 1) or roots[0] == roots[-1]:
         return direct_low(fn, roots, K, h, sub(("rows",)))
     lo, hi = float(roots[0]), float(roots[-1])
-    per_root = LD_COEFF_ROUNDING + sum_roundings(len(ld_basis(K, h)[0])) * UNIT_LD * 1.01
+    per_root = LOW_VALUE_ROUNDING + (2 + sum_roundings(len(ld_basis(K, h)[0]) // 2)) * UNIT_LD * 1.01
     got = None
-    for n in LOW_DEGREES:
+    width = (hi - lo) / (hi + lo)
+    first = min((j for j, w in enumerate(LOW_START) if width <= w), default=len(LOW_DEGREES))
+    for n in LOW_DEGREES[first:]:
         nodes = lobatto(n, lo, hi)
         new = low_rules(fn, nodes if got is None else nodes[1::2], K, h, sub((n,)))
         if new is None:
@@ -697,9 +732,9 @@ def coefficients(fn: Fn, variances: Sequence[float], K: int, h: float | None = N
     Per coefficient, δ = max_k |α̃_k − α̃'_k| (the two rules) + the floor of :class:`Rule` (the values'
     error: :data:`LD_COEFF_ROUNDING`·√S on the long double core and the float64 values' charge outside
     it, or :data:`COEFF_ROUNDING`·√S for a φ evaluated in float64; the products' bound; u·max_k |α̃_k|);
-    in ℓ2, ‖α − α̃‖ ≤ ‖α̃ − α̃'‖ + √(K+1)·floor.  The orders k ≤ :data:`LOW` have their own δ_low (the
-    same, over those orders alone; ``Coefficients.sup_low``); with ``low``, the plain float64 rule
-    computes them again accurately (:func:`low_orders`: their values and their floor replaced)."""
+    in ℓ2, ‖α − α̃‖ ≤ ‖α̃ − α̃'‖ + √(K+1)·floor.  With ``low``, the plain float64 rule computes the orders
+    k ≤ :data:`LOW` again accurately (:func:`low_orders`: their values replaced, their own error δ_low in
+    ``Coefficients.sup_low``, δ then the larger of the rest's and δ_low); without, δ_low = δ."""
     a = np.asarray(variances, dtype=float).ravel()
     h = step_for(K, float(a.max(initial=0.0))) if h is None else h
     r = _rule(fn, a, K, h, memo, low)
@@ -721,8 +756,10 @@ def coefficients(fn: Fn, variances: Sequence[float], K: int, h: float | None = N
     # the rounding of F Gᵀ, a few ε·S — not 2‖α̃‖·√(K+1)·(rounding of one coefficient))
     tail = np.clip(S - kept, 0.0, None) + np.abs(S - S1) + 2 * quad * np.sqrt(kept) + quad ** 2 + 16 * EPS * S
     np.abs(diff, out=diff)
-    sup_low = np.max(diff[:, :m], axis=1) + floor if r.low is None else r.low.bound + parity
-    sup = np.maximum(np.max(diff[:, m:], axis=1, initial=0.0) + floor, sup_low)
+    # (without the first orders again, they keep δ: the plain rule's floor is measured against its max over k)
+    sup = np.max(diff[:, m:] if r.low is not None else diff, axis=1, initial=0.0) + floor
+    sup_low = sup if r.low is None else r.low.bound + parity
+    sup = np.maximum(sup, sup_low)
     return Coefficients(alpha, tail, err, np.sqrt(kept), S, np.abs(S - S1) + r.square_floor, sup, sup_low)
 
 
@@ -878,7 +915,7 @@ def packed_columns(K: int) -> tuple[int, int, int, int]:
 # per-cell bounds from a few numbers per row: Σ_k |ρ|^k |x_k y_k| ≤ |x₀y₀| + |ρ||x₁y₁| + ρ²‖x_{≥2}‖‖y_{≥2}‖
 
 #: the columns of :func:`row_numbers`
-R_A0, R_A1, R_N2, R_L1, R_W2, R_S0, R_S1, R_S2, R_C0, R_C1, R_C2, R_N3, R_S3, R_C3, R_DL = range(15)
+R_A0, R_A1, R_N2, R_L1, R_W2, R_S0, R_S1, R_S2, R_C0, R_C1, R_C2, R_N3, R_S3, R_C3, R_DL, R_A34 = range(16)
 
 
 def row_numbers(A: np.ndarray) -> np.ndarray:
@@ -889,17 +926,17 @@ def row_numbers(A: np.ndarray) -> np.ndarray:
 
 
 #: how many numbers :func:`compute_row_numbers` gives per row
-ROW_NUMBERS = 15
+ROW_NUMBERS = 16
 
 
 def compute_row_numbers(alpha: np.ndarray, low_error: np.ndarray) -> np.ndarray:
-    """Per row of coefficients α_0 … α_K (…, K+1) the numbers of the per-cell bounds (…, 15):
+    """Per row of coefficients α_0 … α_K (…, K+1) the numbers of the per-cell bounds (…, 16):
     |α₀|, |α₁|, ‖α_{≥2}‖₂, ‖α_{≥2}‖₁, ‖(√k α_k)_{k≥2}‖ (the plain series x_k = α_k); then for
     x_k = √(k+1) α_{k+1} (the ρ-derivative, :func:`mehler_slope`) and x_k = √((k+1)(k+2)) α_{k+2}
     (the variance derivative, :func:`mehler_curve`) |x₀|, |x₁|, ‖x_{≥2}‖₂; then ‖x_{≥3}‖₂ of the
     three (the signed bounds of :func:`signed_weighted`); then ``low_error``, the error δ_low of α_0 …
-    α_LOW (``Coefficients.sup_low``).  Computed once per distinct variance, when the row is packed
-    (:func:`pack`)."""
+    α_LOW (``Coefficients.sup_low``), and |α₃| + |α₄|.  Computed once per distinct variance, when the row
+    is packed (:func:`pack`)."""
     al = alpha
     K = al.shape[-1] - 1
     k = np.arange(K + 1, dtype=float)
@@ -917,4 +954,5 @@ def compute_row_numbers(alpha: np.ndarray, low_error: np.ndarray) -> np.ndarray:
     out[..., R_S3] = np.sqrt(np.sum(k[4:] * sq[..., 4:], axis=-1))
     out[..., R_C3] = np.sqrt(np.sum(k[5:] * (k[5:] - 1) * sq[..., 5:], axis=-1))
     out[..., R_DL] = low_error
+    out[..., R_A34] = np.sum(np.abs(al[..., 3:5]), axis=-1)
     return out

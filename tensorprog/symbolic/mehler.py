@@ -18,8 +18,8 @@ from typing import Callable, NamedTuple, Sequence
 import numpy as np
 import sympy as sp
 
-from .hermite import (AIM, EPS, LOG_TIGHT, ROW_NUMBERS, R_A0, R_A1, R_C0, R_C1, R_C2, R_C3, R_DL, R_L1, R_N2,
-                       R_N3, R_S0, R_S1, R_S2, R_S3, R_W2, SHARE, levels, packed_columns)
+from .hermite import (AIM, EPS, LOG_TIGHT, ROW_NUMBERS, R_A0, R_A1, R_A34, R_C0, R_C1, R_C2, R_C3, R_DL, R_L1,
+                       R_N2, R_N3, R_S0, R_S1, R_S2, R_S3, R_W2, SHARE, levels, packed_columns)
 
 
 def packed_sum(A: np.ndarray, B: np.ndarray, rho: np.ndarray, tol: float) -> tuple[np.ndarray, np.ndarray]:
@@ -570,18 +570,18 @@ def error_polynomial(a: "Operand", b: "Operand", x: Callable, y: Callable, K: in
     """The coefficients' errors and the sum's rounding of :func:`stated_errors` (a fresh array of the
     grid's ``shape``), as one polynomial in r = |ρ| whose coefficients are sums of products of a row's
     number by a column's (x, y: the :func:`row_numbers` of A and B; δ_α, δ_β their coefficients' error,
-    δl_α, δl_β that of their orders k ≤ 2, ``R_DL``: :func:`.hermite.low_orders`; U = u(1 + 1e-12)):
+    δl_α, δl_β that of their orders k ≤ 4, ``R_DL``: :func:`.hermite.low_orders`; U = u(1 + 1e-12)):
 
-    * Σ_k r^k (|α_k||Δβ_k| + |Δα_k||β_k| + |Δα_k||Δβ_k|) ≤ δl_β·w_α + δ_β·r³c_α + (β likewise) +
-      3δl_αδl_β + r³(K − 2)δ_αδ_β, with w_α = |α₀| + r|α₁| + r²|α₂| and c_α ≥ ‖α_{≥3}‖₁
-      (:func:`rest_l1`; for a function of one parity α₂ or α₃ is 0, and r²‖α_{≥2}‖₁ would overstate
-      the sum by 1/r on its larger part);
+    * Σ_k r^k (|α_k||Δβ_k| + |Δα_k||β_k| + |Δα_k||Δβ_k|) ≤ δl_β·(w_α + r³(|α₃| + |α₄|)) + δ_β·r³c_α +
+      (β likewise) + 3δl_αδl_β + r³(2δl_αδl_β + (K − 4)δ_αδ_β), with w_α = |α₀| + r|α₁| + r²|α₂| and
+      c_α ≥ ‖α_{≥5}‖₁ (:func:`rest_l1`; r^k ≤ r³ for k ≥ 3; for a function of one parity α₂ or α₃ is 0,
+      and r²‖α_{≥2}‖₁ would overstate the sum by 1/r on its larger part);
     * U·(2 m₀ + (2 + :data:`RHO_ROUNDINGS`) m₁), m₀ = |α₀β₀| + r|α₁β₁| + r^q‖α_{≥q}‖‖β_{≥q}‖,
       m₁ = r|α₁β₁| + r^q‖(√k α_k)_{≥q}‖‖(√k β_k)_{≥q}‖, q = 2, or 3 where a side's α₂ is 0 throughout.
 
     So C₀ + r(C₁ + r(C₂ + rC₃)) with C₀ = |α₀| ⊗ (δl_β + 2U|β₀|) + δl_α ⊗ (|β₀| + 3δl_β),
     C₁ = |α₁| ⊗ (δl_β + 10U|β₁|) + δl_α ⊗ |β₁|, C₂ = |α₂| ⊗ δl_β + δl_α ⊗ |β₂| (and
-    C₃ = c_α ⊗ δ_β + δ_α ⊗ (c_β + (K − 2)δ_β)),
+    C₃ = c_α ⊗ δ_β + δ_α ⊗ (c_β + (K − 4)δ_β) + (|α₃| + |α₄|) ⊗ δl_β + δl_α ⊗ (|β₃| + |β₄| + 2δl_β)),
     the rounding's r^q terms U·(2‖α_{≥q}‖ ⊗ ‖β_{≥q}‖ + 8‖·‖ ⊗ ‖·‖) in C_q: every term ≥ 0, the sums of
     a side's numbers formed once per row or column, each product of a row by a column one pass over
     the grid (:func:`times`; one with a factor 0 throughout left out), by Horner in r.  Every
@@ -600,8 +600,9 @@ def error_polynomial(a: "Operand", b: "Operand", x: Callable, y: Callable, K: in
         nq = (x(R_N2), y(R_N2), x(R_W2), y(R_W2))
     rounding_rest = [(nq[0], (2 * U) * nq[1]), (nq[2], (8 * U) * nq[3])]
 
-    ca, cb = rest_l1(x(R_L1), a.grid(2)), rest_l1(y(R_L1), b.grid(2))
-    polynomial = [[(ca, db), (da, cb + max(K - 2.0, 0.0) * db)] + (rounding_rest if za or zb else []),  # C₃
+    ca, cb = rest_l1(x(R_L1), a.grid(2), x(R_A34)), rest_l1(y(R_L1), b.grid(2), y(R_A34))
+    polynomial = [[(ca, db), (da, cb + max(K - 4.0, 0.0) * db), (x(R_A34), lb), (la, y(R_A34) + 2.0 * lb)]
+                  + (rounding_rest if za or zb else []),                                                 # C₃
                   [(np.abs(a.grid(2)), lb), (la, np.abs(b.grid(2)))] + ([] if za or zb else rounding_rest),
                   [(x(R_A1), lb + (10 * U) * y(R_A1)), (la, y(R_A1))],
                   [(x(R_A0), lb + (2 * U) * y(R_A0)), (la, y(R_A0) + 3.0 * lb)]]                     # C₀
@@ -615,10 +616,10 @@ def error_polynomial(a: "Operand", b: "Operand", x: Callable, y: Callable, K: in
     return acc
 
 
-def rest_l1(l1: np.ndarray, x2: np.ndarray) -> np.ndarray:
-    """max(‖x_{≥2}‖₁ − |x₂|, 0) + 1e-12‖x_{≥2}‖₁ ≥ ‖x_{≥3}‖₁ per row, from x₂ and the stored ‖x_{≥2}‖₁
-    (widened by 1e-12‖x_{≥2}‖₁ for that sum's rounding, at most K·u relative)."""
-    return np.maximum(l1 - np.abs(x2), 0.0) + 1e-12 * l1
+def rest_l1(l1: np.ndarray, x2: np.ndarray, x34: np.ndarray) -> np.ndarray:
+    """max(‖x_{≥2}‖₁ − |x₂| − (|x₃| + |x₄|), 0) + 1e-12‖x_{≥2}‖₁ ≥ ‖x_{≥5}‖₁ per row, from x₂, the stored
+    |x₃| + |x₄| and ‖x_{≥2}‖₁ (widened by 1e-12‖x_{≥2}‖₁ for those sums' roundings, at most K·u relative)."""
+    return np.maximum(l1 - np.abs(x2) - x34, 0.0) + 1e-12 * l1
 
 
 @lru_cache(maxsize=64)
