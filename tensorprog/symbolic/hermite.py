@@ -6,7 +6,8 @@ product (the trapezoidal rule on [−13, 13], error estimated by the rule at ste
 node), with their tail and error estimates.  The grid tape (:mod:`.grid`) packs one variance's
 coefficients with their tail, error, norm and the few numbers the per-cell bounds read
 (:func:`pack`, laid out as :func:`packed_columns` says), once per input; :class:`PackCache` keeps
-the packs of a tape.
+the packs of a tape.  A pack's first orders k ≤ :data:`LOW` are computed again in long double, with
+their own error δ_low (:func:`low_orders`).
 """
 from __future__ import annotations
 
@@ -35,8 +36,8 @@ COEFF_ROUNDING = 1.5 * EPS
 SQUARE_ROUNDING = 4 * EPS
 #: whether the rule runs in extended precision (φ in long double on the core window, exact products:
 #: δ ≤ 0.75 ε√S, tests/test_series_bounds.py) or in plain float64 (φ and the products in float64, δ
-#: with :data:`PLAIN_COEFF_ROUNDING`: 4–14 ε√S, about a third of the kernels' stated errors, but the
-#: pack takes half the time: bench/series_kernels.py, tanh and SiLU at N = 300 and 1000)
+#: with :data:`PLAIN_COEFF_ROUNDING`, but the pack takes half the time: bench/series_kernels.py, tanh
+#: and SiLU at N = 300 and 1000; a pack's first orders then again in long double, :func:`low_orders`)
 EXTENDED = False
 #: the rounding of one coefficient of the plain float64 rule (products by BLAS: their accumulation,
 #: 5–12 ε√S, dominates), relative to √S: against the same rule in 80-bit floats (tanh, SiLU, their
@@ -429,8 +430,8 @@ LOW_DEGREES, LOW_ACCEPT, LOW_DIRECT = (16, 32, 64), 0.02, 160
 #: the first degree tried for a span [s₀, s₁] of relative width w = (s₁ − s₀)/(s₁ + s₀): the first of
 #: LOW_DEGREES whose bound here is ≥ w (measured on tanh, tanh², SiLU: the degrees their test accepts);
 #: the test still decides, a lower degree only costs a second set of points.  A wider span (SiLU's deep
-#: layers: s from 0.08 to 0.9) is not interpolated (degree 64 does not meet the test there)
-LOW_START = (0.02, 0.2, 0.6)
+#: layers: s from 0.08 to 0.9, where degree 64 does not meet the test) is cut into pieces of the last
+LOW_START = (0.02, 0.2)
 
 
 @dataclass(frozen=True)
@@ -513,7 +514,15 @@ def low_rules(fn: Fn, root: np.ndarray, K: int, h: float,
     return fine, coarse, LOW_VALUE_ROUNDING * top + sums_h, LOW_VALUE_ROUNDING * top + sums_h + sums_2h
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=128)
+def odd_weights(n: int, lo: float, hi: float) -> np.ndarray:
+    """The weights (n/2, n/2 + 1) of the degree n/2 interpolant (:func:`barycentric`) at the odd
+    Chebyshev–Lobatto points of degree n on [lo, hi] (not to be written: cached)."""
+    nodes = lobatto(n, lo, hi)
+    return barycentric(nodes[::2], nodes[1::2])[0]
+
+
+@lru_cache(maxsize=128)
 def lobatto(n: int, lo: float, hi: float) -> np.ndarray:
     """The n + 1 Chebyshev–Lobatto points of [lo, hi] in long double, from hi down to lo (not to be
     written: cached)."""
@@ -546,8 +555,8 @@ def low_orders(fn: Fn, variances: np.ndarray, K: int, h: float, memo: dict | Non
     s = √a (a finite sum of φ(s z_i) times constants: tanh's, SiLU's and softplus' singularities are at
     imaginary s alone, and ELU's kink stays at z = 0): at ``variances`` (sorted, distinct) over a span
     [s₀, s₁] it is interpolated from the long double rules (:func:`low_rules`) at the Chebyshev–Lobatto
-    points of the span, of degree n = 8, 16, … (:data:`LOW_DEGREES`; nested: each degree adds only its
-    new points), until the interpolants of degrees n/2 and n differ by at most :data:`LOW_ACCEPT`·ε√S at
+    points of the span, of degree n = 16, 32 or 64 (:data:`LOW_DEGREES`, the first by the span's width,
+    :data:`LOW_START`; nested: each degree adds only its new points), until the interpolants of degrees n/2 and n differ by at most :data:`LOW_ACCEPT`·ε√S at
     every variance (S the smallest at the points).  The first orders' cost is then that of a few dozen
     variances, whatever their number.
 
@@ -566,49 +575,113 @@ def low_orders(fn: Fn, variances: np.ndarray, K: int, h: float, memo: dict | Non
     odd points (Λ_n ≤ (2/π)·log(n + 1) + 1 at Chebyshev–Lobatto points, Brutman 1997; taken + 0.5), so
     that only the final interpolant meets every variance.
 
-    A few variances (≤ 2·9), or one s, take the rules at each variance directly (est = 0, λ = 1); a span
-    whose interpolants do not meet the test by the last degree likewise where there are at most
-    :data:`LOW_DIRECT` variances, and gets None where there are more."""
+    A few variances (≤ 2·33), or one s, take the rules at each variance directly (est = 0, λ = 1).  A span
+    wider than the last of :data:`LOW_START` is cut into the fewest pieces of at most that relative width
+    (in geometric progression: s₁/s₀ the same for each), each interpolated alone.  Where an interpolant does not meet
+    the test by the last degree, the rules are taken at each variance where there are at most
+    :data:`LOW_DIRECT` variances, and the result is None where there are more."""
     a = np.asarray(variances, dtype=float)
     roots = np.sqrt(np.clip(a, 0.0, None).astype(LD))
     sub = (lambda key: memo.setdefault(("low",) + key, {})) if memo is not None else (lambda key: None)
     if len(a) <= 2 * (LOW_DEGREES[1] + 1) or roots[0] == roots[-1]:
         return direct_low(fn, roots, K, h, sub(("rows",)))
     lo, hi = float(roots[0]), float(roots[-1])
+    widest = LOW_START[-1]
+    cut = np.zeros(0, dtype=int)
+    if lo > 0 and (hi - lo) / (hi + lo) > widest:          # pieces of relative width ≤ `widest`
+        count = int(np.ceil(np.log(hi / lo) / np.log((1 + widest) / (1 - widest))))
+        edges = lo * (hi / lo) ** (np.arange(count + 1) / count)     # equal pieces, s₁/s₀ = (hi/lo)^(1/count)
+        cut = np.searchsorted(roots.astype(float), edges[1:-1], side="right")
+    spans = [Span(rows, roots[rows]) for rows in np.split(np.arange(len(a)), cut) if len(rows)]
     per_root = LOW_VALUE_ROUNDING + (2 + sum_roundings(len(ld_basis(K, h)[0]) // 2)) * UNIT_LD * 1.01
-    got = None
-    width = (hi - lo) / (hi + lo)
-    first = min((j for j, w in enumerate(LOW_START) if width <= w), default=len(LOW_DEGREES))
-    for n in LOW_DEGREES[first:]:
-        nodes = lobatto(n, lo, hi)
-        new = low_rules(fn, nodes if got is None else nodes[1::2], K, h, sub((n,)))
-        if new is None:
+    level, pending = 0, spans
+    while pending:                          # the new points of every pending span, in one long double rule
+        need = [(x, x.points()) for x in pending]
+        got = low_rules(fn, np.concatenate([p for _, p in need]), K, h,
+                        sub(("points", level) + tuple((x.lo, x.degree) for x, _ in need)))
+        if got is None:
             return None
-        got = new if got is None else tuple(interleave(x, y) for x, y in zip(got, new))
-        fine, coarse, floor_h, floor_D = got
+        start, still = 0, []
+        for x, p in need:
+            x.add(tuple(v[start:start + len(p)] for v in got))
+            start += len(p)
+            if not x.test(per_root, sub(("weights", x.lo, x.degree))):
+                if not x.next():
+                    return direct_low(fn, roots, K, h, sub(("rows",))) if len(a) <= LOW_DIRECT else None
+                still.append(x)
+        level, pending = level + 1, still
+    return LowOrders(*(np.concatenate([getattr(x.result, f) for x in spans]) for f in ("alpha", "coarse", "bound")))
+
+
+class Span:
+    """One span of :func:`low_orders`: its rows (indices) and their s, the Chebyshev–Lobatto degree it is
+    at (the first of :data:`LOW_DEGREES` its relative width allows, :data:`LOW_START`), the long double
+    rules at its points so far, and its :class:`LowOrders` once a degree meets the test."""
+
+    def __init__(self, rows: np.ndarray, roots: np.ndarray) -> None:
+        self.rows, self.roots = rows, roots
+        self.lo, self.hi = float(roots[0]), float(roots[-1])
+        width = (self.hi - self.lo) / (self.hi + self.lo)
+        self.index = min((j for j, w in enumerate(LOW_START) if width <= w), default=len(LOW_DEGREES) - 1)
+        self.got: tuple | None = None
+        self.result: LowOrders | None = None
+
+    @property
+    def degree(self) -> int:
+        return LOW_DEGREES[self.index]
+
+    @property
+    def direct(self) -> bool:
+        """Whether it takes the rules at its own rows (one s, or no more rows than its degree's points)."""
+        return self.lo == self.hi or len(self.rows) <= self.degree + 1
+
+    def nodes(self) -> np.ndarray:
+        return self.roots if self.direct else lobatto(self.degree, self.lo, self.hi)
+
+    def points(self) -> np.ndarray:
+        """The points whose rules it needs next: all of its degree's at first, then the new (odd) ones."""
+        return self.nodes() if self.got is None else self.nodes()[1::2]
+
+    def add(self, new: tuple) -> None:
+        self.got = new if self.got is None else tuple(interleave(x, y) for x, y in zip(self.got, new))
+
+    def next(self) -> bool:
+        """To the next degree (False after the last)."""
+        self.index += 1
+        return self.index < len(LOW_DEGREES)
+
+    def test(self, per_root: float, weights: dict | None) -> bool:
+        """Whether its interpolant meets the test of :func:`low_orders` (then ``result`` is set); a span of
+        one s takes its rule at that point directly.  ``weights``: a memo of its interpolation weights at its
+        rows (one per set of variances and degree: the functions packed there share them)."""
+        fine, coarse, floor_h, floor_D = self.got
+        if self.direct:
+            self.result = finish(fine, coarse, floor_h + floor_D)
+            return True
+        n, nodes = self.degree, self.nodes()
         D = fine - coarse
-        c_odd, _ = barycentric(nodes[::2], nodes[1::2])
+        c_odd = odd_weights(n, self.lo, self.hi)
         leb = 2 / np.pi * np.log(n + 1) + 1.5
         est_h = leb * float(np.max(np.abs(fine[1::2] - c_odd @ fine[::2]), initial=0.0))
         if est_h > LOW_ACCEPT * EPS * float(np.min(floor_h)) / per_root:
-            continue
+            return False
         est_D = leb * float(np.max(np.abs(D[1::2] - c_odd @ D[::2]), initial=0.0))
-        weights = sub(("weights", n))                # one per set of variances (the functions packed there)
-        if weights is None or "c" not in weights:
-            weights = dict(zip(("c", "lam"), barycentric(nodes, roots)))
-            if memo is not None:
-                memo[("low", "weights", n)] = weights
-        c, lam = weights["c"], weights["lam"]
+        if weights is None:
+            c, lam = barycentric(nodes, self.roots)
+        else:
+            if "c" not in weights:
+                weights["c"], weights["lam"] = barycentric(nodes, self.roots)
+            c, lam = weights["c"], weights["lam"]
         live = np.flatnonzero(np.any(fine != 0, axis=0))      # (a parity's zero orders stay 0)
         centre = fine[n // 2, live]
         dev = fine[:, live] - centre
-        I_h = np.zeros((len(roots), fine.shape[1]), dtype=LD)
+        I_h = np.zeros((len(self.roots), fine.shape[1]), dtype=LD)
         I_h[:, live] = c @ dev + centre
         rounding = 2 * (3 * n + 4) * UNIT_LD * lam * float(np.max(np.abs(dev), initial=0.0))
         e_h = est_h + lam * float(np.max(floor_h)) + rounding
         bound_D = est_D + lam * float(np.max(np.abs(D)) + np.max(floor_D))       # ≥ |D| at every variance
-        return finish(I_h, None, bound_D + e_h)
-    return direct_low(fn, roots, K, h, sub(("rows",))) if len(a) <= LOW_DIRECT else None
+        self.result = finish(I_h, None, bound_D + e_h)
+        return True
 
 
 def interleave(old: np.ndarray, new: np.ndarray) -> np.ndarray:
@@ -821,9 +894,10 @@ def pack(fn: Fn, K: int, h: float, a: np.ndarray, memo: dict | None = None) -> n
     """The packed coefficients of φ = fn at the variances ``a`` (any shape; computed once per
     distinct value): shape a.shape + (W,), [α_0 … α_K, T(L) for each level L of :func:`levels`,
     S = E φ², its error, δ, ‖α̃‖, the numbers of :func:`compute_row_numbers`, √(T(L)/T(L′)) for every
-    order L = 0 … K (:func:`tail_ratios`), K] (:func:`coefficients`, at the recorded step h; δ the
-    error of each coefficient, ``Coefficients.sup``; the tails below K as :meth:`Coefficients.truncate`
-    states them: T(L) ≤ (√T(K) + ‖α̃_{L<k≤K}‖ + ‖α − α̃‖)²)."""
+    order L = 0 … K (:func:`tail_ratios`), K] (:func:`coefficients` with the first orders again in
+    long double, at the recorded step h; δ the error of each coefficient, ``Coefficients.sup``, and
+    δ_low that of the first orders among the row numbers; the tails below K as
+    :meth:`Coefficients.truncate` states them: T(L) ≤ (√T(K) + ‖α̃_{L<k≤K}‖ + ‖α − α̃‖)²)."""
     a = np.asarray(a, dtype=float)
     ua, inv = np.unique(a.ravel(), return_inverse=True)
     c = coefficients(fn, ua, K, h, memo, low=True)
@@ -879,7 +953,7 @@ class PackCache:
         if got is None:
             got = self.memos[key] = {}
             # (the plain rule keeps a few long double rows per set of variances: :func:`low_orders`)
-            size = min(8, max(2, self.limit // (4 * 16 * 250 * max(1, len(variances))))) if EXTENDED else 32
+            size = min(8, max(2, self.limit // (4 * 16 * 250 * max(1, len(variances))))) if EXTENDED else 16
             while len(self.memos) > size:
                 self.memos.popitem(last=False)
         self.memos.move_to_end(key)

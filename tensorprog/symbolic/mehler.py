@@ -500,9 +500,10 @@ def stated_errors(A: np.ndarray, B: np.ndarray, K: int, order: np.ndarray, log_t
       tails of the largest stored level L′ ≤ L, never those of K) scaled to the tails at the cell's
       own order, r^{L+1}·√(T_α(L) T_β(L)) (:func:`own_tails`), widened by 1e-12 for the rounding of
       its logarithms and ratios;
-    * the coefficients' errors (δ per coefficient, packed column of :func:`packed_columns`):
-      |Σ_{k≤L} ρ^k (α_kβ_k − α̃_kβ̃_k)| ≤ δ_α Σ|ρ|^k|β̃_k| + δ_β Σ|ρ|^k|α̃_k| + (K+1)δ_αδ_β, the sums
-      by |β₀| + r|β₁| + r²|β₂| + r³c_β, c_β = ‖β_{≥3}‖₁ from the stored ‖β_{≥2}‖₁ (:func:`rest_l1`);
+    * the coefficients' errors (δ per coefficient, packed column of :func:`packed_columns`, and δ_low of
+      the first orders k ≤ 4, row number ``R_DL``): |Σ_{k≤L} ρ^k (α_kβ_k − α̃_kβ̃_k)| ≤ Σ_k r^k(|Δα_k||β̃_k|
+      + |α̃_k||Δβ_k| + |Δα_k||Δβ_k|), the first terms one by one and the rest by r³c_β, c_β = ‖β_{≥5}‖₁
+      from the stored ‖β_{≥2}‖₁ (:func:`rest_l1`; :func:`error_polynomial`);
     * the rounding of the sum (:func:`horner_sums`), each rounding at most the unit roundoff
       u = ε/2 relative to its result (round to nearest): term k ≤ :data:`HORNER_TOP` meets one
       product (α_kβ_k), then k products by ρ and k + 1 additions in Horner's loop, 2k + 2 roundings;
