@@ -422,6 +422,10 @@ def core_values(fn: Fn, variances: np.ndarray, root: np.ndarray, z: np.ndarray, 
 #: k = 3, 4 and that of the rest by r³‖β_{≥5}‖₁ (:func:`.mehler.error_polynomial`): the first terms carry
 #: most of a smooth φ's weight (tanh's α₁ and α₃, a mean's α₀)
 LOW = 4
+#: whether the packed rows compute their first orders again (:func:`pack`): off, δ_low = δ (the plain
+#: rule's floor, :data:`PLAIN_COEFF_ROUNDING`: honest, 1.6–2× looser kernels' bounds; the packs
+#: 0.05–0.25 s faster at N = 300–1000, bench/series_kernels.py)
+FIRST_ORDERS = True
 #: the Chebyshev–Lobatto degrees (nested: each one's points among the next's) of the first orders'
 #: interpolation in s = √a (:func:`low_orders`), and the largest interpolation estimate accepted, relative
 #: to ε√S (the rows' smallest): above it the next degree, after the last the rows one by one (at most
@@ -430,7 +434,8 @@ LOW_DEGREES, LOW_ACCEPT, LOW_DIRECT = (16, 32, 64), 0.02, 160
 #: the first degree tried for a span [s₀, s₁] of relative width w = (s₁ − s₀)/(s₁ + s₀): the first of
 #: LOW_DEGREES whose bound here is ≥ w (measured on tanh, tanh², SiLU: the degrees their test accepts);
 #: the test still decides, a lower degree only costs a second set of points.  A wider span (SiLU's deep
-#: layers: s from 0.08 to 0.9, where degree 64 does not meet the test) is cut into pieces of the last
+#: layers: s from 0.08 to 0.9, where degree 64 does not meet the test) is cut into pieces of relative
+#: width at most the last
 LOW_START = (0.02, 0.2)
 
 
@@ -484,7 +489,8 @@ def low_rules(fn: Fn, root: np.ndarray, K: int, h: float,
     (:func:`blocks`); a part 0 throughout (φ odd or even in long double at these nodes: then the rule of
     the long double values gives those orders exactly 0) skips its sums.  A rule's floor, against its
     exact value: the values', :data:`LOW_VALUE_ROUNDING`·√S (measured against a 110-bit rule), and the
-    sum's roundings, (1 + :func:`sum_roundings` (c + 1))·u_ld·Σ_i |F_i||G_ki| ≤ that·u_ld·C·√S
+    sum's roundings, (2 + :func:`sum_roundings` (c))·u_ld·Σ_i |F_i||G_ki| ≤ that·u_ld·C·√S (the fold's
+    addition, the blocked sum of c terms, F(0)'s addition)
     (Cauchy–Schwarz: C = 1.01 ≥ ‖G_k‖₂ at h, C = 1.42 ≥ 2‖G_k,even‖₂ at 2h: 2Σ_even G_ki² ≈ 1; √S widened
     by 10⁻⁶), c the nodes z > 0.  The difference's floor counts the values' errors once (as
     :func:`coefficients` does: ±Σ_i ΔF_i G_ki over the two node sets) and both sums' roundings."""
@@ -556,8 +562,8 @@ def low_orders(fn: Fn, variances: np.ndarray, K: int, h: float, memo: dict | Non
     imaginary s alone, and ELU's kink stays at z = 0): at ``variances`` (sorted, distinct) over a span
     [s₀, s₁] it is interpolated from the long double rules (:func:`low_rules`) at the Chebyshev–Lobatto
     points of the span, of degree n = 16, 32 or 64 (:data:`LOW_DEGREES`, the first by the span's width,
-    :data:`LOW_START`; nested: each degree adds only its new points), until the interpolants of degrees n/2 and n differ by at most :data:`LOW_ACCEPT`·ε√S at
-    every variance (S the smallest at the points).  The first orders' cost is then that of a few dozen
+    :data:`LOW_START`; nested: each degree adds only its new points), until the interpolants of degrees
+    n/2 and n differ by at most :data:`LOW_ACCEPT`·ε√S at every variance (S the smallest at the points).  The first orders' cost is then that of a few dozen
     variances, whatever their number.
 
     Per variance, with ℓ_j and λ of :func:`barycentric`: the interpolant of degree n of values v_j with
@@ -900,7 +906,7 @@ def pack(fn: Fn, K: int, h: float, a: np.ndarray, memo: dict | None = None) -> n
     :meth:`Coefficients.truncate` states them: T(L) ≤ (√T(K) + ‖α̃_{L<k≤K}‖ + ‖α − α̃‖)²)."""
     a = np.asarray(a, dtype=float)
     ua, inv = np.unique(a.ravel(), return_inverse=True)
-    c = coefficients(fn, ua, K, h, memo, low=True)
+    c = coefficients(fn, ua, K, h, memo, low=FIRST_ORDERS)
     beyond = np.cumsum((c.alpha ** 2)[:, ::-1], axis=1)[:, ::-1]      # Σ_{k ≥ j} α_k²
     tails = [(np.sqrt(c.tail) + np.sqrt(beyond[:, L + 1]) + c.err) ** 2 if L < K else c.tail for L in levels(K)]
     out = np.concatenate([c.alpha, np.stack(tails, 1), c.square[:, None], c.square_err[:, None],
