@@ -235,3 +235,28 @@ def test_first_orders_long_double_rule_against_mpmath():
                               for k in range(5))
                     assert float(err) <= hermite.LOW_VALUE_ROUNDING / 4 * float(mp.sqrt(S)), (K, a, float(err))
                     assert float(err) <= floor[0] / 4
+
+
+def test_first_orders_of_a_span_too_wide_keep_the_plain_rule():
+    """A span of √a that would need more than LOW_PIECES interpolation pieces (s₁/s₀ = 20 here: 8 pieces of
+    relative width 0.2) is not computed again (``low_orders`` gives None): the plain rule's first orders and
+    their δ stay (δ_low = δ), and δ still covers them against a 110-bit rule; a span of LOW_PIECES pieces
+    is computed again, with δ_low below the plain rule's δ."""
+    import mpmath as mp
+    import tensorprog.symbolic.hermite as hermite
+    from tensorprog.symbolic.hermite import coefficients
+    mp.mp.prec = 110
+    K = 48
+    wide = np.linspace(0.01, 4.0, 200)                    # s from 0.1 to 2
+    h = hermite.step_for(K, float(wide.max()))
+    assert hermite.low_orders(np.tanh, wide, K, h, None) is None
+    c, plain = coefficients(np.tanh, wide, K, h, low=True), coefficients(np.tanh, wide, K, h)
+    assert np.array_equal(c.alpha, plain.alpha) and np.array_equal(c.sup_low, c.sup)
+    for v in (0, 99, 199):
+        ref, _ = mp_coefficients(mp.tanh, float(wide[v]), 4, 0.8 * h)
+        assert max(float(abs(mp.mpf(float(c.alpha[v, k])) - ref[k])) for k in range(5)) <= c.sup_low[v]
+    ratio = ((1 + hermite.LOW_START[-1]) / (1 - hermite.LOW_START[-1])) ** hermite.LOW_PIECES
+    fits = np.linspace(0.3, 0.3 * ratio ** 2 * 0.99, 200)     # s₁/s₀ just under LOW_PIECES pieces' reach
+    assert hermite.low_orders(np.tanh, fits, K, h, None) is not None
+    low = coefficients(np.tanh, fits, K, h, low=True)
+    assert np.all(low.sup_low < low.sup)
