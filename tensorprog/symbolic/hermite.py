@@ -439,8 +439,9 @@ LOW_DEGREES, LOW_ACCEPT, LOW_DIRECT = (16, 32, 64), 0.02, 160
 LOW_START = (0.02, 0.2)
 #: the most pieces a span is cut into (:func:`low_orders`); a wider one keeps the plain rule's first orders
 #: and their δ (honest, looser): tanh's spans take at most 4 (its first layer's, s from 0.56 to 2.04), SiLU's
-#: deep layers 5–7 each (s₁/s₀ ≈ 5–10 at every depth), 80 % of its first orders' points for little of its
-#: kernels' tightness (bench/series_kernels.py: SiLU N = 300 NNGP 51 → 85 at 4, the cold call 0.12 s faster)
+#: deep layers 5–7 each (s₁/s₀ ≈ 5–10 at every depth), 85 % of its first orders' points (0.1 s CPU of the cold
+#: call at N = 300) for little of its kernels' tightness (bench/series_kernels.py, SiLU N = 300 NNGP: 51 with
+#: every span, 85 at 4; at 3, its first two layers' left out too, 128)
 LOW_PIECES = 4
 
 
