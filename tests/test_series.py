@@ -319,10 +319,12 @@ def test_price_bounds_of_a_block_have_the_bits_of_each_cell_alone(name):
 def test_error_polynomial_is_the_stated_bound(name):
     """The coefficients' errors and the sum's rounding of the stated error (:func:`error_polynomial`, a
     polynomial in r = |ρ| of row-by-column products) against the bound written term by term in long
-    double, cell by cell: δ_β(|α₀| + r|α₁| + r²|α₂| + r³c_α) + δ_α(…β…) + (K + 1)δ_αδ_β and
-    u(1 + 1e-12)(2m₀ + 8m₁) (m₀, m₁ with the rest from order 2, or 3 where a side's α₂ is 0 throughout:
-    tanh).  Equal to 1e-14 relative, in both orientations."""
-    from tensorprog.symbolic.hermite import R_A0, R_A1, R_L1, R_N2, R_N3, R_S2, R_W2, levels, packed_columns
+    double, cell by cell: δl_β(|α₀| + r|α₁| + r²|α₂| + r³(|α₃| + |α₄|)) + δ_β r³‖α_{≥5}‖₁ + (…β…) +
+    3δl_αδl_β + r³(2δl_αδl_β + (K − 4)δ_αδ_β) (δl the first orders' error, k ≤ 4, δ the rest's) and
+    u(1 + 1e-12)(2m₀ + 8m₁) (m₀, m₁ with the rest from
+    order 2, or 3 where a side's α₂ is 0 throughout: tanh).  Equal to 1e-14 relative, in both
+    orientations."""
+    from tensorprog.symbolic.hermite import R_A0, R_A1, R_DL, R_L1, R_N2, R_N3, R_S2, R_W2, levels, packed_columns
     from tensorprog.symbolic.mehler import UNIT, Operand, error_polynomial
 
     A, B, rho = packed_pair(name)
@@ -339,11 +341,17 @@ def test_error_polynomial_is_the_stated_bound(name):
                     cols[min(i, cols.shape[0] - 1), min(j, cols.shape[1] - 1)].astype(ld)
                 t = ld(abs(r[i, j]))
 
-                def w(v):
-                    rest = max(v[r0 + R_L1] - abs(v[2]), 0) + ld(1e-12) * v[r0 + R_L1]
-                    return v[r0 + R_A0] + t * v[r0 + R_A1] + t * t * abs(v[2]) + t ** 3 * rest
+                def first(v):
+                    return v[r0 + R_A0] + t * v[r0 + R_A1] + t * t * abs(v[2])
 
-                coef = y[e0] * w(x) + x[e0] * w(y) + (K + 1) * x[e0] * y[e0]
+                def rest(v):                                    # ≥ ‖v_{≥5}‖₁
+                    return max(v[r0 + R_L1] - abs(v[2]) - abs(v[3]) - abs(v[4]), 0) + ld(1e-12) * v[r0 + R_L1]
+
+                lx, ly = x[r0 + R_DL], y[r0 + R_DL]
+                assert 0 < lx <= x[e0] and 0 < ly <= y[e0]
+                mid = t ** 3 * (ly * (abs(x[3]) + abs(x[4])) + lx * (abs(y[3]) + abs(y[4])) + 2 * lx * ly)
+                coef = ly * first(x) + y[e0] * t ** 3 * rest(x) + lx * first(y) + x[e0] * t ** 3 * rest(y) \
+                    + 3 * lx * ly + t ** 3 * (K - 4) * x[e0] * y[e0] + mid
                 q, (n, m) = (3, (R_N3, R_S2)) if zero2 else (2, (R_N2, R_W2))
                 t1 = t * x[r0 + R_A1] * y[r0 + R_A1]
                 m0 = x[r0 + R_A0] * y[r0 + R_A0] + t1 + t ** q * x[r0 + n] * y[r0 + n]

@@ -167,3 +167,96 @@ def test_coefficient_error_covers_mpmath_and_is_tight(act, extended, monkeypatch
             assert c.sup[v] <= 0.75 * EPS * np.sqrt(float(S)), (act, a[v], c.sup[v] / EPS / np.sqrt(float(S)))
             assert c.square_err[v] <= 1.5 * u * float(S)
         assert c.sup[v] <= 16 * EPS * np.sqrt(float(S))
+
+
+@pytest.mark.parametrize("act", ["tanh", "tanh2", "silu", "silu2", "dsilu2", "tanh64"])
+def test_first_orders_cover_mpmath_and_are_tight(act):
+    """The packed rows' first orders k ≤ 4 (``hermite.low_orders``: the rule in long double, interpolated in
+    √a from Chebyshev–Lobatto points where there are many variances, at each variance where there are few)
+    and their own error δ_low (``Coefficients.sup_low``) against a 110-bit rule at another step: δ_low covers
+    every first coefficient, at variances between the interpolation points too, and is at most 1.1 ε√S (it
+    is mostly the rounding to float64, u·max_k |α̃_k|) and at most half the plain rule's δ.  A φ evaluated in
+    float64 (``tanh64``) keeps the plain rule's first orders and their floor, which covers."""
+    import mpmath as mp
+    import tensorprog.symbolic.hermite as hermite
+    from tensorprog.symbolic.hermite import coefficients
+    mp.mp.prec = 110
+    sig = {"np": lambda t: 1 / (1 + np.exp(-t)), "mp": lambda t: 1 / (1 + mp.exp(-t))}
+    fns = {"tanh": (np.tanh, mp.tanh), "tanh2": (lambda t: np.tanh(t) ** 2, lambda t: mp.tanh(t) ** 2),
+           "silu": (lambda t: t * sig["np"](t), lambda t: t * sig["mp"](t)),
+           "silu2": (lambda t: (t * sig["np"](t)) ** 2, lambda t: (t * sig["mp"](t)) ** 2),
+           "dsilu2": (lambda t: (sig["np"](t) * (1 + t * (1 - sig["np"](t)))) ** 2,
+                      lambda t: (sig["mp"](t) * (1 + t * (1 - sig["mp"](t)))) ** 2),
+           "tanh64": (lambda t: np.tanh(np.asarray(t, dtype=float)), mp.tanh)}
+    phi, phi_mp = fns[act]
+    K = 48
+    spans = {"narrow": np.linspace(0.30, 0.312, 90), "interpolated": np.linspace(0.29, 0.36, 120),
+             "wider": np.linspace(0.3, 1.0, 100),
+             "direct": np.array([0.05, 1.0, 4.0])}
+    for name, a in spans.items():
+        h = hermite.step_for(K, float(a.max()))
+        c = coefficients(phi, a, K, h, low=True)
+        plain = coefficients(phi, a, K, h)
+        for v in ([0, 37, 61, len(a) - 1] if len(a) > 3 else range(3)):
+            ref, S = mp_coefficients(phi_mp, float(a[v]), 4, 0.8 * h)
+            actual = max(float(abs(mp.mpf(float(c.alpha[v, k])) - ref[k])) for k in range(5))
+            assert actual <= c.sup_low[v], (name, v, actual, c.sup_low[v])
+            if act != "tanh64":
+                assert c.sup_low[v] <= 1.1 * EPS * np.sqrt(float(S)), (name, v, c.sup_low[v] / EPS / np.sqrt(float(S)))
+                assert c.sup_low[v] <= 0.5 * plain.sup[v], (name, v, c.sup_low[v], plain.sup[v])
+
+
+def test_first_orders_long_double_rule_against_mpmath():
+    """The long double rule of the first orders (``hermite.low_rules``: φ in long double at every node, the
+    parity fold, blocked sums) against the same rule in 110-bit mpmath (the same nodes, so only the
+    roundings differ): within LOW_VALUE_ROUNDING/4·√S for tanh, tanh², (1 − tanh²)², SiLU, SiLU² and SiLU′²
+    (measured ≤ 2.4 u_ld √S; stated 16 u_ld √S), and the stated floors cover it with that room; the rule
+    at 2h likewise."""
+    import mpmath as mp
+    import tensorprog.symbolic.hermite as hermite
+    mp.mp.prec = 110
+    LD = np.longdouble
+    sig = {"np": lambda t: 1 / (1 + np.exp(-t)), "mp": lambda t: 1 / (1 + mp.exp(-t))}
+    fns = [(np.tanh, mp.tanh), (lambda t: np.tanh(t) ** 2, lambda t: mp.tanh(t) ** 2),
+           (lambda t: (1 - np.tanh(t) ** 2) ** 2, lambda t: (1 - mp.tanh(t) ** 2) ** 2),
+           (lambda t: t * sig["np"](t), lambda t: t * sig["mp"](t)),
+           (lambda t: (t * sig["np"](t)) ** 2, lambda t: (t * sig["mp"](t)) ** 2),
+           (lambda t: (sig["np"](t) * (1 + t * (1 - sig["np"](t)))) ** 2,
+            lambda t: (sig["mp"](t) * (1 + t * (1 - sig["mp"](t)))) ** 2)]
+    rng = np.random.default_rng(3)
+    for phi, phi_mp in fns:
+        for K, top in ((8, 1.0), (48, 0.4), (256, 4.4)):
+            h = hermite.step_for(K, top)
+            for a in rng.uniform(0.02, top, 2):
+                fine, coarse, floor_h, floor_D = hermite.low_rules(phi, np.array([np.sqrt(LD(a))]), K, h, None)
+                for rule, step, floor in ((fine, h, floor_h), (coarse, 2 * h, floor_D)):
+                    ref, S = mp_coefficients(phi_mp, float(a), 4, step)
+                    err = max(abs(mp.mpf(float(rule[0, k])) + mp.mpf(float(rule[0, k] - LD(float(rule[0, k])))) - ref[k])
+                              for k in range(5))
+                    assert float(err) <= hermite.LOW_VALUE_ROUNDING / 4 * float(mp.sqrt(S)), (K, a, float(err))
+                    assert float(err) <= floor[0] / 4
+
+
+def test_first_orders_of_a_span_too_wide_keep_the_plain_rule():
+    """A span of √a that would need more than LOW_PIECES interpolation pieces (s₁/s₀ = 20 here: 8 pieces of
+    relative width 0.2) is not computed again (``low_orders`` gives None): the plain rule's first orders and
+    their δ stay (δ_low = δ), and δ still covers them against a 110-bit rule; a span of LOW_PIECES pieces
+    is computed again, with δ_low below the plain rule's δ."""
+    import mpmath as mp
+    import tensorprog.symbolic.hermite as hermite
+    from tensorprog.symbolic.hermite import coefficients
+    mp.mp.prec = 110
+    K = 48
+    wide = np.linspace(0.01, 4.0, 200)                    # s from 0.1 to 2
+    h = hermite.step_for(K, float(wide.max()))
+    assert hermite.low_orders(np.tanh, wide, K, h, None) is None
+    c, plain = coefficients(np.tanh, wide, K, h, low=True), coefficients(np.tanh, wide, K, h)
+    assert np.array_equal(c.alpha, plain.alpha) and np.array_equal(c.sup_low, c.sup)
+    for v in (0, 99, 199):
+        ref, _ = mp_coefficients(mp.tanh, float(wide[v]), 4, 0.8 * h)
+        assert max(float(abs(mp.mpf(float(c.alpha[v, k])) - ref[k])) for k in range(5)) <= c.sup_low[v]
+    ratio = ((1 + hermite.LOW_START[-1]) / (1 - hermite.LOW_START[-1])) ** hermite.LOW_PIECES
+    fits = np.linspace(0.3, 0.3 * ratio ** 2 * 0.99, 200)     # s₁/s₀ just under LOW_PIECES pieces' reach
+    assert hermite.low_orders(np.tanh, fits, K, h, None) is not None
+    low = coefficients(np.tanh, fits, K, h, low=True)
+    assert np.all(low.sup_low < low.sup)

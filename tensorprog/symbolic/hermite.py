@@ -6,7 +6,8 @@ product (the trapezoidal rule on [−13, 13], error estimated by the rule at ste
 node), with their tail and error estimates.  The grid tape (:mod:`.grid`) packs one variance's
 coefficients with their tail, error, norm and the few numbers the per-cell bounds read
 (:func:`pack`, laid out as :func:`packed_columns` says), once per input; :class:`PackCache` keeps
-the packs of a tape.
+the packs of a tape.  A pack's first orders k ≤ :data:`LOW` are computed again in long double, with
+their own error δ_low (:func:`low_orders`).
 """
 from __future__ import annotations
 
@@ -37,14 +38,17 @@ COEFF_ROUNDING = 1.5 * EPS
 SQUARE_ROUNDING = 4 * EPS
 #: whether the rule runs in extended precision (φ in long double on the core window, exact products:
 #: δ ≤ 0.75 ε√S, tests/test_series_bounds.py) or in plain float64 (φ and the products in float64, δ
-#: with :data:`PLAIN_COEFF_ROUNDING`: 4–14 ε√S, about a third of the kernels' stated errors, but the
-#: pack takes half the time: bench/series_kernels.py, tanh and SiLU at N = 300 and 1000)
+#: with :data:`PLAIN_COEFF_ROUNDING`, but the pack takes half the time: bench/series_kernels.py, tanh
+#: and SiLU at N = 300 and 1000; a pack's first orders then again in long double, :func:`low_orders`)
 EXTENDED = False
 #: the rounding of one coefficient of the plain float64 rule (products by BLAS: their accumulation,
 #: 5–12 ε√S, dominates), relative to √S: against the same rule in 80-bit floats (tanh, SiLU, their
-#: squares and derivatives' squares; K = 8, 64, 256; variances 0.002–4) max_k |α̃_k − α_k| ≤ 3.1 ε√S, and
-#: δ = max_k |α̃_k − α̃'_k| + this (the rule at 2h differs by its own rounding) ≥ 1.8× it everywhere
-PLAIN_COEFF_ROUNDING = 2 * EPS
+#: squares and derivatives' squares; K = 8, 64, 256; variances 0.002–4) max_k |α̃_k − α_k| ≤ 3.1 ε√S.  It
+#: was 2ε, with δ = max_k |α̃_k − α̃'_k| + this; scanning more variances against a 110-bit rule (tanh at
+#: K = 48, a = 0.51 and 0.73: tests/test_series_bounds.py) found δ short by up to 1.43×, the error less
+#: the two rules' difference up to 2.95 ε√S: so 4ε (the packed rows' first orders are now computed
+#: again in long double, :func:`low_orders`: this floor is the rest's, and that of φ without long double)
+PLAIN_COEFF_ROUNDING = 4 * EPS
 
 
 #: the rule's half-width: beyond |z| = T, pdf(z)·h_k(z)·φ is below 1e-18 (|h_k(z)| e^{−z²/4} ≤ 1)
@@ -122,7 +126,8 @@ class Coefficients:
     ``square`` (V,): E φ(√a z)² (the diagonal of E φψ when φ = ψ); ``square_err`` (V,): its error
     estimate (the rule at step 2h, plus rounding); ``sup`` (V,): of max_k |α_k − α̃_k| (the rule at
     step 2h, plus :data:`COEFF_ROUNDING`·√S, the products' bound and u·max_k |α̃_k|: what the grid
-    tape's per-cell bound uses)."""
+    tape's per-cell bound uses); ``sup_low`` (V,): of max_{k≤LOW} |α_k − α̃_k| (the same for the first
+    orders alone, :func:`coefficients`)."""
     alpha: np.ndarray
     tail: np.ndarray
     err: np.ndarray
@@ -130,6 +135,7 @@ class Coefficients:
     square: np.ndarray
     square_err: np.ndarray
     sup: np.ndarray | None = None
+    sup_low: np.ndarray | None = None
 
     @property
     def K(self) -> int:
@@ -139,7 +145,8 @@ class Coefficients:
         """The same coefficients up to order K ≤ self.K: the dropped ones join the tail (their
         error, at most err, is counted in the tail through (√T + err)²)."""
         return Coefficients(self.alpha[:, :K + 1], self.tail_at(K), self.err,
-                            np.sqrt(np.sum(self.alpha[:, :K + 1] ** 2, 1)), self.square, self.square_err, self.sup)
+                            np.sqrt(np.sum(self.alpha[:, :K + 1] ** 2, 1)), self.square, self.square_err, self.sup,
+                            self.sup_low)
 
     def tail_at(self, K: int) -> np.ndarray:
         """The tail of :meth:`truncate` (K): (√T + ‖α̃_{K<k}‖ + err)² (without the rest of it)."""
@@ -327,6 +334,12 @@ UNIT_LD = float(np.finfo(LD).eps) / 2
 LD_COEFF_ROUNDING = 128 * UNIT_LD
 #: the same for S = Σ_i F_i² (F's error twice, the long double sums')
 LD_SQUARE_ROUNDING = 128 * UNIT_LD
+#: the error of a first coefficient (k ≤ 2) from φ's long double values at every node, relative to √S
+#: (:func:`low_rules`: no float64 values, the basis' first rows from a short recurrence): against a
+#: 110-bit rule at the same nodes (tests/test_series_bounds.py: tanh, tanh², (1 − tanh²)², SiLU, SiLU²,
+#: SiLU′²; K = 8, 48, 256; variances 0.02–4.4) the whole long double rule, its sums included, errs by
+#: ≤ 2.4 u_ld √S
+LOW_VALUE_ROUNDING = 16 * UNIT_LD
 
 
 @dataclass(frozen=True)
@@ -343,6 +356,8 @@ class Rule:
     floor: np.ndarray
     square_floor: np.ndarray
     exact: bool = True          # the products exact (else plain float64: :data:`EXTENDED`)
+    #: the orders 0 … LOW of the plain rule again, accurately (:func:`low_orders`), or None
+    low: "LowOrders | None" = None
 
 
 def evaluate(fn: Fn, points: np.ndarray, memo: dict | None = None) -> tuple[np.ndarray, bool]:
@@ -404,7 +419,320 @@ def core_values(fn: Fn, variances: np.ndarray, root: np.ndarray, z: np.ndarray, 
     return vals, accurate, charge
 
 
-def _rule(fn: Fn, variances: np.ndarray, K: int, h: float, memo: dict | None = None) -> Rule:
+#: the orders 0 … LOW that the plain float64 rule computes again accurately (:func:`low_orders`): a
+#: cell's stated error weights the error of α_k by |β_k| r^k for k ≤ 2 apart, by r³(|β₃| + |β₄|) for
+#: k = 3, 4 and that of the rest by r³‖β_{≥5}‖₁ (:func:`.mehler.error_polynomial`): the first terms carry
+#: most of a smooth φ's weight (tanh's α₁ and α₃, a mean's α₀)
+LOW = 4
+#: whether the packed rows compute their first orders again (:func:`pack`): off, δ_low = δ (the plain
+#: rule's floor, :data:`PLAIN_COEFF_ROUNDING`: honest, 1.6–2× looser kernels' bounds; the packs
+#: 0.05–0.25 s faster at N = 300–1000, bench/series_kernels.py)
+FIRST_ORDERS = True
+#: the Chebyshev–Lobatto degrees (nested: each one's points among the next's) of the first orders'
+#: interpolation in s = √a (:func:`low_orders`), and the largest interpolation estimate accepted, relative
+#: to ε√S (the rows' smallest): above it the next degree, after the last the rows one by one (at most
+#: :data:`LOW_DIRECT` of them; else the plain rule's own first orders)
+LOW_DEGREES, LOW_ACCEPT, LOW_DIRECT = (16, 32, 64), 0.02, 160
+#: the first degree tried for a span [s₀, s₁] of relative width w = (s₁ − s₀)/(s₁ + s₀): the first of
+#: LOW_DEGREES whose bound here is ≥ w (measured on tanh, tanh², SiLU: the degrees their test accepts);
+#: the test still decides, a lower degree only costs a second set of points.  A wider span (SiLU's deep
+#: layers: s from 0.08 to 0.9, where degree 64 does not meet the test) is cut into pieces of relative
+#: width at most the last
+LOW_START = (0.02, 0.2)
+#: the most pieces a span is cut into (:func:`low_orders`); a wider one keeps the plain rule's first orders
+#: and their δ (honest, looser): tanh's spans take at most 4 (its first layer's, s from 0.56 to 2.04), SiLU's
+#: deep layers 5–7 each (s₁/s₀ ≈ 5–10 at every depth), 85 % of its first orders' points (0.1 s CPU of the cold
+#: call at N = 300) for little of its kernels' tightness (bench/series_kernels.py, SiLU N = 300 NNGP: 51 with
+#: every span, 85 at 4; at 3, its first two layers' left out too, 128)
+LOW_PIECES = 4
+
+
+@dataclass(frozen=True)
+class LowOrders:
+    """The coefficients α_0 … α_m (m = min(K, :data:`LOW`)) by the rules at h and 2h, rounded to float64
+    from long double (``alpha``, ``coarse``: (V, m+1)), and ``bound`` (V,): δ_low, a bound on each one's
+    error against the exact coefficient (the rule at h's own error estimated by the two rules'
+    difference in long double, as :func:`coefficients` does in float64: :func:`low_orders`)."""
+    alpha: np.ndarray
+    coarse: np.ndarray
+    bound: np.ndarray
+
+
+def blocks(X: np.ndarray) -> np.ndarray:
+    """X (…, n) zero-padded to a multiple of 32 and split into 32 blocks of consecutive terms (…, 32, n/32):
+    a sum of each block, then of the blocks, meets at most :func:`sum_roundings` (n) roundings per term
+    (its product's included), in any order of summation within each."""
+    n = X.shape[-1]
+    pad = -n % 32
+    if pad:
+        X = np.concatenate([X, np.zeros(X.shape[:-1] + (pad,), dtype=X.dtype)], axis=-1)
+    return X.reshape(X.shape[:-1] + (32, (n + pad) // 32))
+
+
+def sum_roundings(n: int) -> int:
+    """The roundings a product term meets in a sum of n terms by :func:`blocks`: its product, ⌈n/32⌉ − 1
+    additions in its block and 31 among the blocks."""
+    return -(-n // 32) + 31
+
+
+@lru_cache(maxsize=32)
+def low_basis(K: int, h: float) -> tuple[np.ndarray, ...]:
+    """The long double basis' orders k ≤ min(K, :data:`LOW`) folded by parity (:func:`low_rules`): at the
+    nodes z_j = jh, j = 1 … c (c = the middle node's index), their even and odd orders (in :func:`blocks`),
+    the same at the nodes of the rule at 2h among them (j ≡ c mod 2), and the even orders at z = 0."""
+    G = ld_basis(K, h)[1][:min(K, LOW) + 1]
+    c = G.shape[1] // 2
+    pos = G[:, c + 1:]
+    half = pos[:, (c + 1) % 2::2]                    # j ≡ c (mod 2): the rule at 2h's nodes z > 0
+    return blocks(pos[0::2]), blocks(pos[1::2]), blocks(half[0::2]), blocks(half[1::2]), G[0::2, c]
+
+
+def low_rules(fn: Fn, root: np.ndarray, K: int, h: float,
+              memo: dict | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """(the rule at h, the rule at 2h: (V, m+1) in long double, the floor of the first and that of the two
+    rules' difference (V,) each) of the orders k ≤ m = min(K, :data:`LOW`) at the long double s = √a
+    ``root``: φ in long double at every node (:func:`evaluate`; None where it is not), folded by parity
+    (h_k(−z) = (−1)^k h_k(z): the even orders from F(z) + F(−z), the odd ones from F(z) − F(−z), z > 0,
+    and F(0) for the even ones), the folded values by the long double basis summed in long double
+    (:func:`blocks`); a part 0 throughout (φ odd or even in long double at these nodes: then the rule of
+    the long double values gives those orders exactly 0) skips its sums.  A rule's floor, against its
+    exact value: the values', :data:`LOW_VALUE_ROUNDING`·√S (measured against a 110-bit rule), and the
+    sum's roundings, (2 + :func:`sum_roundings` (c))·u_ld·Σ_i |F_i||G_ki| ≤ that·u_ld·C·√S (the fold's
+    addition, the blocked sum of c terms, F(0)'s addition)
+    (Cauchy–Schwarz: C = 1.01 ≥ ‖G_k‖₂ at h, C = 1.42 ≥ 2‖G_k,even‖₂ at 2h: 2Σ_even G_ki² ≈ 1; √S widened
+    by 10⁻⁶), c the nodes z > 0.  The difference's floor counts the values' errors once (as
+    :func:`coefficients` does: ±Σ_i ΔF_i G_ki over the two node sets) and both sums' roundings."""
+    zl, Gl = ld_basis(K, h)
+    vals, accurate = evaluate(fn, root[:, None] * zl, memo)
+    if not accurate:
+        return None
+    F = vals * Gl[0]
+    c = len(zl) // 2
+    plus, minus = F[:, c + 1:], F[:, c - 1::-1]
+    even, odd = plus + minus, plus - minus
+    Ge, Go, He, Ho, G0 = low_basis(K, h)
+    m = min(K, LOW) + 1
+    fine, coarse = np.zeros((len(root), m), dtype=LD), np.zeros((len(root), m), dtype=LD)
+    start = (c + 1) % 2
+    if np.any(even) or np.any(F[:, c]):
+        fine[:, 0::2] = np.einsum("ibj,kbj->ikb", blocks(even), Ge).sum(axis=-1) + F[:, c, None] * G0
+        coarse[:, 0::2] = 2 * np.einsum("ibj,kbj->ikb", blocks(even[:, start::2]), He).sum(axis=-1)
+        if c % 2 == 0:                                   # z = 0 is a node of the rule at 2h
+            coarse[:, 0::2] += 2 * F[:, c, None] * G0
+    if m > 1 and np.any(odd):
+        fine[:, 1::2] = np.einsum("ibj,kbj->ikb", blocks(odd), Go).sum(axis=-1)
+        coarse[:, 1::2] = 2 * np.einsum("ibj,kbj->ikb", blocks(odd[:, start::2]), Ho).sum(axis=-1)
+    top = np.sqrt(np.einsum("ij,ij->i", F, F).astype(float)) * (1 + 1e-6)
+    sums_h = (2 + sum_roundings(c)) * UNIT_LD * 1.01 * top
+    sums_2h = (2 + sum_roundings((c + 1) // 2)) * UNIT_LD * 1.42 * top
+    return fine, coarse, LOW_VALUE_ROUNDING * top + sums_h, LOW_VALUE_ROUNDING * top + sums_h + sums_2h
+
+
+@lru_cache(maxsize=128)
+def odd_weights(n: int, lo: float, hi: float) -> np.ndarray:
+    """The weights (n/2, n/2 + 1) of the degree n/2 interpolant (:func:`barycentric`) at the odd
+    Chebyshev–Lobatto points of degree n on [lo, hi] (not to be written: cached)."""
+    nodes = lobatto(n, lo, hi)
+    return barycentric(nodes[::2], nodes[1::2])[0]
+
+
+@lru_cache(maxsize=128)
+def lobatto(n: int, lo: float, hi: float) -> np.ndarray:
+    """The n + 1 Chebyshev–Lobatto points of [lo, hi] in long double, from hi down to lo (not to be
+    written: cached)."""
+    mid, half = (LD(lo) + LD(hi)) / 2, (LD(hi) - LD(lo)) / 2
+    return mid + half * np.cos(np.arange(n + 1).astype(LD) * np.arccos(LD(-1)) / n)
+
+
+def barycentric(nodes: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the weights ℓ_j(x) (V, n+1), the Lebesgue function λ(x) = Σ_j |ℓ_j(x)| (V,)) of the polynomial
+    interpolant at the Chebyshev–Lobatto ``nodes`` (:func:`lobatto`), by the barycentric formula of the
+    second kind (weights (−1)^j, halved at the ends), in long double; a point on a node takes it alone."""
+    n = len(nodes) - 1
+    w = np.where(np.arange(n + 1) % 2, LD(-1), LD(1))
+    w[0] /= 2
+    w[-1] /= 2
+    d = x[:, None] - nodes[None, :]
+    hit = d == 0
+    d[hit] = 1
+    c = w / d
+    c /= c.sum(axis=1)[:, None]
+    rows, cols = np.nonzero(hit)
+    c[rows] = 0
+    c[rows, cols] = 1
+    return c, np.sum(np.abs(c), axis=1).astype(float)
+
+
+def low_orders(fn: Fn, variances: np.ndarray, K: int, h: float, memo: dict | None) -> LowOrders | None:
+    """The plain rule's first orders k ≤ m = min(K, :data:`LOW`) again, accurately (:class:`LowOrders`),
+    where φ evaluates in long double (else None).  The rule at h (and at 2h) is an analytic function of
+    s = √a (a finite sum of φ(s z_i) times constants: tanh's, SiLU's and softplus' singularities are at
+    imaginary s alone, and ELU's kink stays at z = 0): at ``variances`` (sorted, distinct) over a span
+    [s₀, s₁] it is interpolated from the long double rules (:func:`low_rules`) at the Chebyshev–Lobatto
+    points of the span, of degree n = 16, 32 or 64 (:data:`LOW_DEGREES`, the first by the span's width,
+    :data:`LOW_START`; nested: each degree adds only its new points), until the interpolants of degrees
+    n/2 and n differ by at most :data:`LOW_ACCEPT`·ε√S at every variance (S the smallest at the points).  The first orders' cost is then that of a few dozen
+    variances, whatever their number.
+
+    Per variance, with ℓ_j and λ of :func:`barycentric`: the interpolant of degree n of values v_j with
+    errors e_j errs against the function by at most est + λ·max_j |e_j| + 2(3n + 4)·u_ld·λ·max_j |v_j − v_c|:
+    est the two degrees' difference (geometric convergence: the coarser interpolant's error overstates
+    the finer one's, as the rule at 2h does the rule at h), the points' errors through the interpolant
+    (|Σ_j ℓ_j e_j| ≤ λ·max|e_j|), and the formula's roundings in long double (Higham 2004, the second
+    kind's forward bound, twice), its values taken about the middle point's v_c (Σ_j ℓ_j = 1).  So for
+    the rule at h (points' errors: floor_h of :func:`low_rules`), e_h; for the two rules' difference D,
+    e_D (points' errors: the values' error once, as :func:`coefficients` counts it, and both sums'
+    roundings); and δ_low = |D̃| + e_D + e_h + u·max_k |α̃_k| (the rule at h's error estimated by |D|, as
+    :func:`coefficients` does, D̃ the interpolated difference).
+
+    The two degrees' difference is a polynomial of degree n, 0 at the even points: est ≤ Λ_n·max over the
+    odd points (Λ_n ≤ (2/π)·log(n + 1) + 1 at Chebyshev–Lobatto points, Brutman 1997; taken + 0.5), so
+    that only the final interpolant meets every variance.
+
+    A few variances (≤ 2·33), or one s, take the rules at each variance directly (est = 0, λ = 1).  A span
+    wider than the last of :data:`LOW_START` is cut into the fewest pieces of at most that relative width
+    (in geometric progression: s₁/s₀ the same for each), each interpolated alone; one that needs more than
+    :data:`LOW_PIECES` pieces gives None (the plain rule's first orders stay).  Where an interpolant does not meet
+    the test by the last degree, the rules are taken at each variance where there are at most
+    :data:`LOW_DIRECT` variances, and the result is None where there are more."""
+    a = np.asarray(variances, dtype=float)
+    roots = np.sqrt(np.clip(a, 0.0, None).astype(LD))
+    sub = (lambda key: memo.setdefault(("low",) + key, {})) if memo is not None else (lambda key: None)
+    if len(a) <= 2 * (LOW_DEGREES[1] + 1) or roots[0] == roots[-1]:
+        return direct_low(fn, roots, K, h, sub(("rows",)))
+    lo, hi = float(roots[0]), float(roots[-1])
+    widest = LOW_START[-1]
+    cut = np.zeros(0, dtype=int)
+    if lo > 0 and (hi - lo) / (hi + lo) > widest:          # pieces of relative width ≤ `widest`
+        count = int(np.ceil(np.log(hi / lo) / np.log((1 + widest) / (1 - widest))))
+        if count > LOW_PIECES:
+            return None
+        edges = lo * (hi / lo) ** (np.arange(count + 1) / count)     # equal pieces, s₁/s₀ = (hi/lo)^(1/count)
+        cut = np.searchsorted(roots.astype(float), edges[1:-1], side="right")
+    spans = [Span(rows, roots[rows]) for rows in np.split(np.arange(len(a)), cut) if len(rows)]
+    per_root = LOW_VALUE_ROUNDING + (2 + sum_roundings(len(ld_basis(K, h)[0]) // 2)) * UNIT_LD * 1.01
+    level, pending = 0, spans
+    while pending:                          # the new points of every pending span, in one long double rule
+        need = [(x, x.points()) for x in pending]
+        got = low_rules(fn, np.concatenate([p for _, p in need]), K, h,
+                        sub(("points", level) + tuple((x.lo, x.degree) for x, _ in need)))
+        if got is None:
+            return None
+        start, still = 0, []
+        for x, p in need:
+            x.add(tuple(v[start:start + len(p)] for v in got))
+            start += len(p)
+            if not x.test(per_root, sub(("weights", x.lo, x.degree))):
+                if not x.next():
+                    return direct_low(fn, roots, K, h, sub(("rows",))) if len(a) <= LOW_DIRECT else None
+                still.append(x)
+        level, pending = level + 1, still
+    return LowOrders(*(np.concatenate([getattr(x.result, f) for x in spans]) for f in ("alpha", "coarse", "bound")))
+
+
+class Span:
+    """One span of :func:`low_orders`: its rows (indices) and their s, the Chebyshev–Lobatto degree it is
+    at (the first of :data:`LOW_DEGREES` its relative width allows, :data:`LOW_START`), the long double
+    rules at its points so far, and its :class:`LowOrders` once a degree meets the test."""
+
+    def __init__(self, rows: np.ndarray, roots: np.ndarray) -> None:
+        self.rows, self.roots = rows, roots
+        self.lo, self.hi = float(roots[0]), float(roots[-1])
+        width = (self.hi - self.lo) / (self.hi + self.lo)
+        self.index = min((j for j, w in enumerate(LOW_START) if width <= w), default=len(LOW_DEGREES) - 1)
+        self.got: tuple | None = None
+        self.result: LowOrders | None = None
+
+    @property
+    def degree(self) -> int:
+        return LOW_DEGREES[self.index]
+
+    @property
+    def direct(self) -> bool:
+        """Whether it takes the rules at its own rows (one s, or no more rows than its degree's points)."""
+        return self.lo == self.hi or len(self.rows) <= self.degree + 1
+
+    def nodes(self) -> np.ndarray:
+        return self.roots if self.direct else lobatto(self.degree, self.lo, self.hi)
+
+    def points(self) -> np.ndarray:
+        """The points whose rules it needs next: all of its degree's at first, then the new (odd) ones."""
+        return self.nodes() if self.got is None else self.nodes()[1::2]
+
+    def add(self, new: tuple) -> None:
+        self.got = new if self.got is None else tuple(interleave(x, y) for x, y in zip(self.got, new))
+
+    def next(self) -> bool:
+        """To the next degree (False after the last); one that makes it direct starts its points afresh."""
+        self.index += 1
+        if self.index < len(LOW_DEGREES) and self.direct:
+            self.got = None
+        return self.index < len(LOW_DEGREES)
+
+    def test(self, per_root: float, weights: dict | None) -> bool:
+        """Whether its interpolant meets the test of :func:`low_orders` (then ``result`` is set); a span of
+        one s takes its rule at that point directly.  ``weights``: a memo of its interpolation weights at its
+        rows (one per set of variances and degree: the functions packed there share them)."""
+        fine, coarse, floor_h, floor_D = self.got
+        if self.direct:
+            self.result = finish(fine, coarse, floor_h + floor_D)
+            return True
+        n, nodes = self.degree, self.nodes()
+        D = fine - coarse
+        c_odd = odd_weights(n, self.lo, self.hi)
+        leb = 2 / np.pi * np.log(n + 1) + 1.5
+        est_h = leb * float(np.max(np.abs(fine[1::2] - c_odd @ fine[::2]), initial=0.0))
+        if est_h > LOW_ACCEPT * EPS * float(np.min(floor_h)) / per_root:
+            return False
+        est_D = leb * float(np.max(np.abs(D[1::2] - c_odd @ D[::2]), initial=0.0))
+        if weights is None:
+            c, lam = barycentric(nodes, self.roots)
+        else:
+            if "c" not in weights:
+                weights["c"], weights["lam"] = barycentric(nodes, self.roots)
+            c, lam = weights["c"], weights["lam"]
+        live = np.flatnonzero(np.any(fine != 0, axis=0))      # (a parity's zero orders stay 0)
+        centre = fine[n // 2, live]
+        dev = fine[:, live] - centre
+        I_h = np.zeros((len(self.roots), fine.shape[1]), dtype=LD)
+        I_h[:, live] = c @ dev + centre
+        rounding = 2 * (3 * n + 4) * UNIT_LD * lam * float(np.max(np.abs(dev), initial=0.0))
+        e_h = est_h + lam * float(np.max(floor_h)) + rounding
+        bound_D = est_D + lam * float(np.max(np.abs(D)) + np.max(floor_D))       # ≥ |D| at every variance
+        self.result = finish(I_h, None, bound_D + e_h)
+        return True
+
+
+def interleave(old: np.ndarray, new: np.ndarray) -> np.ndarray:
+    """The values at the Lobatto points of degree 2n from those at degree n (``old``: its even points)
+    and the n new ones (``new``: the odd points)."""
+    out = np.empty((len(old) + len(new),) + old.shape[1:], dtype=old.dtype)
+    out[0::2], out[1::2] = old, new
+    return out
+
+
+def finish(fine: np.ndarray, coarse: np.ndarray | None, errors: np.ndarray) -> LowOrders:
+    """:class:`LowOrders` from the long double rule at h (V, m+1), the rule at 2h (or None: then α̃' = α̃,
+    the two rules' difference being in ``errors``) and the errors' part of δ_low (V,): δ_low =
+    max_k |fine − coarse| (in long double) + that + u·max_k |α̃_k|, α̃ = fl(fine), widened by 4ε for its
+    own roundings."""
+    alpha = fine.astype(float)
+    diff = 0.0 if coarse is None else np.max(np.abs(fine - coarse), axis=1).astype(float)
+    return LowOrders(alpha, alpha if coarse is None else coarse.astype(float),
+                     (diff + errors + (EPS / 2) * np.max(np.abs(alpha), axis=1)) * (1 + 4 * EPS))
+
+
+def direct_low(fn: Fn, roots: np.ndarray, K: int, h: float, memo: dict | None) -> LowOrders | None:
+    """:func:`low_rules` at each variance (s = ``roots``): δ_low = d + floor_h + floor_D + u·max_k |α̃_k|
+    (:func:`low_orders` without the interpolation: est = 0, λ = 1)."""
+    got = low_rules(fn, roots, K, h, memo)
+    if got is None:
+        return None
+    fine, coarse, floor_h, floor_D = got
+    return finish(fine, coarse, floor_h + floor_D)
+
+
+def _rule(fn: Fn, variances: np.ndarray, K: int, h: float, memo: dict | None = None, low: bool = False) -> Rule:
     """The coefficients (V, K+1) and E φ(√a z)² (V,) for each variance by the trapezoidal rule of step
     h (geometric convergence for φ analytic in a strip), and the same by its every other node (the
     rule of step 2h, for the error estimate: no new evaluation of φ).  The weighted values
@@ -414,7 +742,8 @@ def _rule(fn: Fn, variances: np.ndarray, K: int, h: float, memo: dict | None = N
     long double: |F^ld − hi| ≤ 2^{e−β−1}(1 + 2⁻⁵⁰)); the products with the basis exact but for a small
     bound (:meth:`Folded.product`) by the parity fold, on one BLAS thread (:func:`one_thread`).
     ``memo``: a dict for these variances and h (:meth:`PackCache.memo`): the core's long double points
-    under ("points", d), and φ's heads' values there under d (:func:`evaluate`)."""
+    under ("points", d), and φ's heads' values there under d (:func:`evaluate`).  ``low``: the plain rule
+    computes its first orders again accurately (:func:`low_orders`; the packed rows' ``Rule.low``)."""
     z, sw, coarse, others = folded_basis(K, h)
     zl, Gl = ld_basis(K, h)
     n, c = len(z), len(z) // 2
@@ -436,7 +765,8 @@ def _rule(fn: Fn, variances: np.ndarray, K: int, h: float, memo: dict | None = N
         alpha += alpha2
         alpha2 *= 2
         return Rule(alpha, square, alpha2, 2 * np.einsum("ij,ij->i", F[:, ::2], F[:, ::2]),
-                    PLAIN_COEFF_ROUNDING * np.sqrt(square), SQUARE_ROUNDING * square, False)
+                    PLAIN_COEFF_ROUNDING * np.sqrt(square), SQUARE_ROUNDING * square, False,
+                    low_orders(fn, variances, K, h, memo) if low else None)
     hi, rest, top = split(F, coarse.beta, np.sqrt(square) * (1 + 1e-6))
     if accurate:
         rest[:, core] = Fl - hi[:, core]
@@ -485,7 +815,7 @@ def one_thread():
 
 
 def coefficients(fn: Fn, variances: Sequence[float], K: int, h: float | None = None,
-                 memo: dict | None = None) -> Coefficients:
+                 memo: dict | None = None, low: bool = False) -> Coefficients:
     """The coefficients of φ = ``fn`` (a numpy function) up to order K at each variance, with
     the tail and error estimates of the module doc: the trapezoidal rule at step h, and at step
     2h (its every other node) for the error estimate (it converges geometrically: the coarser
@@ -494,13 +824,22 @@ def coefficients(fn: Fn, variances: Sequence[float], K: int, h: float | None = N
     Per coefficient, δ = max_k |α̃_k − α̃'_k| (the two rules) + the floor of :class:`Rule` (the values'
     error: :data:`LD_COEFF_ROUNDING`·√S on the long double core and the float64 values' charge outside
     it, or :data:`COEFF_ROUNDING`·√S for a φ evaluated in float64; the products' bound; u·max_k |α̃_k|);
-    in ℓ2, ‖α − α̃‖ ≤ ‖α̃ − α̃'‖ + √(K+1)·floor."""
+    in ℓ2, ‖α − α̃‖ ≤ ‖α̃ − α̃'‖ + √(K+1)·floor.  With ``low``, the plain float64 rule computes the orders
+    k ≤ :data:`LOW` again accurately (:func:`low_orders`: their values replaced, their own error δ_low in
+    ``Coefficients.sup_low``, δ then the larger of the rest's and δ_low); without, δ_low = δ."""
     a = np.asarray(variances, dtype=float).ravel()
     h = step_for(K, float(a.max(initial=0.0))) if h is None else h
     if h < 0:                           # −w: Gauss–Legendre panels of width w split at a kink at 0
-        return Coefficients(*split_coefficients(fn, a, K, -h))
-    r = _rule(fn, a, K, h, memo)
+        alpha, tail, err, norm, S, square_err, sup = split_coefficients(fn, a, K, -h)
+        return Coefficients(alpha, tail, err, norm, S, square_err, sup, sup)     # δ_low = δ
+    r = _rule(fn, a, K, h, memo, low)
     alpha, S, coarse, S1, floor = r.alpha, r.square, r.coarse, r.coarse_square, r.floor
+    m = min(K, LOW) + 1
+    parity = 0.0
+    if r.low is not None:               # a parity's zeros (the fold's exact 0) stay 0, their |α̃| in δ_low
+        zero = alpha[:, :m] == 0
+        parity = np.max(np.where(zero, np.abs(r.low.alpha), 0.0), axis=1)
+        alpha[:, :m], coarse[:, :m] = np.where(zero, 0.0, r.low.alpha), np.where(zero, 0.0, r.low.coarse)
     diff = alpha - coarse
     quad = np.sqrt(np.einsum("ij,ij->i", diff, diff))
     # ℓ2 over k ≤ K (the engine's Cauchy–Schwarz bound; the plain rule's as it always was)
@@ -512,8 +851,11 @@ def coefficients(fn: Fn, variances: Sequence[float], K: int, h: float | None = N
     # the rounding of F Gᵀ, a few ε·S — not 2‖α̃‖·√(K+1)·(rounding of one coefficient))
     tail = np.clip(S - kept, 0.0, None) + np.abs(S - S1) + 2 * quad * np.sqrt(kept) + quad ** 2 + 16 * EPS * S
     np.abs(diff, out=diff)
-    sup = np.max(diff, axis=1, initial=0.0) + floor
-    return Coefficients(alpha, tail, err, np.sqrt(kept), S, np.abs(S - S1) + r.square_floor, sup)
+    # (without the first orders again, they keep δ: the plain rule's floor is measured against its max over k)
+    sup = np.max(diff[:, m:] if r.low is not None else diff, axis=1, initial=0.0) + floor
+    sup_low = sup if r.low is None else r.low.bound + parity
+    sup = np.maximum(sup, sup_low)
+    return Coefficients(alpha, tail, err, np.sqrt(kept), S, np.abs(S - S1) + r.square_floor, sup, sup_low)
 
 
 def derivative(coef: Coefficients, variances: Sequence[float]) -> np.ndarray:
@@ -574,16 +916,17 @@ def pack(fn: Fn, K: int, h: float, a: np.ndarray, memo: dict | None = None) -> n
     """The packed coefficients of φ = fn at the variances ``a`` (any shape; computed once per
     distinct value): shape a.shape + (W,), [α_0 … α_K, T(L) for each level L of :func:`levels`,
     S = E φ², its error, δ, ‖α̃‖, the numbers of :func:`compute_row_numbers`, √(T(L)/T(L′)) for every
-    order L = 0 … K (:func:`tail_ratios`), K] (:func:`coefficients`, at the recorded step h; δ the
-    error of each coefficient, ``Coefficients.sup``; the tails below K as :meth:`Coefficients.truncate`
-    states them: T(L) ≤ (√T(K) + ‖α̃_{L<k≤K}‖ + ‖α − α̃‖)²)."""
+    order L = 0 … K (:func:`tail_ratios`), K] (:func:`coefficients` with the first orders again in
+    long double, at the recorded step h; δ the error of each coefficient, ``Coefficients.sup``, and
+    δ_low that of the first orders among the row numbers; the tails below K as
+    :meth:`Coefficients.truncate` states them: T(L) ≤ (√T(K) + ‖α̃_{L<k≤K}‖ + ‖α − α̃‖)²)."""
     a = np.asarray(a, dtype=float)
     ua, inv = np.unique(a.ravel(), return_inverse=True)
-    c = coefficients(fn, ua, K, h, memo)
+    c = coefficients(fn, ua, K, h, memo, low=FIRST_ORDERS)
     beyond = np.cumsum((c.alpha ** 2)[:, ::-1], axis=1)[:, ::-1]      # Σ_{k ≥ j} α_k²
     tails = [(np.sqrt(c.tail) + np.sqrt(beyond[:, L + 1]) + c.err) ** 2 if L < K else c.tail for L in levels(K)]
     out = np.concatenate([c.alpha, np.stack(tails, 1), c.square[:, None], c.square_err[:, None],
-                          c.sup[:, None], c.norm[:, None], compute_row_numbers(c.alpha),
+                          c.sup[:, None], c.norm[:, None], compute_row_numbers(c.alpha, c.sup_low),
                           tail_ratios(c, beyond, tails), np.full((len(ua), 1), float(K))], axis=1)
     if len(ua) == a.size and np.array_equal(ua, a.ravel()):     # distinct and sorted already: no copy
         return out.reshape(a.shape + (out.shape[1],))
@@ -631,7 +974,8 @@ class PackCache:
         got = self.memos.get(key)
         if got is None:
             got = self.memos[key] = {}
-            size = min(8, max(2, self.limit // (4 * 16 * 250 * max(1, len(variances)))))
+            # (the plain rule keeps a few long double rows per set of variances: :func:`low_orders`)
+            size = min(8, max(2, self.limit // (4 * 16 * 250 * max(1, len(variances))))) if EXTENDED else 16
             while len(self.memos) > size:
                 self.memos.popitem(last=False)
         self.memos.move_to_end(key)
@@ -667,7 +1011,7 @@ def packed_columns(K: int) -> tuple[int, int, int, int]:
 # per-cell bounds from a few numbers per row: Σ_k |ρ|^k |x_k y_k| ≤ |x₀y₀| + |ρ||x₁y₁| + ρ²‖x_{≥2}‖‖y_{≥2}‖
 
 #: the columns of :func:`row_numbers`
-R_A0, R_A1, R_N2, R_L1, R_W2, R_S0, R_S1, R_S2, R_C0, R_C1, R_C2, R_N3, R_S3, R_C3 = range(14)
+R_A0, R_A1, R_N2, R_L1, R_W2, R_S0, R_S1, R_S2, R_C0, R_C1, R_C2, R_N3, R_S3, R_C3, R_DL, R_A34 = range(16)
 
 
 def row_numbers(A: np.ndarray) -> np.ndarray:
@@ -678,16 +1022,17 @@ def row_numbers(A: np.ndarray) -> np.ndarray:
 
 
 #: how many numbers :func:`compute_row_numbers` gives per row
-ROW_NUMBERS = 14
+ROW_NUMBERS = 16
 
 
-def compute_row_numbers(alpha: np.ndarray) -> np.ndarray:
-    """Per row of coefficients α_0 … α_K (…, K+1) the numbers of the per-cell bounds (…, 11):
+def compute_row_numbers(alpha: np.ndarray, low_error: np.ndarray) -> np.ndarray:
+    """Per row of coefficients α_0 … α_K (…, K+1) the numbers of the per-cell bounds (…, 16):
     |α₀|, |α₁|, ‖α_{≥2}‖₂, ‖α_{≥2}‖₁, ‖(√k α_k)_{k≥2}‖ (the plain series x_k = α_k); then for
     x_k = √(k+1) α_{k+1} (the ρ-derivative, :func:`mehler_slope`) and x_k = √((k+1)(k+2)) α_{k+2}
     (the variance derivative, :func:`mehler_curve`) |x₀|, |x₁|, ‖x_{≥2}‖₂; then ‖x_{≥3}‖₂ of the
-    three (the signed bounds of :func:`signed_weighted`).  Computed once per distinct variance, when
-    the row is packed (:func:`pack`)."""
+    three (the signed bounds of :func:`signed_weighted`); then ``low_error``, the error δ_low of α_0 …
+    α_LOW (``Coefficients.sup_low``), and |α₃| + |α₄|.  Computed once per distinct variance, when the row
+    is packed (:func:`pack`)."""
     al = alpha
     K = al.shape[-1] - 1
     k = np.arange(K + 1, dtype=float)
@@ -704,4 +1049,6 @@ def compute_row_numbers(alpha: np.ndarray) -> np.ndarray:
     out[..., R_N3] = np.sqrt(np.sum(sq[..., 3:], axis=-1))
     out[..., R_S3] = np.sqrt(np.sum(k[4:] * sq[..., 4:], axis=-1))
     out[..., R_C3] = np.sqrt(np.sum(k[5:] * (k[5:] - 1) * sq[..., 5:], axis=-1))
+    out[..., R_DL] = low_error
+    out[..., R_A34] = np.sum(np.abs(al[..., 3:5]), axis=-1)
     return out
