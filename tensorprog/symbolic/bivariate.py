@@ -217,7 +217,7 @@ _TAIL_REACH = float(np.sqrt(180.0))
 TAIL_RELATIVE = 4 * float(np.finfo(float).eps)
 #: :func:`_owen_or_tail` takes Owen's formula where its bound (:func:`phi2_error`) is at most this times
 #: (4 + |log Φ₂|)·Φ₂: the bulk of the arguments (Owen is ~20× cheaper), the quadrature in the far tails
-OWEN_SELECT = 16 * float(np.finfo(float).eps)
+OWEN_SELECT = 32 * float(np.finfo(float).eps)
 
 
 def _mills(z):
