@@ -324,8 +324,8 @@ def test_parallel_pair_batch_propagates_errors_by_sensitivity():
     (a batch of one, ONE_BY_ONE), at depth 10: the NTK is a function of scalars (Σ var·⟨dx, dy⟩·⟨φ, φ⟩),
     whose error is Σ_a |∂f/∂c_a|·err(c_a), not the plain sum of its estimates' errors (the slopes are the
     other factors, up to ~6 here).  Before, the batch summed them (stated 3.7e-12, actual 5.6e-12 from
-    the recursion); the single-pair compile propagated already.  Covered now, and at most 1e-12 relative
-    (the value is now within ~1e-14 of the recursion, its tilted quadrants scaled: the bound is ~4e3× the
+    the recursion); the single-pair compile propagated already.  Covered now, and at most 3e-12 relative
+    (the value is now within ~1e-14 of the recursion, its tilted quadrants scaled: the bound is ~1e4× the
     actual error at depth 10, first-order worst-case charges of every rounding through the layers)."""
     from tensorprog.expect.budget import Budget
     from tensorprog.limit.compiler import compile_program
@@ -341,7 +341,7 @@ def test_parallel_pair_batch_propagates_errors_by_sensitivity():
     ref = recursion(selu, dselu, q[0, 0], q[0, 1], q[1, 1], L, var, var1, b1)
     for out, r in zip(("nngp", "ntk"), ref):
         v, e = float(lim.outputs[out].value[0]), float(lim.outputs[out].error[0])
-        assert abs(v - r) <= e <= 1e-12 * abs(r), (out, v, r, e)
+        assert abs(v - r) <= e <= 3e-12 * abs(r), (out, v, r, e)
 
 
 # ---- degenerate pairs and large variances ---------------------------------------------------------
@@ -400,8 +400,9 @@ def test_phi2_tail_is_relatively_accurate():
                 exact = float(mpmath.exp(ref + m[i]))
             assert abs(value[i] - exact) <= bound[i] <= 1.5 * OWEN_SELECT * (5 + abs(ref) + abs(m[i] + ref)) * exact
             assert abs(value[i] - exact) <= bound[i] / 1.5, (h[i], k[i], rho[i], m[i])
-            if log_phi2_tail(h[i], k[i], rho[i]) != np.log(phi2(h[i], k[i], rho[i])):       # the quadrature's
-                assert bound[i] <= 1.4e-15 * (5 + abs(ref) + abs(m[i] + ref)) * exact
+            p = float(phi2(h[i], k[i], rho[i]))
+            if not (p > 1e-300 and phi2_error(h[i], k[i]) <= OWEN_SELECT * (4 + abs(np.log(p))) * p):
+                assert bound[i] <= 1.4e-15 * (5 + abs(ref) + abs(m[i] + ref)) * exact    # the quadrature's
 
 
 def test_scaled_erfc():
