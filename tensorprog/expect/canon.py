@@ -19,8 +19,10 @@ from .linalg import NoClosedForm, affine
 from ..builtins.table import SELU_ALPHA, SELU_SCALE
 from ..symbolic.heads import AbsF, Elu, Gelu, LeakyRelu, Relu, Selu, Sign, Step
 
-#: SELU's constants as sympy numbers: the floats its numpy function and its head use
-SELU_ALPHA_Q, SELU_SCALE_Q = sp.Float(SELU_ALPHA), sp.Float(SELU_SCALE)
+#: SELU's constants as sympy numbers: the exact binary values of the floats its numpy function and its head
+#: use (as rationals, not Floats: a tilt's terms e^m·λ²α² must cancel exactly, where Float products leave
+#: 1e-15·e^m, and e^m reaches e^{2a} for a variance a: :meth:`.exact._Solver.tilt`)
+SELU_ALPHA_Q, SELU_SCALE_Q = sp.Rational(SELU_ALPHA), sp.Rational(SELU_SCALE)
 
 
 def _sign(a: sp.Expr, syms: tuple[sp.Symbol, ...]) -> sp.Expr:

@@ -19,7 +19,8 @@ free parameters):
   E[F₁(ℓ₁)F₂(ℓ₂)] = (2/π) asin(2c₁₂/√(κ₁κ₂))
   (Williams' arcsine kernel; sign·sign gives the orthant law (2/π) asin ρ), and at offsets
   E[F₁(ℓ₁ + h₁)F₂(ℓ₂ + h₂)] by the bivariate normal distribution function Φ₂ (:func:`offset_pair`:
-  the quadrants of ELU and SELU, whose e^ℓ tilts the kinks off the origin); parallel
+  the quadrants of ELU and SELU, whose e^ℓ tilts the kinks off the origin; under a tilt, summed per
+  e^m in the quadrants' basis, :mod:`.quadrants`, so that no e^m-size terms cancel); parallel
   signs merge: sign(ℓ+a) sign(ℓ+b) = 1 + sign(ℓ+a) − sign(ℓ+b) for a < b.
 These give the arc-cosine kernels of every degree (Cho & Saul), the erf kernel, the
 MGF, Dirac masses and their products with polynomials. Anything else raises
@@ -36,7 +37,12 @@ The implementation is split by responsibility; this module holds the rules (``_S
 * :mod:`.wick`: :func:`wick`, the moments of monomials;
 * :mod:`.canon`: :func:`canon`, the rewrite through sign and erf;
 * :mod:`.blockers`: :func:`closed_form_blocker`, :func:`odd_in_a_kinked_sign`,
-  :func:`expand_within`, the checks before multiplying out.
+  :func:`expand_within`, the checks before multiplying out;
+* :mod:`.quadrants`: a tilt's offset kinks in the basis of their quadrants (ELU, SELU).
+
+An ELU/SELU integrand's covariance is reduced to a basis at its Floats' tolerance first (a form and its
+negative, or the inputs x and 2x, are dependent though their rounded covariance is not exactly singular),
+then made exact binary rationals, its own Floats too (e^m·λ²α² − e^m·λ²α² must be 0).
 """
 from __future__ import annotations
 
@@ -49,6 +55,7 @@ from .blockers import closed_form_blocker, expand_within, odd_in_a_kinked_sign
 from .canon import canon
 from .linalg import Matrix, NoClosedForm, affine, condition, reduce_basis, tidy
 from .wick import wick
+from .quadrants import SignPair, plain_pair_value, quadrant_form
 from ..symbolic.bivariate import Phi2
 from ..symbolic.heads import Delta, Elu, Relu, Selu, Sign
 
@@ -60,22 +67,43 @@ __all__ = ["gauss_closed_form", "wick", "canon", "closed_form_blocker", "odd_in_
 def gauss_closed_form(expr: sp.Expr, syms: tuple, cov: Matrix, max_size: float) -> sp.Expr:
     """E[expr] over z = syms ~ N(0, cov), in closed form (NoClosedForm otherwise;
     ExpansionBudget if the rewritten integrand would multiply out beyond ``max_size``,
-    measured by ``analysis.expanded_size``)."""
-    if cov.has(sp.Float) and (expr.has(Elu, Selu) or any(f.args[0].has(Relu) for f in expr.atoms(sp.exp))):
-        # exact binary rationals: sympy would evaluate e^m, erf and 1 − erfc of Floats at once, to 15 digits,
-        # and the large e^m of a tilt's terms would cancel in those digits (:meth:`_Solver.tilt`)
-        cov = cov.applyfunc(lambda x: sp.Rational(x) if isinstance(x, sp.Float) else x)
+    measured by ``analysis.expanded_size``); a tilt's kinks in the basis of their quadrants
+    (:func:`.quadrants.quadrant_form`)."""
+    tilted = expr.has(Elu, Selu) or any(f.args[0].has(Relu) for f in expr.atoms(sp.exp))
+    F = raw_closed_form(expr, syms, cov, max_size, tilted)
+    return quadrant_form(F) if tilted else F.replace(SignPair, plain_pair_value)
+
+
+@lru_cache(maxsize=4096)
+def raw_closed_form(expr: sp.Expr, syms: tuple, cov: Matrix, max_size: float, tilted: bool) -> sp.Expr:
+    """:func:`gauss_closed_form` with its pairs of offset kinks as :class:`.quadrants.SignPair` markers;
+    ``tilted``: an integrand of ELU/SELU (e^ℓ at kinks), whose tilts leave their kinks to
+    :func:`.quadrants.quadrant_form` (the others' tilts write erf as 1 − erfc, as they did before it)."""
+    # the basis first, at the Floats' tolerance (linalg.is_zero): a form and its negative, or the two
+    # inputs x and 2x of a kernel, are dependent although their rounded covariance is not exactly singular
     expr, syms, cov = reduce_basis(expr, syms, cov)
+    if tilted:
+        # exact binary rationals: sympy would evaluate e^m, erf and 1 − erfc of Floats at once, to 15 digits,
+        # and the large e^m of a tilt's terms would cancel in those digits (:meth:`_Solver.tilt`); so too
+        # the Float coefficients of a dependent coordinate written through the basis, and the integrand's
+        # own (selu' = λ·step + λα·e^{−relu(−x)}: λ²α² e^m − λ²α² e^m must be 0, not 1e-15·e^m)
+        cov = cov.applyfunc(rational)
+        expr = expr.xreplace({f: rational(f) for f in expr.atoms(sp.Float)})
     if not syms:
         return expr
-    return _Solver(syms, cov, max_size).E(expr)
+    return _Solver(syms, cov, max_size, tilted).E(expr)
+
+
+def rational(x: sp.Expr) -> sp.Expr:
+    """A Float as the exact binary rational it holds; anything else as it is."""
+    return sp.Rational(x) if isinstance(x, sp.Float) else x
 
 
 class _Solver:
     """The rules of the module docstring for one (basis, nonsingular covariance)."""
 
-    def __init__(self, syms: tuple, cov: Matrix, max_size: float):
-        self.syms, self.cov, self.max_size = syms, cov, max_size
+    def __init__(self, syms: tuple, cov: Matrix, max_size: float, tilted: bool = False):
+        self.syms, self.cov, self.max_size, self.tilted = syms, cov, max_size, tilted
         self.memo: dict = {}
         self.wick_memo: dict = {}
         self.canon_memo: dict = {}
@@ -93,7 +121,7 @@ class _Solver:
         return out
 
     def sub_solver(self, syms: tuple, cov: Matrix, expr: sp.Expr) -> sp.Expr:
-        return gauss_closed_form(expr, syms, cov, self.max_size) if syms else expr
+        return raw_closed_form(expr, syms, cov, self.max_size, self.tilted) if syms else expr
 
     def term(self, t: sp.Expr) -> sp.Expr:
         syms, n = self.syms, len(self.syms)
@@ -185,17 +213,22 @@ class _Solver:
         if not A.is_zero_matrix:
             C = M.inv() * self.cov
             cov2 = Matrix(n, n, lambda i, j: tidy((C[i, j] + C[j, i]) / 2))
-        if det.is_number and not cov2.free_symbols and (
+        if not A.is_zero_matrix and det.is_number and not cov2.free_symbols and (
                 float(det) <= 0 or np.linalg.eigvalsh(np.array(cov2.evalf(), dtype=float)).min() <= 0):
+            # (A = 0, the moment generating function, is finite for every Σ ⪰ 0: a nearly singular Σ's
+            # rounded eigenvalue ≤ 0 says nothing)
             raise ValueError(f"E[exp({q})·…] diverges (the tilted Gaussian is not integrable)")
         m = cov2 * b
         factor = sp.exp(P.coeff_monomial(1) + tidy((b.T * m)[0, 0]) / 2) / sp.sqrt(det)
         shifted = g.xreplace({s: s + m[k] for k, s in enumerate(syms)})
         inner = self.sub_solver(syms, cov2, shifted)
+        if self.tilted:
+            # e^m over each term: the terms of one m from the whole integrand meet in quadrant_form (multiplied
+            # out here, e^m·1 of E[e^ℓ] and e^m·erf of E[e^ℓ sign ℓ] cancel there, in the quadrants' basis)
+            return sp.expand_mul(factor * inner) if inner.has(SignPair, sp.erf) else factor * inner
+        inner = inner.replace(SignPair, plain_pair_value)
         if not inner.has(Phi2, sp.erf):
             return factor * inner
-        # e^{m}·E[sign(ℓ + h)] = e^{m}(1 − erfc(h/√κ)): multiplied out, the large e^{m} of E[e^ℓ] and of
-        # E[e^ℓ sign ℓ] cancel exactly, and the small e^{m}·erfc and e^{m}·Φ₂ terms are left to evaluate
         return sp.expand_mul(factor * inner.replace(sp.erf, lambda x: 1 - sp.erfc(x)))
 
     def base(self, lin: list, nsign: int) -> sp.Expr:
@@ -216,16 +249,9 @@ class _Solver:
 
 def offset_pair(h1: sp.Expr, h2: sp.Expr, kap: list, c: sp.Expr) -> sp.Expr:
     """E[F₁(ℓ₁ + h₁)·F₂(ℓ₂ + h₂)] for F_k = sign or erf, κ_k = 2 Var ℓ_k (+1 for erf), c = Cov(ℓ₁, ℓ₂):
-    erf(x) = E_w sign(x + w) with w ~ N(0, ½) apart, so F_k = sign(X_k + h_k), Var X_k = σ_k² = κ_k/2
-    and Cov(X₁, X₂) = c; with sign = 2·1{−X < h} − 1 and Φ(h_k/σ_k) = (1 + erf(h_k/√κ_k))/2,
-
-        E[F₁F₂] = 4Φ₂(h₁/σ₁, h₂/σ₂; ρ) − 2Φ(h₁/σ₁) − 2Φ(h₂/σ₂) + 1
-                = 4Φ₂(−h₁/σ₁, −h₂/σ₂; ρ) − erfc(h₁/√κ₁) − erfc(h₂/√κ₂) + 1,   ρ = 2c/√(κ₁κ₂)
-
-    (Φ₂(−x, −y) = 1 − Φ(x) − Φ(y) + Φ₂(x, y), 2Φ(−h/σ) = erfc(h/√κ); Φ₂: :class:`..symbolic.bivariate.Phi2`;
-    h₁ = h₂ = 0 gives the arcsine kernel above).  The lower orthant and erfc are the small quantities
-    where an e^ℓ tilts the kinks far off (:meth:`_Solver.tilt`): evaluated in floating point, they
-    keep their relative accuracy where 1 − erf would not."""
-    s1, s2 = sp.sqrt(kap[0] / 2), sp.sqrt(kap[1] / 2)
-    rho = tidy(2 * c / sp.sqrt(kap[0] * kap[1]))
-    return 4 * Phi2(-h1 / s1, -h2 / s2, rho) - sp.erfc(h1 / sp.sqrt(kap[0])) - sp.erfc(h2 / sp.sqrt(kap[1])) + 1
+    erf(x) = E_w sign(x + w) with w ~ N(0, ½) apart, so F_k = sign(X_k + h_k), Var X_k = κ_k/2 and
+    Cov(X₁, X₂) = c: the marker :class:`.quadrants.SignPair` (h₁/√κ₁, h₂/√κ₂; ρ = 2c/√(κ₁κ₂)), whose value
+    is 4Φ₂(−h₁/σ₁, −h₂/σ₂; ρ) − erfc(h₁/√κ₁) − erfc(h₂/√κ₂) + 1 (σ_k = √(κ_k/2); Φ₂:
+    :class:`..symbolic.bivariate.Phi2`; :func:`.quadrants.sign_pair_value`), and which a tilt's e^m sums
+    with the single kinks' erf in the quadrants' basis (:func:`.quadrants.quadrant_form`)."""
+    return SignPair(h1 / sp.sqrt(kap[0]), h2 / sp.sqrt(kap[1]), tidy(2 * c / sp.sqrt(kap[0] * kap[1])))

@@ -17,7 +17,7 @@ from typing import Mapping
 import numpy as np
 import sympy as sp
 
-from .bivariate import Phi2, phi2_error
+from .bivariate import Phi2, ScaledErfc, ScaledPhi2, ScaledPhi2Bound, phi2_error
 from .evaluate import evaluate
 
 EPS = float(np.finfo(float).eps)
@@ -118,6 +118,11 @@ def function_error(f: sp.Expr) -> sp.Expr | None:
     """A bound on the tape's error of one function f of a closed form at its (rounded) arguments:
     FUNCTION_ROUNDING·|f| (exp, erf, erfc, asin), :func:`..symbolic.bivariate.phi2_error` for Φ₂ (at most
     8ε, and far less where its h and k are far below 0); None for a function it does not know."""
+    if isinstance(f, ScaledPhi2):
+        return ScaledPhi2Bound(*f.args, f)
+    if isinstance(f, ScaledErfc):
+        m, x = f.args
+        return sp.Float(EPS) * (4 + sp.Abs(m, evaluate=False) + 2 * x**2) * sp.Abs(f, evaluate=False)
     if isinstance(f, Phi2):
         return phi2_error(f.args[0], f.args[1])
     if not isinstance(f, (sp.exp, sp.erf, sp.erfc, sp.asin)):
@@ -128,7 +133,7 @@ def function_error(f: sp.Expr) -> sp.Expr | None:
 def function_rounding(F: sp.Expr) -> sp.Expr:
     """A bound on the error of a closed form F with Φ₂ as the tape evaluates it, beyond its entries'
     errors (first order): Σ_f |∂F/∂f|·:func:`function_error`(f) over its functions f (Φ₂, exp, erfc,
-    erf, asin), plus Σ_x |∂F/∂x|·ARGUMENT_ROUNDING·|x|⁺ over the distinct arguments x of those
+    erf, asin), plus Σ_x |∂F/∂x|·:func:`argument_rounding` (x) over the distinct arguments x of those
     functions (each argument rounded once, wherever it is used: ∂F/∂x is the total derivative, in
     which the steep ∂Φ₂/∂ρ near ρ = ±1 of one term cancels against the others'), plus
     :func:`rounding` of the sums and products around them.  Its terms e^m·Φ₂ and e^m·erfc are
@@ -161,12 +166,20 @@ def lifted_rounding(F: sp.Expr) -> tuple[sp.Expr, dict[sp.Dummy, sp.Expr]]:
         if err is None:
             raise NoRoundingRule(f"no error rule for {g.func} in a closed form with Φ₂")
         terms.append(sp.Abs(sp.diff(G, d).xreplace(back), evaluate=False) * err)
-    u = sp.Float(ARGUMENT_ROUNDING)
+    memo: dict = {}
     for x, d in names.items():
         slope = sp.diff(H, d)
         if slope != 0:
-            terms.append(u * sp.Abs(slope, evaluate=False) * positive(x))
+            terms.append(sp.Abs(slope, evaluate=False) * argument_rounding(x, memo))
     return sp.Add(*terms), {d: x for x, d in names.items()}
+
+
+def argument_rounding(x: sp.Expr, memo: dict | None = None) -> sp.Expr:
+    """A bound on the rounding of an argument x of a closed form's function as the tape computes it from
+    exact entries: :func:`rounding` (x) (its operations, each u relative to its result) plus u·|x|⁺ (a
+    leaf that float64 does not hold, such as an integer beyond 2⁵³) — a few units u where
+    ARGUMENT_ROUNDING·|x|⁺ = 16u stood before."""
+    return rounding(x, memo) + OP_UNIT * positive(x, memo)
 
 
 def held(x: sp.Expr) -> bool:

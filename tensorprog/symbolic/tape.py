@@ -31,7 +31,8 @@ import numpy as np
 import sympy as sp
 from scipy import special as sps
 
-from .bivariate import Phi2, phi2
+from .bivariate import (Phi2, ScaledErfc, ScaledPhi2, ScaledPhi2Bound, phi2, scaled_erfc, scaled_phi2,
+                        scaled_phi2_error)
 from .heads import Delta, SYMPY_TO_NUMPY
 from .hermite import PackCache
 from .mehler import (HEAD_KINDS, SUMMED, HermiteRow, SumCache, T, diagonal_slope, mean_curve, mean_error,
@@ -46,6 +47,8 @@ _EXTRA: dict[object, Callable] = {
     sp.cosh: np.cosh, sp.erfc: sps.erfc, sp.atan2: np.arctan2, sp.tan: np.tan,
     sp.Heaviside: np.heaviside,        # Heaviside(x, H0): d max(x, y)/dx = Heaviside(x − y, 1/2)
     Phi2: phi2,                        # the bivariate normal distribution function (ELU, SELU)
+    ScaledPhi2: scaled_phi2, ScaledErfc: scaled_erfc,     # e^m·Φ₂, e^m·erfc (tilted quadrants of ELU, SELU)
+    ScaledPhi2Bound: scaled_phi2_error,                   # ... and the bound stated for e^m·Φ₂
 }
 
 
