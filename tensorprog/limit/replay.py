@@ -310,8 +310,17 @@ class Builder:
             for k in sorted(self.compiled.deps[var]):
                 self.source(("estimate", k))
             values.append(value)
-            errors.append(self.error_of(self.compiled.c[var]))      # its rounding is rnd(P): module doc
+            errors.append(self.output_error(var))      # its rounding is rnd(P): module doc
         return values, errors
+
+    def output_error(self, var: int) -> sp.Expr:
+        """An output's error: :meth:`error_of` its polynomial of batch symbols; for an output that
+        folded to a number (a class recorded from one pair: every entry a constant the checks hold),
+        the compile's own stated error of it, since the estimates it rests on left no symbols."""
+        expr = self.compiled.c[var]
+        if expr.is_number:
+            return sp.Float(float(np.max(self.compiled.result(var).error)))
+        return self.error_of(expr)
 
     def checks(self) -> tuple[list[sp.Expr], list[tuple[sp.Expr, float]], list[int]]:
         """(checks, constants, ties) of :class:`Replay`: the constants that do not fold (their
@@ -643,7 +652,7 @@ class DiagonalBuilder(Builder):
             self.constants.append((self.source(source), value))
         outputs = {o.name: o.var for o in self.compiled.program.outputs}
         values = [self.sub(self.compiled.c[outputs[name]]) for name in names]
-        errors = [self.error_of(self.compiled.c[outputs[name]]) for name in names]
+        errors = [self.output_error(outputs[name]) for name in names]
         return values, errors
 
     def needed(self, names: Sequence[str]) -> set[sp.Symbol]:
