@@ -257,3 +257,23 @@ def test_float_elimination_of_a_singular_covariance_is_sympy_s_to_rounding(monke
     theta = np.arccos(c / np.sqrt(s * t))
     arccos = np.sqrt(s * t) / (2 * np.pi) * (np.sin(theta) + (np.pi - theta) * np.cos(theta)) + np.trace(C)
     assert values[0] == pytest.approx(values[1], rel=1e-12) and values[0] == pytest.approx(arccos, rel=1e-12)
+
+
+def test_numeric_jobs_give_the_same_bits_on_one_and_two_blas_threads():
+    """The whitened rows z_i = L_i·t run on one BLAS thread (module doc of expect.numeric): a QMC job over
+    twelve Gaussians of a rank-11 Σ gives the same bits whatever the caller's BLAS thread count."""
+    from threadpoolctl import threadpool_limits
+    from tensorprog.expect.budget import Budget
+    from tensorprog.expect.numeric import JOBS, numeric_expect
+    rng = np.random.default_rng(5)
+    g = sp.symbols("g0:12", real=True)
+    A = rng.standard_normal((12, 11))
+    cov = A @ A.T / 11
+    exprs = [sp.Mul(*[sp.tanh(g[i] - g[i + 6] / 2) for i in range(6)]), sp.tanh(sum(g) / 4) ** 2]
+    budget = Budget(max_qmc_points=2 ** 13)
+    results = []
+    for threads in (1, 2):
+        JOBS.entries.clear()
+        with threadpool_limits(limits=threads, user_api="blas"):
+            results.append(numeric_expect(exprs, g, cov, [], budget))
+    assert results[0] == results[1] and results[0][0].method == "qmc"
