@@ -237,8 +237,9 @@ def float_reduce_basis(expr: sp.Expr, syms: tuple, cov: Matrix) -> tuple[sp.Expr
     elimination on Schur complements — pivot the largest remaining conditional variance R_ii, stop
     when every one is below the zero test's 1e-12·max_i Σ_ii — and z_D = Σ_DB Σ_B⁻¹ z_B solved by
     LAPACK (Σ_B ≻ 0 by its pivots).  It replaces n³ sympy operations (each Float product expanded
-    and cancelled, and the rational-function inverse of Σ_B over the reals): 79 % of
-    dmft_tanh_depth3's compile, on its singular 21×21 covariances of linear forms."""
+    and cancelled, and the rational-function inverse of Σ_B over the reals), which took 144 of the 156
+    CPU s of dmft_tanh_depth3's compile at T = 1 (max_qmc_points=1024), on its singular 20-22
+    dimensional covariances of linear forms."""
     n = len(syms)
     C = np.array([[float(cov[i, j]) for j in range(n)] for i in range(n)])
     scale = float(np.max(np.abs(np.diag(C)), initial=0.0)) or 1.0
