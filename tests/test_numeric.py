@@ -217,3 +217,63 @@ def test_error_estimate_bounds_unresolved_singularities(budget):
     val, err, ok = piecewise_1d(lambda t: np.vstack([g(t) for g, _ in gs]), Coord(None), None, target, budget)
     assert not ok
     assert np.all(np.abs(val - truths) <= err)
+
+
+def test_float_elimination_of_a_singular_covariance_is_sympy_s_to_rounding(monkeypatch):
+    """``linalg.reduce_basis`` of a singular Float Σ (≥ FLOAT_ELIMINATION_FROM coordinates) in
+    float64: the basis and Σ_B of sympy's Float elimination, the coefficients z_D = Σ_DB Σ_B⁻¹ z_B
+    equal to 1e-9, and a closed form over dependent coordinates (E relu(z_8) relu(z_9), both sums of
+    the basis, plus Σ z_i²) equal to 1e-12 and to the arc-cosine kernel of their 2×2 covariance + tr Σ."""
+    from tensorprog.expect import linalg
+    from tensorprog.expect.exact import gauss_closed_form
+    float_reduce = linalg.float_reduce_basis
+    rng = np.random.default_rng(11)
+    n = 10
+    z = sp.symbols(f"z0:{n}", real=True)
+    A = rng.standard_normal((n, 7))
+    C = A @ A.T
+    cov = linalg.Matrix(sp.Matrix(C).applyfunc(sp.Float))
+    assert n >= linalg.FLOAT_ELIMINATION_FROM and linalg.float_numbers(cov)
+    expr = Relu(z[8]) * Relu(z[9]) + sp.tanh(sum(z[:8])) * z[5]
+    fast = linalg.reduce_basis(expr, z, cov)
+    with monkeypatch.context() as m:
+        m.setattr(linalg, "FLOAT_ELIMINATION_FROM", 10 ** 9)
+        slow = linalg.reduce_basis(expr, z, cov)
+    assert fast[1] == slow[1] and len(fast[1]) == 7 and fast[2] == slow[2]
+    points = {zb: float(v) for zb, v in zip(fast[1], rng.standard_normal(len(fast[1])))}
+    a, b = float(fast[0].xreplace(points)), float(slow[0].xreplace(points))
+    assert a == pytest.approx(b, rel=1e-9) and fast[0] != expr    # the dependent z's were substituted
+    whole = Relu(z[8]) * Relu(z[9]) + sum(zi ** 2 for zi in z)       # over all n: E = arc-cosine + tr Σ
+    calls = []
+    values = []
+    for reduce in ("fast", "slow"):
+        with monkeypatch.context() as m:
+            m.setattr(linalg, "float_reduce_basis", lambda *a: calls.append(1) or float_reduce(*a))
+            if reduce == "slow":
+                m.setattr(linalg, "FLOAT_ELIMINATION_FROM", 10 ** 9)
+            values.append(float(gauss_closed_form(whole, z, cov, 10 ** 5)))
+    assert len(calls) == 1
+    s, t, c = C[8, 8], C[9, 9], C[8, 9]
+    theta = np.arccos(c / np.sqrt(s * t))
+    arccos = np.sqrt(s * t) / (2 * np.pi) * (np.sin(theta) + (np.pi - theta) * np.cos(theta)) + np.trace(C)
+    assert values[0] == pytest.approx(values[1], rel=1e-12) and values[0] == pytest.approx(arccos, rel=1e-12)
+
+
+def test_numeric_jobs_give_the_same_bits_on_one_and_two_blas_threads():
+    """The whitened rows z_i = L_i·t run on one BLAS thread (module doc of expect.numeric): a QMC job over
+    twelve Gaussians of a rank-11 Σ gives the same bits whatever the caller's BLAS thread count."""
+    from threadpoolctl import threadpool_limits
+    from tensorprog.expect.budget import Budget
+    from tensorprog.expect.numeric import JOBS, numeric_expect
+    rng = np.random.default_rng(5)
+    g = sp.symbols("g0:12", real=True)
+    A = rng.standard_normal((12, 11))
+    cov = A @ A.T / 11
+    exprs = [sp.Mul(*[sp.tanh(g[i] - g[i + 6] / 2) for i in range(6)]), sp.tanh(sum(g) / 4) ** 2]
+    budget = Budget(max_qmc_points=2 ** 13)
+    results = []
+    for threads in (1, 2):
+        JOBS.entries.clear()
+        with threadpool_limits(limits=threads, user_api="blas"):
+            results.append(numeric_expect(exprs, g, cov, [], budget))
+    assert results[0] == results[1] and results[0][0].method == "qmc"

@@ -118,23 +118,27 @@ FAST = {"programs/relu_nngp.tp", "programs/marchenko_pastur.tp", "programs/erf_a
 
 
 #: programs whose default size is a long training run, compiled at fewer steps (the same recurrence,
-#: shorter).  Their expectations are over O(T·P) linear forms, and the cost that grows with T is not only
-#: the budget's: the symbolic reductions of the recurrence itself grow too (expect.reduce, the Ż
-#: coefficients, linalg.reduce_basis's exact elimination on singular covariances).  Measured (CPU s, plain
-#: compile, one core of a loaded 2-core machine):
-#:   * mup_train_curve (T = 100 by default): T = 3 17 s, T = 6 63 s; even at a budget too small for a
-#:     meaningful check (max_qmc_points=1024, max_quad_points=1000, tol=1e-3) T = 6 takes 38 s and T = 10
-#:     over 318 s (stopped), so T = 100 is out of reach (use --method particles, as the program says);
-#:   * mup_deep_train (T = 3 by default): T = 1 17 s, T = 2 263 s; at max_qmc_points=4096, tol=1e-6, T = 2
-#:     takes 59 s with an error of 0.058 on a loss of 0.12 (too wide to compare), T = 3 over 400 s (stopped);
-#:   * dmft_tanh_depth3 (T = 5 steps, P = 10 examples): at T = 1 the default budget's QMC alone is about 35
-#:     minutes (693 jobs over 20-22 forms at 2^20 points), and at max_qmc_points=4096 the compile still
-#:     took over 300 s (stopped; about 3/4 of it in reduce_basis).  It runs at T = 0 (7 CPU s for both
-#:     compiles): the forward pass (the covariances of h2, h3 over the P examples) and the loss before
-#:     training, Σ target²/P = 1 since f − f0 = 0, so there the check is that --symbolic lowers and
-#:     compiles the whole program (its C table, defs, nested loops, min() indices) without a crash and
-#:     agrees on that loss; its training limit is taken by particles (tests/test_dmft_program.py).
-SMALLER = {"programs/mup_train_curve.tp": {"T": 3}, "programs/mup_deep_train.tp": {"T": 1},
+#: shorter).  Their expectations are integrals over O(T·P) Gaussians that no rule reduces: each is a
+#: nonlinearity of a sum over the examples (tanh(ℓ₂₀ + Σ_ν c_ν ℓ_ν (1 − tanh² ℓ′_ν)) in dmft at T = 1), not a
+#: sum of per-example terms, so it goes to QMC at the full budget (2^20 points; tol = 1e-10 is out of
+#: QMC's reach) beyond three dimensions, and their number grows with T too.  The --symbolic compile's
+#: numbers route evaluates covariances through the params (1-ulp different), so the plain compile after
+#: it recomputes most of its QMC jobs instead of reusing them (expect.numeric.JOBS).  Measured (CPU s, one core
+#: of a loaded 2-core machine; bench/training_programs.py; "sym + plain" is what this test costs):
+#:   * mup_train_curve (T = 100 by default): plain T = 3 10.6 s, T = 4 20 s, T = 5 34 s, T = 6 70 s
+#:     (3D tensor quadrature and 4-6D QMC; × ~1.7 a step, so T = 10 is ~10 min and T = 100 out of reach:
+#:     use --method particles, as the program says); sym + plain at T = 3 12 + 3 s, T = 5 38 + 15 s;
+#:   * mup_deep_train (T = 3 by default): T = 1 10 s plain; T = 2 156 s for --symbolic (loss5 0.12487 ±
+#:     1.3e-4: at the default budget the check is meaningful) and about as much again for the plain compile
+#:     (was 263 s plain), so T = 2 is over 5 CPU minutes here and T = 3 far beyond;
+#:   * dmft_tanh_depth3 (T = 5 steps, P = 10 examples): T = 1 takes 228 s plain and 243 s --symbolic
+#:     (loss1 0.98363 ± 0.015; 520 QMC jobs over 20-22 forms, 0.24 s each on one BLAS thread, where they
+#:     took 2-4 s on two: about 35 minutes before), over 8 CPU minutes for this test, so it runs at T = 0
+#:     (7 CPU s for both compiles): the forward pass (the covariances of h2, h3 over the P examples) and
+#:     the loss before training, Σ target²/P = 1 since f − f0 = 0, so there the check is that --symbolic
+#:     lowers and compiles the whole program (its C table, defs, nested loops, min() indices) without a
+#:     crash and agrees on that loss; its training limit is taken by particles (tests/test_dmft_program.py).
+SMALLER = {"programs/mup_train_curve.tp": {"T": 5}, "programs/mup_deep_train.tp": {"T": 1},
            "programs/dmft_tanh_depth3.tp": {"T": 0}}
 
 

@@ -26,6 +26,14 @@ The rules are deterministic: :data:`JOBS` keeps recent results by their whole in
 Gaussians, Σ, laws, budget), so an expectation met again — at another training step, or in a
 second compile of the same program in one process — costs nothing and gives the same bits.
 
+**Threads.**  The rows z_i = L_i·t of the whitened coordinates are BLAS matrix-vector products
+(one per Gaussian, per QMC replicate and quadrature order); they run on one BLAS thread
+(``hermite.one_thread``).  Their bits do not depend on the thread count (each z_i(t) is one dot
+product of length rank Σ, which OpenBLAS does not split), but on a loaded machine its idle threads
+spin: the 21-dimensional QMC jobs of dmft_tanh_depth3 took 0.5–2 CPU s each on two threads and
+0.23 s on one, with the same bits.  (The quadrature sums ``vals @ w`` keep the default: a single
+row of length ≥ 20000 is split across threads, so one thread would move their last bits.)
+
 Each result is a ``JobResult``: value, error, method, the budgets that stopped it above
 its target error (``"max_quad_points"``, ``"max_qmc_points"``) and whether QMC saw signs
 of an infinite variance (``heavy_tail``: its error bar is then not to be trusted).
@@ -48,6 +56,7 @@ from .quad import iterated_2d, piecewise_1d, tensor
 from .radial import on_the_sphere
 from .series import series_job
 from ..symbolic.evaluate import compile_exprs
+from ..symbolic.hermite import one_thread
 
 MAX_SUMMED = 10                  # Rademacher variables summed exactly (2^10 combinations)
 RADIAL_FROM = 3                  # Gaussian dimensions from which homogeneous integrands go on the sphere
@@ -126,7 +135,8 @@ def _numeric(exprs, gaussians, cov: np.ndarray, lam: np.ndarray, V: np.ndarray, 
             n = np.shape(t[0]) if t else ()
             if L.shape[1]:                  # z_i = L_i·t, row by row (one product L @ t rounds differently)
                 T = np.asarray(t[:L.shape[1]])
-                gz = [L[i] @ T for i in range(d)]
+                with one_thread():          # (module doc: Threads)
+                    gz = [L[i] @ T for i in range(d)]
             else:
                 gz = [np.zeros(n) for _ in range(d)]
             return gz + list(t[L.shape[1]:]) + [np.full(n, v) for v in combo]
