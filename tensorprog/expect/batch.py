@@ -448,10 +448,20 @@ def _product(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, blocks: list[lis
             layout = None
             continue
         Fb, Eb = _renamed(res.form, block, layout)
-        E = sp.Abs(F) * Eb + sp.Abs(Fb) * E + E * Eb
+        E = product_error(F, E, Fb, Eb)
         F = F * Fb
     form = None if layout is None else ClosedFormTrace(F, layout, E)
     return BatchResult(values, errors, methods, tuple(sorted(budgets)), heavy, form)
+
+
+def product_error(F: sp.Expr, E: sp.Expr, Fb: sp.Expr, Eb: sp.Expr) -> sp.Expr:
+    """|F|·E_b + |F_b|·E + E·E_b, the error of F·F_b (errors E, E_b), as a formula.  Where E is 0
+    (every block before was exact) and F_b and E_b are known finite or not known infinite, the
+    last two terms are sympy's 0 (0·x is 0 unless x is known infinite): written so, without making
+    |F_b|, whose assumptions sympy would search (the series' heads at every layer)."""
+    if E is sp.S.Zero and Fb.is_finite and Eb.is_finite is not False:
+        return sp.Abs(F) * Eb
+    return sp.Abs(F) * Eb + sp.Abs(Fb) * E + E * Eb
 
 
 def split_blocks(expr: sp.Expr, gaussians: tuple, blocks: list[list[int]]) -> tuple[sp.Expr, list] | None:

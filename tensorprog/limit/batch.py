@@ -192,3 +192,20 @@ class Batch:
             error += e.error
         error += VALUE_ROUNDING * np.abs(v)
         return LimitValue(v, error, method, None)
+
+
+def partial_derivative(f: sp.Expr, s: sp.Symbol) -> sp.Expr:
+    """∂f/∂s, as ``sp.diff(f, s)`` writes it: a sum is differentiated term by term (its terms free
+    of s give 0, which the sum drops), so only the terms holding s are visited — a scalar that
+    sums many products (an NTK over L layers) has one symbol per factor."""
+    if f.is_Add:
+        return sp.Add(*[sp.diff(t, s) for t in f.args if t.has(s)])
+    return sp.diff(f, s)
+
+
+def substituted(expr: sp.Expr, at: Mapping[sp.Symbol, sp.Expr]) -> sp.Expr:
+    """``expr.subs(at)`` with only the symbols of ``at`` that ``expr`` holds (subs visits the whole
+    expression once per symbol given, in an order by the symbols alone, and one it does not hold
+    changes nothing: the same expression, at a fraction of the cost)."""
+    held = expr.free_symbols
+    return expr.subs({s: v for s, v in at.items() if s in held})
