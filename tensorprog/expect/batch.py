@@ -103,26 +103,44 @@ def same_columns(a: np.ndarray, b: np.ndarray, sign: int = 1) -> bool:
     return bool(np.all(np.abs(a - sign * b) <= 1e-12 * np.abs(sign * b)))
 
 
+def first_tie(columns: dict[sp.Symbol, np.ndarray], col: np.ndarray) -> tuple[sp.Symbol, int] | None:
+    """The first (symbol, sign) of ``columns`` (in order; sign 1 before −1) whose values are
+    sign·col to rounding (:func:`_same`), or None.  A short batch compares every column at once."""
+    if len(col) > PROBE_FROM or len(columns) < 2:
+        return next(((c, s) for c, v in columns.items() for s in (1, -1) if _same(v, col, s)), None)
+    V = np.array(list(columns.values()))
+    scale = 1e-12 * np.abs(col)
+    plus = np.all(np.abs(V - col) <= scale, axis=1)
+    minus = np.all(np.abs(V - (-1) * col) <= scale, axis=1)       # as same_columns(v, col, -1)
+    for c, p, m in zip(columns, plus, minus):
+        if p or m:
+            return c, 1 if p else -1
+    return None
+
+
 def _symbolic_cov(covs: np.ndarray) -> tuple[sp.Matrix, dict, dict]:
     """A covariance with a symbol for each entry that varies over the batch; and its layout
     {(i, j): ("const", value) | ("sym", symbol, sign)} for i ≤ j (how each entry was read)."""
     P, d, _ = covs.shape
-    S, values, layout = sp.zeros(d, d), {}, {}
+    entries, values, layout = {}, {}, {}
+    first = covs[0]
+    constant = np.all(covs == first, axis=0)        # the entries equal over the whole batch
     for i in range(d):
         for j in range(i, d):
-            col = covs[:, i, j]
-            if np.all(col == col[0]):
-                S[i, j] = S[j, i] = as_number(float(col[0]))
-                layout[(i, j)] = ("const", float(col[0]))
+            if constant[i, j]:
+                entries[(i, j)] = as_number(float(first[i, j]))
+                layout[(i, j)] = ("const", float(first[i, j]))
                 continue
+            col = covs[:, i, j]
             # entries equal over the whole batch share a symbol, so exact relations such as
             # x ≡ y (Cov = Var) stay visible to the closed form
-            tied = next(((c, s) for c, v in values.items() for s in (1, -1) if _same(v, col, s)), None)
+            tied = first_tie(values, col)
             if tied is None:
                 tied = (sp.Symbol(f"c_{i}_{j}", positive=True if i == j else None, real=True), 1)
                 values[tied[0]] = col
             layout[(i, j)] = ("sym",) + tied
-            S[i, j] = S[j, i] = tied[1] * tied[0]
+            entries[(i, j)] = tied[1] * tied[0]
+    S = sp.Matrix(d, d, [entries[(min(i, j), max(i, j))] for i in range(d) for j in range(d)])
     return S, values, layout
 
 

@@ -10,6 +10,8 @@ pair.  Every expectation is computed within the compile's ``Budget``.
 """
 from __future__ import annotations
 
+import functools
+import operator
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Mapping, Sequence
@@ -199,7 +201,12 @@ def partial_derivative(f: sp.Expr, s: sp.Symbol) -> sp.Expr:
     of s give 0, which the sum drops), so only the terms holding s are visited — a scalar that
     sums many products (an NTK over L layers) has one symbol per factor."""
     if f.is_Add:
-        return sp.Add(*[sp.diff(t, s) for t in f.args if t.has(s)])
+        return sp.Add(*[partial_derivative(t, s) for t in f.args if t.has(s)])
+    if f.is_Mul:
+        holding = [k for k, a in enumerate(f.args) if a.has(s)]
+        if len(holding) == 1 and f.args[holding[0]] == s:     # linear in s: sympy's product rule, one term
+            k = holding[0]
+            return functools.reduce(operator.mul, f.args[:k] + (sp.S.One,) + f.args[k + 1:], sp.S.One)
     return sp.diff(f, s)
 
 
