@@ -132,3 +132,20 @@ def test_limit_template_skips_the_probe_only_for_its_own_lowering(monkeypatch):
     assert not kmod.own_lowering(swapped, merged)
     tmpl, *_ = kmod.limit_template(swapped, merged)
     assert tmpl is not swapped and tmpl == kmod.affine_template(prog, merged)[0]
+
+
+def test_batch_scaled_is_the_tapes_value():
+    """σ²·b (a number times a batch symbol) and b alone read directly: the tape's bits."""
+    from tensorprog.limit.batch import Batch
+    from tensorprog.symbolic.evaluate import evaluate
+    rng = np.random.default_rng(3)
+    batch = Batch({0: np.zeros((7, 2, 2))})
+    x = batch.number(rng.standard_normal(7) * 10.0 ** rng.integers(-5, 5, 7), ("input", 0, 0, 0))
+    for c, direct in ((sp.Float(1.5), True), (sp.Float(0.1), True), (sp.Float(-2.7e-300), True),
+                      (sp.Integer(3), True), (sp.Integer(-1), True), (sp.Float("0.1", 30), False),
+                      (sp.Rational(1, 3), False)):
+        expr = c * x
+        got = batch.eval(expr)
+        assert np.array_equal(got, np.broadcast_to(evaluate(expr, {x: batch.values[x]}), (7,)))
+        assert (batch.scaled(expr) is not None) == direct
+    assert np.array_equal(batch.eval(x), batch.values[x])

@@ -143,9 +143,25 @@ class Batch:
     def eval(self, expr: sp.Expr) -> np.ndarray:
         """expr for every item (its batch symbols replaced by their arrays), shape (P,)."""
         expr = expr if isinstance(expr, sp.Basic) else sp.Float(float(expr))
+        direct = self.scaled(expr)
+        if direct is not None:
+            return np.broadcast_to(direct, (self.P,))
         used = {s: self.values[s] for s in expr.free_symbols if s in self.values}
         value = evaluate(expr, used) if used else float(expr)
         return np.broadcast_to(np.asarray(value, dtype=float), (self.P,))
+
+    def scaled(self, expr: sp.Expr) -> np.ndarray | None:
+        """A batch symbol's array, or c times it for a number c that float64 holds (a double-precision
+        Float, an integer): what :func:`evaluate`'s tape gives (one product, commutative), without compiling
+        one for each covariance σ²·E[·] of a compile; None for any other expression."""
+        if expr.is_Symbol:
+            return self.values.get(expr)
+        if expr.is_Mul and len(expr.args) == 2:
+            c, s = expr.args
+            exact = (c.is_Float and sp.Float(float(c)) == c) or (c.is_Integer and abs(int(c)) < 2 ** 53)
+            if exact and s.is_Symbol and s in self.values:
+                return self.values[s] * float(c)
+        return None
 
     def expect(self, expr: sp.Expr, gauss: Sequence[sp.Symbol], cov: list[list[sp.Expr]],
                laws: Mapping, budget: Budget) -> BatchEstimate:
