@@ -149,3 +149,39 @@ def test_batch_scaled_is_the_tapes_value():
         assert np.array_equal(got, np.broadcast_to(evaluate(expr, {x: batch.values[x]}), (7,)))
         assert (batch.scaled(expr) is not None) == direct
     assert np.array_equal(batch.eval(x), batch.values[x])
+
+
+@pytest.mark.parametrize("r0, r1, N", [(0, 1000, 1000), (0, 300, 300), (100, 300, 1000), (0, 2500, 2500), (7, 70, 300)])
+def test_series_blocks_cover_each_upper_entry_once_row_by_row(r0, r1, N):
+    """The wider blocks of a series replay cover each entry (i, j), r0 ≤ i < r1, i ≤ j < N, once,
+    none over ROW_BLOCK × SERIES_COL_BLOCK entries by more than a row; where N ≤ COL_BLOCK every
+    block of either width spans its rows' columns, so pairs left over come row by row in both."""
+    from tensorprog.tools.pairs import COL_BLOCK, ROW_BLOCK, SERIES_COL_BLOCK, band_blocks
+    blocks = band_blocks(r0, r1, N, SERIES_COL_BLOCK)
+    seen = np.zeros((N, N), dtype=int)
+    for i0, i1, j0, j1 in blocks:
+        assert r0 <= i0 < i1 <= r1 and i0 <= j0 < j1 <= N
+        assert (i1 - i0 - 1) * (j1 - j0) <= ROW_BLOCK * SERIES_COL_BLOCK
+        for i in range(i0, i1):
+            seen[i, max(i, j0):j1] += 1
+    assert np.array_equal(seen[r0:r1], np.triu(np.ones((N, N), dtype=int))[r0:r1])
+    if N <= COL_BLOCK:
+        for cols in (COL_BLOCK, SERIES_COL_BLOCK):
+            assert all(j0 == i0 and j1 == N for i0, i1, j0, j1 in band_blocks(r0, r1, N, cols))
+
+
+def test_series_kernel_has_the_same_bits_in_any_blocks(monkeypatch):
+    """A series replay over blocks of either width (and the pairs left over: a repeated, a negated
+    and a scaled input) gives the same bits."""
+    from tensorprog.tools import pairs
+    X = np.random.default_rng(5).standard_normal((150, 6))
+    X[3], X[4], X[5] = X[1], -X[1], 2 * X[2]
+    got = []
+    for cols in (pairs.COL_BLOCK, 96):
+        monkeypatch.setattr(pairs, "SERIES_COL_BLOCK", cols)
+        monkeypatch.setattr(pairs, "REPLAYS", type(pairs.REPLAYS)())
+        K = tp.kernel(TEMPLATE, X, L=2, var=1.5, var1=1.5, b1=0.1)
+        assert K.outputs["ntk"].method == "series"
+        got.append(np.stack([K.outputs[n].mean for n in ("nngp", "ntk")] + [K.outputs[n].error for n in ("nngp", "ntk")]))
+    assert len(pairs.band_blocks(0, 150, 150, 96)) > len(pairs.band_blocks(0, 150, 150, pairs.COL_BLOCK))
+    assert np.array_equal(got[0], got[1])
