@@ -19,7 +19,6 @@ input a vector or a sequence of vectors: :mod:`.data_kernel`.
 from __future__ import annotations
 
 import dataclasses
-import gc
 import functools
 import hashlib
 import numbers
@@ -659,16 +658,3 @@ def data_kernel(text: TemplateText, X: np.ndarray, n: int | None, trials: int, s
         outputs[o.name] = KernelMatrix(stack.mean(0), stack.std(0, ddof=1) if trials > 1 else np.zeros((N, N)),
                                        values=mats)
     return KernelResult(outputs, n, trials)
-
-
-def freeze_imports() -> None:
-    """Move every object alive now (this module's imports: numpy, scipy, sympy, lark and the
-    compiler, ~10⁵ objects, and whatever the caller made before) to the collector's permanent
-    generation (``gc.freeze``), so that no later full collection scans them again.  A kernel's
-    first call creates enough objects (sympy's) to trigger one, which scanned them all: 0.03 s
-    of its 1 s.  They are module state, never garbage; an object frozen here that later becomes
-    part of a reference cycle is freed only by ``gc.unfreeze()`` and a collection."""
-    gc.freeze()
-
-
-freeze_imports()
