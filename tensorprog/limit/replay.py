@@ -456,10 +456,7 @@ class Builder:
         or step, an unknown function's derivative: module doc).
         The series heads' slopes by :func:`head_slope` (chain rule through each head: F as a function
         of its explicit symbols and of the heads' values)."""
-        heads = [h for h in sp.preorder_traversal(F) if isinstance(h, (MehlerValue, Mean))]
-        heads = list(dict.fromkeys(heads))
-        stand = {h: self.head_symbol(i) for i, h in enumerate(heads)}
-        G = F.xreplace(stand)                 # the same at every layer: its derivatives are kept
+        stand, G = self.over_heads(F)         # G: the same at every layer: its derivatives are kept
         outer = {h: self.derivative(G, d) for h, d in stand.items()}     # ∂F/∂H, the same for every c_n
         outer = {h: sp.Abs(o, evaluate=False) for h, o in outer.items() if o != 0}
         out = {}
@@ -489,16 +486,25 @@ class Builder:
             self.derived[key] = sp.diff(G, symbol)
         return self.derived[key]
 
-    @staticmethod
-    def form_rounding(F: sp.Expr) -> sp.Expr:
+    def over_heads(self, F: sp.Expr) -> tuple[dict[sp.Expr, sp.Dummy], sp.Expr]:
+        """({series head: :meth:`head_symbol`}, F with its heads so replaced), once per form: G is
+        the same expression at every layer of a template (its derivatives and rounding kept by G)."""
+        key = ("heads", F)
+        if key not in self.derived:
+            heads = list(dict.fromkeys(h for h in sp.preorder_traversal(F) if isinstance(h, (MehlerValue, Mean))))
+            stand = {h: self.head_symbol(i) for i, h in enumerate(heads)}
+            self.derived[key] = (stand, F.xreplace(stand))
+        return self.derived[key]
+
+    def form_rounding(self, F: sp.Expr) -> sp.Expr:
         """The rounding of the arithmetic around a recorded form's series heads (a product c·E φψ:
-        one rounding; the heads' own in their stated errors), as an expression of its symbols."""
-        heads = list(dict.fromkeys(h for h in sp.preorder_traversal(F) if isinstance(h, (MehlerValue, Mean))))
-        stand = {h: sp.Dummy(f"h{i}") for i, h in enumerate(heads)}
-        G = F.xreplace(stand)
-        if not polynomial_like(G):              # other functions: the closed form's charge covers it
-            return sp.Integer(0)
-        return rounding(G).xreplace({d: h for h, d in stand.items()})
+        one rounding; the heads' own in their stated errors), as an expression of its symbols
+        (over the heads' symbols once per G: :meth:`over_heads`)."""
+        stand, G = self.over_heads(F)
+        key = ("rounding over heads", G)
+        if key not in self.derived:             # other functions: the closed form's charge covers them
+            self.derived[key] = rounding(G) if polynomial_like(G) else sp.Integer(0)
+        return self.derived[key].xreplace({d: h for h, d in stand.items()})
 
     def error_of(self, expr: sp.Expr) -> sp.Expr:
         """err(P) of the module doc for a polynomial P of batch symbols (a covariance entry, an
