@@ -106,26 +106,44 @@ def same_columns(a: np.ndarray, b: np.ndarray, sign: int = 1) -> bool:
     return bool(np.all(np.abs(a - sign * b) <= 1e-12 * np.abs(sign * b)))
 
 
+def first_tie(columns: dict[sp.Symbol, np.ndarray], col: np.ndarray) -> tuple[sp.Symbol, int] | None:
+    """The first (symbol, sign) of ``columns`` (in order; sign 1 before −1) whose values are
+    sign·col to rounding (:func:`_same`), or None.  A short batch compares every column at once."""
+    if len(col) > PROBE_FROM or len(columns) < 2:
+        return next(((c, s) for c, v in columns.items() for s in (1, -1) if _same(v, col, s)), None)
+    V = np.array(list(columns.values()))
+    scale = 1e-12 * np.abs(col)
+    plus = np.all(np.abs(V - col) <= scale, axis=1)
+    minus = np.all(np.abs(V - (-1) * col) <= scale, axis=1)       # as same_columns(v, col, -1)
+    for c, p, m in zip(columns, plus, minus):
+        if p or m:
+            return c, 1 if p else -1
+    return None
+
+
 def _symbolic_cov(covs: np.ndarray) -> tuple[sp.Matrix, dict, dict]:
     """A covariance with a symbol for each entry that varies over the batch; and its layout
     {(i, j): ("const", value) | ("sym", symbol, sign)} for i ≤ j (how each entry was read)."""
     P, d, _ = covs.shape
-    S, values, layout = sp.zeros(d, d), {}, {}
+    entries, values, layout = {}, {}, {}
+    first = covs[0]
+    constant = np.all(covs == first, axis=0)        # the entries equal over the whole batch
     for i in range(d):
         for j in range(i, d):
-            col = covs[:, i, j]
-            if np.all(col == col[0]):
-                S[i, j] = S[j, i] = as_number(float(col[0]))
-                layout[(i, j)] = ("const", float(col[0]))
+            if constant[i, j]:
+                entries[(i, j)] = as_number(float(first[i, j]))
+                layout[(i, j)] = ("const", float(first[i, j]))
                 continue
+            col = covs[:, i, j]
             # entries equal over the whole batch share a symbol, so exact relations such as
             # x ≡ y (Cov = Var) stay visible to the closed form
-            tied = next(((c, s) for c, v in values.items() for s in (1, -1) if _same(v, col, s)), None)
+            tied = first_tie(values, col)
             if tied is None:
                 tied = (sp.Symbol(f"c_{i}_{j}", positive=True if i == j else None, real=True), 1)
                 values[tied[0]] = col
             layout[(i, j)] = ("sym",) + tied
-            S[i, j] = S[j, i] = tied[1] * tied[0]
+            entries[(i, j)] = tied[1] * tied[0]
+    S = sp.Matrix(d, d, [entries[(min(i, j), max(i, j))] for i in range(d) for j in range(d)])
     return S, values, layout
 
 
@@ -453,10 +471,20 @@ def _product(expr: sp.Expr, gaussians: tuple, covs: np.ndarray, blocks: list[lis
             layout = None
             continue
         Fb, Eb = _renamed(res.form, block, layout)
-        E = sp.Abs(F) * Eb + sp.Abs(Fb) * E + E * Eb
+        E = product_error(F, E, Fb, Eb)
         F = F * Fb
     form = None if layout is None else ClosedFormTrace(F, layout, E)
     return BatchResult(values, errors, methods, tuple(sorted(budgets)), heavy, form)
+
+
+def product_error(F: sp.Expr, E: sp.Expr, Fb: sp.Expr, Eb: sp.Expr) -> sp.Expr:
+    """|F|·E_b + |F_b|·E + E·E_b, the error of F·F_b (errors E, E_b), as a formula.  Where E is 0
+    (every block before was exact) and F_b and E_b are known finite or not known infinite, the
+    last two terms are sympy's 0 (0·x is 0 unless x is known infinite): written so, without making
+    |F_b|, whose assumptions sympy would search (the series' heads at every layer)."""
+    if E is sp.S.Zero and Fb.is_finite and Eb.is_finite is not False:
+        return sp.Abs(F) * Eb
+    return sp.Abs(F) * Eb + sp.Abs(Fb) * E + E * Eb
 
 
 def split_blocks(expr: sp.Expr, gaussians: tuple, blocks: list[list[int]]) -> tuple[sp.Expr, list] | None:

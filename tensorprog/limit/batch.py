@@ -10,6 +10,8 @@ pair.  Every expectation is computed within the compile's ``Budget``.
 """
 from __future__ import annotations
 
+import functools
+import operator
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Mapping, Sequence
@@ -141,9 +143,25 @@ class Batch:
     def eval(self, expr: sp.Expr) -> np.ndarray:
         """expr for every item (its batch symbols replaced by their arrays), shape (P,)."""
         expr = expr if isinstance(expr, sp.Basic) else sp.Float(float(expr))
+        direct = self.scaled(expr)
+        if direct is not None:
+            return np.broadcast_to(direct, (self.P,))
         used = {s: self.values[s] for s in expr.free_symbols if s in self.values}
         value = evaluate(expr, used) if used else float(expr)
         return np.broadcast_to(np.asarray(value, dtype=float), (self.P,))
+
+    def scaled(self, expr: sp.Expr) -> np.ndarray | None:
+        """A batch symbol's array, or c times it for a number c that float64 holds (a double-precision
+        Float, an integer): what :func:`evaluate`'s tape gives (one product, commutative), without compiling
+        one for each covariance σ²·E[·] of a compile; None for any other expression."""
+        if expr.is_Symbol:
+            return self.values.get(expr)
+        if expr.is_Mul and len(expr.args) == 2:
+            c, s = expr.args
+            exact = (c.is_Float and sp.Float(float(c)) == c) or (c.is_Integer and abs(int(c)) < 2 ** 53)
+            if exact and s.is_Symbol and s in self.values:
+                return self.values[s] * float(c)
+        return None
 
     def expect(self, expr: sp.Expr, gauss: Sequence[sp.Symbol], cov: list[list[sp.Expr]],
                laws: Mapping, budget: Budget) -> BatchEstimate:
@@ -192,3 +210,25 @@ class Batch:
             error += e.error
         error += VALUE_ROUNDING * np.abs(v)
         return LimitValue(v, error, method, None)
+
+
+def partial_derivative(f: sp.Expr, s: sp.Symbol) -> sp.Expr:
+    """∂f/∂s, as ``sp.diff(f, s)`` writes it: a sum is differentiated term by term (its terms free
+    of s give 0, which the sum drops), so only the terms holding s are visited — a scalar that
+    sums many products (an NTK over L layers) has one symbol per factor."""
+    if f.is_Add:
+        return sp.Add(*[partial_derivative(t, s) for t in f.args if t.has(s)])
+    if f.is_Mul:
+        holding = [k for k, a in enumerate(f.args) if a.has(s)]
+        if len(holding) == 1 and f.args[holding[0]] == s:     # linear in s: sympy's product rule, one term
+            k = holding[0]
+            return functools.reduce(operator.mul, f.args[:k] + (sp.S.One,) + f.args[k + 1:], sp.S.One)
+    return sp.diff(f, s)
+
+
+def substituted(expr: sp.Expr, at: Mapping[sp.Symbol, sp.Expr]) -> sp.Expr:
+    """``expr.subs(at)`` with only the symbols of ``at`` that ``expr`` holds (subs visits the whole
+    expression once per symbol given, in an order by the symbols alone, and one it does not hold
+    changes nothing: the same expression, at a fraction of the cost)."""
+    held = expr.free_symbols
+    return expr.subs({s: v for s, v in at.items() if s in held})

@@ -40,7 +40,7 @@ from ..ir.walk import ARITHMETIC, Rules, fold
 from ..symbolic import functions as fnsym
 from ..symbolic.dag import distinct_nodes
 from ..symbolic.heads import HEADS
-from .batch import Batch, BatchRecord
+from .batch import Batch, BatchRecord, partial_derivative, substituted
 from .finiteness import Finiteness
 from .haar import HaarMatrix, HaarShape, Term
 from .hypotheses import Hypotheses
@@ -521,9 +521,10 @@ class Compiler:
         finally:
             self.c.update(saved)
         total = np.zeros(batch.P)
+        at = {t: saved[b] for b, t in syms.items()}
         try:
             for a, s in syms.items():
-                slope = np.abs(batch.eval(sp.diff(f, s).subs({t: saved[b] for b, t in syms.items()})))
+                slope = np.abs(batch.eval(substituted(partial_derivative(f, s), at)))
                 error = self.scalar_error.get(a)
                 error = self.ledger.error_sum(self.deps[a]) if error is None else error
                 total = total + np.where(np.isfinite(slope), slope, np.inf) * error

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 from collections import ChainMap
 from dataclasses import dataclass
-from typing import Container, Iterator, Mapping, Sequence
+from typing import Callable, Container, Iterator, Mapping, Sequence
 
 import numpy as np
 import sympy as sp
@@ -452,10 +452,12 @@ class Builder:
         return self.derived[key]
 
     def form_smooth(self, F: sp.Expr, names: tuple[sp.Symbol, ...]) -> bool:
-        """:func:`smooth_form`, once per form (as :meth:`form_slopes`)."""
-        key = ("smooth", F, names)
+        """:func:`smooth_form`, once per form over its heads' symbols (:meth:`over_heads`: the same G
+        at every layer, whose heads are numbers to it as they are to F)."""
+        G = self.over_heads(F)[1]
+        key = ("smooth", G, names)
         if key not in self.derived:
-            self.derived[key] = smooth_form(F, names)
+            self.derived[key] = smooth_form(G, names)
         return self.derived[key]
 
     def form_functions(self, F: sp.Expr) -> sp.Expr:
@@ -481,10 +483,7 @@ class Builder:
         or step, an unknown function's derivative: module doc).
         The series heads' slopes by :func:`head_slope` (chain rule through each head: F as a function
         of its explicit symbols and of the heads' values)."""
-        heads = [h for h in sp.preorder_traversal(F) if isinstance(h, (MehlerValue, Mean))]
-        heads = list(dict.fromkeys(heads))
-        stand = {h: self.head_symbol(i) for i, h in enumerate(heads)}
-        G = F.xreplace(stand)                 # the same at every layer: its derivatives are kept
+        stand, G = self.over_heads(F)         # G: the same at every layer: its derivatives are kept
         outer = {h: self.derivative(G, d) for h, d in stand.items()}     # ∂F/∂H, the same for every c_n
         outer = {h: sp.Abs(o, evaluate=False) for h, o in outer.items() if o != 0}
         out = {}
@@ -494,7 +493,7 @@ class Builder:
                 return None
             parts = [sp.Abs(explicit, evaluate=False)]
             for h, o in outer.items():
-                parts.append(sp.Mul(o, head_slope(h, n), evaluate=False))
+                parts.append(sp.Mul(o, head_slope(h, n, self.derivative), evaluate=False))
             total = sp.Add(*parts).xreplace({d: h for h, d in stand.items()})
             out[n] = total
         return out
@@ -514,16 +513,25 @@ class Builder:
             self.derived[key] = sp.diff(G, symbol)
         return self.derived[key]
 
-    @staticmethod
-    def form_rounding(F: sp.Expr) -> sp.Expr:
+    def over_heads(self, F: sp.Expr) -> tuple[dict[sp.Expr, sp.Dummy], sp.Expr]:
+        """({series head: :meth:`head_symbol`}, F with its heads so replaced), once per form: G is
+        the same expression at every layer of a template (its derivatives and rounding kept by G)."""
+        key = ("heads", F)
+        if key not in self.derived:
+            heads = list(dict.fromkeys(h for h in sp.preorder_traversal(F) if isinstance(h, (MehlerValue, Mean))))
+            stand = {h: self.head_symbol(i) for i, h in enumerate(heads)}
+            self.derived[key] = (stand, F.xreplace(stand))
+        return self.derived[key]
+
+    def form_rounding(self, F: sp.Expr) -> sp.Expr:
         """The rounding of the arithmetic around a recorded form's series heads (a product c·E φψ:
-        one rounding; the heads' own in their stated errors), as an expression of its symbols."""
-        heads = list(dict.fromkeys(h for h in sp.preorder_traversal(F) if isinstance(h, (MehlerValue, Mean))))
-        stand = {h: sp.Dummy(f"h{i}") for i, h in enumerate(heads)}
-        G = F.xreplace(stand)
-        if not polynomial_like(G):              # other functions: the closed form's charge covers it
-            return sp.Integer(0)
-        return rounding(G).xreplace({d: h for h, d in stand.items()})
+        one rounding; the heads' own in their stated errors), as an expression of its symbols
+        (over the heads' symbols once per G: :meth:`over_heads`)."""
+        stand, G = self.over_heads(F)
+        key = ("rounding over heads", G)
+        if key not in self.derived:             # other functions: the closed form's charge covers them
+            self.derived[key] = rounding(G) if polynomial_like(G) else sp.Integer(0)
+        return self.derived[key].xreplace({d: h for h, d in stand.items()})
 
     def error_of(self, expr: sp.Expr) -> sp.Expr:
         """err(P) of the module doc for a polynomial P of batch symbols (a covariance entry, an
@@ -818,16 +826,17 @@ def absolute(expr: sp.Expr) -> sp.Expr:
     return abs(expr) if expr.is_Number else sp.Abs(expr, evaluate=False)
 
 
-def head_slope(head: sp.Expr, n: sp.Symbol) -> sp.Expr:
+def head_slope(head: sp.Expr, n: sp.Symbol, diff: Callable[[sp.Expr, sp.Symbol], sp.Expr] = sp.diff) -> sp.Expr:
     """A bound on |∂H/∂c_n| for a series head H of a recorded form (:mod:`..symbolic.mehler`):
     Mean(A(a)): MeanCurve(A)/(2a)·|∂a/∂c_n|; MehlerValue(A(a), B(b), ρ): with c = ρ√(ab),
     MehlerSlope/√(ab)·|∂c/∂c_n| + MehlerCurve(A, B, ρ)/(2a)·|∂a/∂c_n| + MehlerCurve(B, A, ρ)/(2b)·|∂b/∂c_n|
     (Price's theorem in the entries a, b, c of the pair's covariance); on the diagonal (the same row
-    and ρ ≡ 1: u ≡ v) DiagonalSlope(A)/(2a)·|∂a/∂c_n|, the signed derivative of E φ(√a z)²."""
+    and ρ ≡ 1: u ≡ v) DiagonalSlope(A)/(2a)·|∂a/∂c_n|, the signed derivative of E φ(√a z)².
+    ``diff``: sympy's derivative, or a memo of it (a, b and ρ are the same at every layer)."""
     if isinstance(head, Mean):
         A = head.args[0]
         a = A.args[0]
-        da = sp.diff(a, n)
+        da = diff(a, n)
         return 0 if da == 0 else MeanCurve(A) / (2 * absolute(a)) * absolute(da)
     A, B, rho = head.args[:3]
     if not (isinstance(A, HermiteRow) and isinstance(B, HermiteRow)):
@@ -836,11 +845,11 @@ def head_slope(head: sp.Expr, n: sp.Symbol) -> sp.Expr:
     if n not in a.free_symbols and n not in b.free_symbols and n not in rho.free_symbols:
         return sp.Integer(0)                    # H does not read c_n (as below, without building c)
     if A == B and (rho == 1 or rho.doit() == 1 or sp.simplify(rho - 1) == 0):   # u ≡ v: S(a) = E φ(√a z)²
-        da = sp.diff(a, n)
+        da = diff(a, n)
         return 0 if da == 0 else DiagonalSlope(A) / (2 * absolute(a)) * absolute(da)
     c = rho * sp.sqrt(a * b)
     out = []
-    dc, da, db = sp.diff(c, n), sp.diff(a, n), sp.diff(b, n)
+    dc, da, db = diff(c, n), diff(a, n), diff(b, n)
     if dc != 0:
         out.append(MehlerSlope(A, B, rho) / sp.sqrt(absolute(a * b)) * absolute(dc))
     if da != 0:

@@ -32,7 +32,7 @@ from .. import distributions as D
 from .. import ir
 from ..arguments import usage, whole
 from ..expect.budget import DEFAULT, Budget
-from ..errors import TPUsageError
+from ..errors import TPError, TPUsageError
 from ..finite.exec_options import UNSET, resolve
 from ..finite.executor import Executor
 from ..finite.plan import RunSpec, run_plan
@@ -193,16 +193,57 @@ def affine_template(program: ir.Program, params: dict | None = None,
     IR must not move, and the pair's covariance must be that affine function at every probe.
     ``memo``: the findings by :func:`template_inputs` (default: :data:`TEMPLATES`)."""
     params = {k: v for k, v in (params or program.params).items() if k not in Q_NAMES}
+    memo = Memo(TEMPLATES, MAX_TEMPLATES) if memo is None else memo
+    key = finding_key(program, params)
+    found = memo.get(key) if key is not None else None
+    if found is None:
+        found = affine_finding(program, params, memo).lowered()
+        if key is not None:
+            memo.put(key, found)
+    return found
+
+
+@dataclass(frozen=True)
+class AffineFinding:
+    """Where q enters a template (:func:`affine_finding`): the input group g, its scale s and
+    shift b, found by the traced lowering alone; :meth:`lowered` unrolls the template at the probe
+    q as well (what :func:`affine_template` returns), which a template lowered at its own params
+    does not need (:func:`limit_template`)."""
+    group: int
+    scale: float
+    shift: float
+    module: object = field(compare=False, repr=False)     # the parsed template
+    at: dict = field(compare=False, repr=False)           # its params, q at the probe
+    program: ir.Program = field(compare=False, repr=False)
+
+    def lowered(self) -> tuple[ir.Program, int, float, float]:
+        """(IR at the probe q, g, s, b)."""
+        p = self.program
+        return (lower(self.module, self.at, file=p.file, source=p.source, base_dir=p.base_dir),
+                self.group, self.scale, self.shift)
+
+
+def finding_key(program: ir.Program, params: dict) -> tuple | None:
+    """The memo key of a template's findings (:func:`template_inputs`, named in the IR found), or
+    None where what its lowering depends on is not known."""
     missing = [q for q in Q_NAMES if q not in program.params]
     if missing:
         raise TPUsageError(f"a kernel template declares params q11, q12, q22 (missing: {', '.join(missing)})",
                            file=program.file)
-    memo = Memo(TEMPLATES, MAX_TEMPLATES) if memo is None else memo
     inputs = template_inputs(program, params)
-    key = None if inputs is None else (program.file, str(program.base_dir), inputs)   # (named in the IR found)
+    return None if inputs is None else (program.file, str(program.base_dir), inputs)
+
+
+def affine_finding(program: ir.Program, params: dict | None = None, memo: Memo | None = None) -> AffineFinding:
+    """:func:`affine_template`'s finding (g, s, b) by the traced lowering only, kept in ``memo``
+    (default: :data:`TEMPLATES`) beside the IRs :func:`affine_template` keeps."""
+    params = {k: v for k, v in (params or program.params).items() if k not in Q_NAMES}
+    memo = Memo(TEMPLATES, MAX_TEMPLATES) if memo is None else memo
+    key = finding_key(program, params)
+    key = None if key is None else ("finding",) + key
     found = memo.get(key) if key is not None else None
     if found is None:
-        found = _affine_template(program, params)
+        found = _affine_finding(program, params)
         if key is not None:
             memo.put(key, found)
     return found
@@ -221,8 +262,8 @@ def template_inputs(program: ir.Program, params: dict) -> str | None:
     return hashlib.sha256(repr((digest, rest)).encode()).hexdigest()
 
 
-def _affine_template(program: ir.Program, params: dict) -> tuple[ir.Program, int, float, float]:
-    """:func:`affine_template` without its cache: the template lowered once with its params as
+def _affine_finding(program: ir.Program, params: dict) -> AffineFinding:
+    """:func:`affine_finding` without its cache: the template lowered once with its params as
     leaves (:mod:`tensorprog.symbolic.traced`); (s, b) read from the one initial pair whose
     covariance is s·[[q11, q12], [q12, q22]] + b in the q symbols, which enter nothing else."""
     at = {**params, **dict(zip(Q_NAMES, PROBES[0]))}
@@ -238,7 +279,7 @@ def _affine_template(program: ir.Program, params: dict) -> tuple[ir.Program, int
         raise TPUsageError("q11, q12, q22 must enter the template only as the covariance "
                            "s·[[q11, q12], [q12, q22]] + b of one pair of initial vectors", file=program.file)
     g, s, b = found[0]
-    return lower(module, at, file=program.file, source=program.source, base_dir=program.base_dir), g, s, b
+    return AffineFinding(g, s, b, module, at, program)
 
 
 def affine_in_q(cov: np.ndarray, q: list, values: dict) -> tuple[float, float] | None:
@@ -293,12 +334,35 @@ def limit_template(program: ir.Program, params: dict) -> tuple[ir.Program, int, 
             return found
         store_warning(f"the stored finding {key[:21]}… does not fit the template's own covariance: "
                       "ignored, found again")
-    tmpl, g, s, b = affine_template(program, params)
-    if not same_but_covariance(program, tmpl, g):
-        return tmpl, g, s, b
+    finding = affine_finding(program, params)
+    g, s, b = finding.group, finding.scale, finding.shift
+    if not own_lowering(program, params):          # else the probe's IR is the program's but for q
+        tmpl, g, s, b = affine_template(program, params)
+        if not same_but_covariance(program, tmpl, g):
+            return tmpl, g, s, b
     if key is not None:
         store.save_data(key, {"group": g, "scale": s, "shift": b})
     return program, g, s, b
+
+
+def own_lowering(program: ir.Program, params: dict) -> bool:
+    """Whether ``program`` is its text lowered plainly at ``params`` (q aside): the IR that
+    :func:`tensorprog.program.parse` lowers and keeps (:func:`tensorprog.program.lowered`, by text
+    and overrides: the program itself where it was parsed so, else lowered again and compared; a
+    program that reads files is not known so).
+    The template lowered at the probe q is then this IR but for the input group's covariance, which
+    the traced lowering has shown to be the only place q enters (as a stored finding is trusted)."""
+    from ..program import lowered
+    rest = {k: v for k, v in params.items() if k not in Q_NAMES}
+    if not program.source or "load" in program.source or rest != {k: v for k, v in program.params.items()
+                                                                  if k not in Q_NAMES}:
+        return False
+    try:
+        kept = lowered(program.source, program.file, tuple(sorted(program.overrides.items())),
+                       str(program.base_dir), program.max_nodes)
+    except TPError:
+        return False
+    return kept == program
 
 
 def stored_finding(program: ir.Program, data: dict) -> tuple[ir.Program, int, float, float] | None:
