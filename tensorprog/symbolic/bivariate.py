@@ -89,6 +89,17 @@ def _density(h, k, rho):
     return sp.exp(-(h**2 - 2 * rho * h * k + k**2) / (2 * s)) / (2 * sp.pi * sp.sqrt(s))
 
 
+
+def mp_evalf(args, prec: int, formula) -> sp.Float | None:
+    """``formula`` (of mpmath numbers) at the arguments' values, to ``prec`` bits (sympy's evalf
+    convention), or None where an argument is not a real number."""
+    args = [a._eval_evalf(prec) if hasattr(a, "_eval_evalf") else a for a in args]
+    if not all(a is not None and a.is_number and a.is_real for a in args):
+        return None
+    with mpmath.workprec(prec + 20):
+        value = formula(*(mpmath.mpf(str(a.evalf(prec // 3 + 10))) for a in args))
+    return sp.Float(value, max(1, prec // 3))
+
 class Phi2(sp.Function):
     """Φ₂(h, k, ρ) = P(X ≤ h, Y ≤ k) for standard normal X, Y of correlation ρ (the bivariate
     normal distribution function; module doc)."""
@@ -122,13 +133,7 @@ class Phi2(sp.Function):
         raise ArgumentIndexError(self, argindex)
 
     def _eval_evalf(self, prec):
-        args = [a._eval_evalf(prec) if hasattr(a, "_eval_evalf") else a for a in self.args]
-        if not all(a is not None and a.is_number and a.is_real for a in args):
-            return None
-        with mpmath.workprec(prec + 20):
-            h, k, rho = (mpmath.mpf(str(a.evalf(prec // 3 + 10))) for a in args)
-            value = phi2_mp(h, k, rho)
-        return sp.Float(value, max(1, prec // 3))
+        return mp_evalf(self.args, prec, phi2_mp)
 
     def _eval_is_real(self):
         return all(a.is_real for a in self.args) or None
@@ -413,13 +418,7 @@ class ScaledPhi2(Phi2):
         raise ArgumentIndexError(self, argindex)
 
     def _eval_evalf(self, prec):
-        args = [a._eval_evalf(prec) if hasattr(a, "_eval_evalf") else a for a in self.args]
-        if not all(a is not None and a.is_number and a.is_real for a in args):
-            return None
-        with mpmath.workprec(prec + 20):
-            m, h, k, rho = (mpmath.mpf(str(a.evalf(prec // 3 + 10))) for a in args)
-            value = mpmath.exp(m) * phi2_mp(h, k, rho)
-        return sp.Float(value, max(1, prec // 3))
+        return mp_evalf(self.args, prec, lambda m, h, k, rho: mpmath.exp(m) * phi2_mp(h, k, rho))
 
 
 class ScaledErfc(Phi2):
@@ -440,13 +439,7 @@ class ScaledErfc(Phi2):
         raise ArgumentIndexError(self, argindex)
 
     def _eval_evalf(self, prec):
-        args = [a._eval_evalf(prec) if hasattr(a, "_eval_evalf") else a for a in self.args]
-        if not all(a is not None and a.is_number and a.is_real for a in args):
-            return None
-        with mpmath.workprec(prec + 20):
-            m, x = (mpmath.mpf(str(a.evalf(prec // 3 + 10))) for a in args)
-            value = mpmath.exp(m) * mpmath.erfc(x)
-        return sp.Float(value, max(1, prec // 3))
+        return mp_evalf(self.args, prec, lambda m, x: mpmath.exp(m) * mpmath.erfc(x))
 
 
 class ScaledPhi2Bound(sp.Function):
