@@ -129,6 +129,25 @@ def mp_coefficients(phi, a: float, K: int, h: float) -> tuple[list, object]:
     return out, S
 
 
+def float_and_mp_functions(act: str):
+    """(numpy function, mpmath function) of the activation-like function named ``act``, for the
+    coefficient tests against a 110-bit rule (``tanh64``: tanh evaluated in float64 only)."""
+    import mpmath as mp
+
+    def sig_np(t):
+        return 1 / (1 + np.exp(-t))
+
+    def sig_mp(t):
+        return 1 / (1 + mp.exp(-t))
+    fns = {"tanh": (np.tanh, mp.tanh), "tanh2": (lambda t: np.tanh(t) ** 2, lambda t: mp.tanh(t) ** 2),
+           "silu": (lambda t: t * sig_np(t), lambda t: t * sig_mp(t)),
+           "silu2": (lambda t: (t * sig_np(t)) ** 2, lambda t: (t * sig_mp(t)) ** 2),
+           "dsilu2": (lambda t: (sig_np(t) * (1 + t * (1 - sig_np(t)))) ** 2,
+                      lambda t: (sig_mp(t) * (1 + t * (1 - sig_mp(t)))) ** 2),
+           "tanh64": (lambda t: np.tanh(np.asarray(t, dtype=float)), mp.tanh)}
+    return fns[act]
+
+
 @pytest.mark.parametrize("extended", [True, False])
 @pytest.mark.parametrize("act", ["tanh", "silu", "silu2", "dsilu2", "tanh64"])
 def test_coefficient_error_covers_mpmath_and_is_tight(act, extended, monkeypatch):
@@ -146,14 +165,7 @@ def test_coefficient_error_covers_mpmath_and_is_tight(act, extended, monkeypatch
     monkeypatch.setattr(hermite, "EXTENDED", extended)
     import mpmath as mp
     mp.mp.prec = 110
-    sig = {"np": lambda t: 1 / (1 + np.exp(-t)), "mp": lambda t: 1 / (1 + mp.exp(-t))}
-    fns = {"tanh": (np.tanh, mp.tanh),
-           "silu": (lambda t: t * sig["np"](t), lambda t: t * sig["mp"](t)),
-           "silu2": (lambda t: (t * sig["np"](t)) ** 2, lambda t: (t * sig["mp"](t)) ** 2),
-           "dsilu2": (lambda t: (sig["np"](t) * (1 + t * (1 - sig["np"](t)))) ** 2,
-                      lambda t: (sig["mp"](t) * (1 + t * (1 - sig["mp"](t)))) ** 2),
-           "tanh64": (lambda t: np.tanh(np.asarray(t, dtype=float)), mp.tanh)}
-    phi, phi_mp = fns[act]
+    phi, phi_mp = float_and_mp_functions(act)
     a, K = np.array([0.05, 1.0, 4.0]), 24
     h = step_for(K, float(a.max()))
     c = coefficients(phi, a, K, h)
@@ -181,14 +193,7 @@ def test_first_orders_cover_mpmath_and_are_tight(act):
     import tensorprog.symbolic.hermite as hermite
     from tensorprog.symbolic.hermite import coefficients
     mp.mp.prec = 110
-    sig = {"np": lambda t: 1 / (1 + np.exp(-t)), "mp": lambda t: 1 / (1 + mp.exp(-t))}
-    fns = {"tanh": (np.tanh, mp.tanh), "tanh2": (lambda t: np.tanh(t) ** 2, lambda t: mp.tanh(t) ** 2),
-           "silu": (lambda t: t * sig["np"](t), lambda t: t * sig["mp"](t)),
-           "silu2": (lambda t: (t * sig["np"](t)) ** 2, lambda t: (t * sig["mp"](t)) ** 2),
-           "dsilu2": (lambda t: (sig["np"](t) * (1 + t * (1 - sig["np"](t)))) ** 2,
-                      lambda t: (sig["mp"](t) * (1 + t * (1 - sig["mp"](t)))) ** 2),
-           "tanh64": (lambda t: np.tanh(np.asarray(t, dtype=float)), mp.tanh)}
-    phi, phi_mp = fns[act]
+    phi, phi_mp = float_and_mp_functions(act)
     K = 48
     spans = {"narrow": np.linspace(0.30, 0.312, 90), "interpolated": np.linspace(0.29, 0.36, 120),
              "wider": np.linspace(0.3, 1.0, 100),
