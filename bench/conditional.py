@@ -82,8 +82,15 @@ def run(n: int, dtype: str, trials: int, backend: str = "numpy", device: str = "
     out = subprocess.run([sys.executable, __file__, "--child", str(n), dtype, str(trials), backend, device],
                          capture_output=True, text=True, env=env, cwd=root)
     if out.returncode:
-        return {"n": n, "dtype": dtype, "error": out.stderr.strip().splitlines()[-1]}
+        return {"n": n, "dtype": dtype, "error": error_text(out.stderr)}
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def error_text(stderr: str) -> str:
+    """The child's error, for the table: its last lines but the source line and caret that a located
+    error prints under its message (the last line alone was just "^")."""
+    lines = [ln.strip() for ln in stderr.strip().splitlines() if ln.strip() and set(ln.strip()) != {"^"}]
+    return " / ".join(lines[-3:])
 
 
 def row(r: dict, limits: dict[str, float]) -> str:

@@ -281,3 +281,45 @@ def test_cuda_converges_and_reproduces(backend, blocked):
     check_against_limit(program, limit_of(path, {}), names, allow, backend=backend, device="cuda", blocked=blocked)
     run = dict(n=512, trials=2, seed=3, backend=backend, device="cuda", blocked=blocked, progress=False)
     assert program.execute(**run).to_dict() == program.execute(**run).to_dict()
+
+
+@pytest.mark.parametrize("backend", [p for p in CPU if p.values[0] in ("numpy", "jax")])
+def test_a_transposed_product_is_w_transposed_times_x(backend):
+    """Wᵀx by the backend's transposed_product (jax: (xᵀW)ᵀ, no copy of W) against numpy's W.T @ x,
+    for a vector and for a batch of columns."""
+    lib = get_backend(backend, "cpu")
+    rng = np.random.default_rng(3)
+    w, x, xs = rng.standard_normal((7, 5)), rng.standard_normal(7), rng.standard_normal((7, 3))
+    product = lib.transposed_product(lib.asarray(w, "float64"))
+    for arg in (x, xs):
+        got = np.asarray(lib.host(product(lib.asarray(arg, "float64"))))
+        assert got.shape == (w.T @ arg).shape
+        np.testing.assert_allclose(got, w.T @ arg, rtol=1e-13, atol=1e-13)
+
+
+class _Cuda:
+    """A stand-in for torch.cuda's memory counters (bytes)."""
+    def __init__(self, free, reserved, allocated):
+        self.free, self.reserved, self.allocated = free, reserved, allocated
+
+    def mem_get_info(self, dev):
+        return self.free, 80 << 30
+
+    def memory_reserved(self, dev):
+        return self.reserved
+
+    def memory_allocated(self, dev):
+        return self.allocated
+
+
+def test_torch_free_memory_counts_its_cache_as_free():
+    """After a trial torch's allocator keeps the freed blocks (reserved − allocated); the device's
+    free count leaves them out, and the plan must not (a second trial of one size was refused)."""
+    from types import SimpleNamespace
+    from tensorprog.finite.backend import TorchBackend
+    lib = TorchBackend.__new__(TorchBackend)
+    lib.device, lib.dev = "cuda", 0
+    lib.module = SimpleNamespace(cuda=_Cuda(free=13 << 30, reserved=60 << 30, allocated=2 << 30))
+    assert lib.free_memory() == (13 << 30) + (58 << 30)
+    lib.module = SimpleNamespace(cuda=_Cuda(free=13 << 30, reserved=0, allocated=0))
+    assert lib.free_memory() == 13 << 30

@@ -290,6 +290,12 @@ class Backend:
         """Free bytes of the device (None: host memory, planned as for numpy)."""
         return None
 
+    def transposed_product(self, w) -> Callable:
+        """x -> Wᵀx for a dense matrix ``w``: ``w.T`` is a view here (numpy, torch, cupy), so the
+        product reads W in place."""
+        wt = w.T
+        return lambda x: wt @ x
+
     def synchronize(self) -> None:
         """Wait for the device's queued work (for timings)."""
 
@@ -312,7 +318,15 @@ class TorchBackend(Backend):
         return a.detach().cpu().numpy()
 
     def free_memory(self) -> int | None:
-        return int(self.module.cuda.mem_get_info(self.dev)[0]) if self.device == "cuda" else None
+        """The device's free bytes plus those torch's caching allocator holds unused (freed tensors'
+        blocks, which it hands out again before asking the device): after a trial the device's own
+        count leaves them out, and a second trial of the same size was refused (H100, 10^9 float32
+        in conditional mode, bench/README.md)."""
+        if self.device != "cuda":
+            return None
+        cuda = self.module.cuda
+        cached = int(cuda.memory_reserved(self.dev)) - int(cuda.memory_allocated(self.dev))
+        return int(cuda.mem_get_info(self.dev)[0]) + max(cached, 0)
 
     def synchronize(self) -> None:
         if self.device == "cuda":
@@ -333,6 +347,12 @@ class JaxBackend(Backend):
             return None
         return int(stats["bytes_limit"] - stats.get("bytes_in_use", 0))
 
+    def transposed_product(self, w) -> Callable:
+        """x -> Wᵀx as (xᵀW)ᵀ: jax's ``w.T`` is a new array, a second n × n on the device (and XLA's
+        autotuning of that transpose asked for a third: width 65536 in float32 ran out of an H100's
+        memory, bench/README.md); the product of xᵀ by W contracts W's rows where they lie."""
+        return lambda x: (x.T @ w).T
+
     def synchronize(self) -> None:
         self.module.block_until_ready(self.module.numpy.zeros(1, device=self.dev))
 
@@ -344,7 +364,10 @@ class CupyBackend(Backend):
         return self.module.asnumpy(a)
 
     def free_memory(self) -> int | None:
-        return int(self.module.cuda.runtime.memGetInfo()[0])
+        """The device's free bytes plus those cupy's memory pool holds unused (freed arrays' blocks,
+        reused before the device is asked: :meth:`TorchBackend.free_memory`)."""
+        pool = self.module.get_default_memory_pool()
+        return int(self.module.cuda.runtime.memGetInfo()[0]) + int(pool.free_bytes())
 
     def synchronize(self) -> None:
         self.module.cuda.get_current_stream().synchronize()

@@ -180,7 +180,8 @@ class Executor:
             return conditioned
         if isinstance(w, (BlockedMatrix, StreamBlockedMatrix)):
             return lambda x: w.matmul(x, e.transposed)
-        w = w.T if e.transposed else w
+        if e.transposed:
+            return self.backend.transposed_product(w)
         return lambda x: w @ x
 
     def _check_finite(self, e: ir.Eqn, value, trial: int, read: Read) -> None:
