@@ -60,3 +60,31 @@ def test_zero_rows_and_scaled_copies_tile_to_the_same_bits(tmp_path, tile_pairs)
     nngp, ntk = relu_nngp_ntk(Z @ Z.T / 3, 3, 2.0, 1.0, snap=True)
     live = np.ix_([0, 1, 3, 4, 6, 7, 8], [0, 1, 3, 4, 6, 7, 8])     # the recursion divides by the variances
     assert np.max(np.abs(whole.outputs["ntk"].mean[live] - ntk[live])) < 1e-12
+
+
+def test_few_pairs_are_compiled_not_recorded(monkeypatch, tmp_path):
+    """N = 2: the rest class is one pair and the diagonal two; none is recorded (a record on one pair
+    folds its covariance to constants; the candidates were 48 copies of that pair), each is compiled,
+    and the kernel is the single-pair compiles' (ReLU: within the stated errors of the arc-cosine
+    recursion)."""
+    monkeypatch.setattr(pairs, "STORE", ReplayStore(tmp_path))
+    monkeypatch.setattr(pairs, "REPLAYS", OrderedDict())
+    X = np.random.default_rng(4).standard_normal((2, 4))
+    got = pairs.rest_candidates(pairs.LimitSpec(None, 0, 1.0, 0.0, X, 1e-10))
+    assert list(zip(got.i, got.j)) == [(0, 1)]
+
+    def no_record(*args, **kwargs):
+        raise AssertionError("a class of fewer than MIN_RECORD_PAIRS pairs was recorded")
+    monkeypatch.setattr(pairs, "record_class", no_record)
+    K = tp.kernel(TEMPLATE, X, L=3)
+    nngp, ntk = relu_nngp_ntk(X @ X.T / X.shape[1], 3, 2.0, 1.0)
+    for name, want in (("nngp", nngp), ("ntk", ntk)):
+        m = K.outputs[name]
+        assert np.all(np.abs(m.mean - want) <= m.error + 1e-13 * np.abs(want)), name
+
+
+def test_rest_candidates_are_distinct():
+    X = np.random.default_rng(6).standard_normal((9, 3))
+    got = pairs.rest_candidates(pairs.LimitSpec(None, 0, 1.0, 0.0, X, 1e-10))
+    keys = list(zip(got.i, got.j))
+    assert len(keys) == len(set(keys)) > pairs.MIN_RECORD_PAIRS and all(i < j for i, j in keys)
