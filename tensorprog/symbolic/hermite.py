@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Callable, Sequence
 
 import numpy as np
@@ -83,16 +83,24 @@ def ladder(h: float) -> float:
 def ld_basis(K: int, h: float) -> tuple[np.ndarray, np.ndarray]:
     """(z, G) of the trapezoidal rule of step h on [−T, T] in np.longdouble (Σ w_i f(z_i) ≈ E f(z),
     z ~ N(0, 1), w_i = h·pdf(z_i)): G[k, i] = √w_i h_k(z_i), k ≤ K (the first rows of
-    :func:`ld_rows`, the same numbers for every K: a layer's mean and series rows share one)."""
-    z, G = ld_rows(max(64, 1 << max(K, 1).bit_length()), h)
+    :func:`ld_rows` to the power of two ≥ K, at least 8: the same numbers for every K, so that a
+    layer's mean and series rows share them)."""
+    z, G = ld_rows(max(8, 1 << max(K - 1, 1).bit_length()), h)
     return z, G[:K + 1]
 
 
-@lru_cache(maxsize=32)
+@lru_cache(maxsize=64)
 def ld_rows(K: int, h: float) -> tuple[np.ndarray, np.ndarray]:
     """:func:`ld_basis` to order K, by the recurrence h_{k+1} = (z h_k − √k h_{k−1})/√(k+1) on the scaled
     values (bounded: |h_k(z)| e^{−z²/4} ≤ 1).  The nodes z_i = i·h are exact (a 53-bit h times an
-    integer below 2¹¹ in a 64-bit significand)."""
+    integer below 2¹¹ in a 64-bit significand).  Above order 8 it goes on from the (cached) rows to
+    order K/2: each row is the same steps on the same two rows before it, so the bits are those of
+    the recurrence from the start, and orders 8, 16, … 512 at one step cost one recurrence to 512."""
+    if K > 8:
+        z, first = ld_rows(K // 2, h)
+        G = np.empty((K + 1, len(z)), dtype=LD)
+        G[:len(first)] = first
+        return z, recur(z, G, len(first) - 1)
     n = int(np.ceil(HALF_WIDTH / h))
     z = LD(h) * np.arange(-n, n + 1).astype(LD)
     sw = np.sqrt(LD(h) * np.exp(-z * z / 2) / np.sqrt(2 * np.arccos(LD(-1))))
@@ -100,14 +108,21 @@ def ld_rows(K: int, h: float) -> tuple[np.ndarray, np.ndarray]:
     G[0] = sw
     if K:
         G[1] = z * sw
+    return z, recur(z, G, 1)
+
+
+def recur(z: np.ndarray, G: np.ndarray, start: int) -> np.ndarray:
+    """G with its rows start + 1 … by the recurrence of :func:`ld_rows` from rows start − 1 and start
+    (written in place, and returned)."""
+    K = G.shape[0] - 1
     roots, tmp = np.sqrt(np.arange(K + 1).astype(LD)), np.empty(len(z), dtype=LD)
-    for k in range(1, K):                 # (z·G_k − √k·G_{k−1})/√(k+1), in place: the same roundings
+    for k in range(start, K):             # (z·G_k − √k·G_{k−1})/√(k+1), in place: the same roundings
         g = G[k + 1]
         np.multiply(z, G[k], out=g)
         np.multiply(roots[k], G[k - 1], out=tmp)
         np.subtract(g, tmp, out=g)
         np.divide(g, roots[k + 1], out=g)
-    return z, G
+    return G
 
 
 @lru_cache(maxsize=16)
@@ -187,30 +202,58 @@ def split(X: np.ndarray, beta: int, top: np.ndarray) -> tuple[np.ndarray, np.nda
 @dataclass(frozen=True)
 class Half:
     """One parity's half of a folded basis (:class:`Folded`), split for :meth:`Folded.product`: the
-    orders k ≡ p (mod 2) at their nodes (node-major, (n, m)).  ``hi``: fl(G) rounded to β bits of its
+    orders k ≡ p (mod 2) at their nodes (node-major, (n, m)) of the long double basis ``G``, split with
+    ``beta`` bits by the per-order ``scale`` (:func:`half_basis`).  ``hi``: fl(G) rounded to β bits of its
     order's power of two 2^{f_k} > max_i |G_ki| (an integer of magnitude ≤ 2^β times 2^{f_k−β}, held
-    exactly); ``stack``: fl(G) above fl(G − hi) (2n, m), G the long double basis; ``top``: max_k 2^{f_k};
-    ``l1``: max_k ‖G_k‖₁ (rounded up)."""
-    hi: np.ndarray
-    stack: np.ndarray
-    top: float
-    l1: float
+    exactly); ``stack``: fl(G) above fl(G − hi) (2n, m); ``top``: max_k 2^{f_k}; ``l1``: max_k ‖G_k‖₁
+    (rounded up).  The split is formed on first use: the plain float64 rule (:data:`EXTENDED` off)
+    reads fl(G) alone (:attr:`g64`), and its folds are built for every (K, h) a call meets."""
+    G: np.ndarray
+    beta: int
+    scale: np.ndarray
+
+    @cached_property
+    def g64(self) -> np.ndarray:
+        """fl(G), contiguous (n, m): the first n rows of :attr:`stack`."""
+        return np.ascontiguousarray(self.G.astype(float))
+
+    @cached_property
+    def parts(self) -> tuple[np.ndarray, np.ndarray, float, float]:
+        """(hi, stack, top, l1) of the class doc: hi from fl(G) split by columns (orders) by
+        2^{f_k} > ``scale`` ≥ max_i |fl(G_ki)| (one scale per order for every node set of a rule: their
+        exact parts add exactly, :func:`_rule`), and fl(G − hi) (G − hi is exact in long double: hi is a
+        multiple of ulp(fl(G)) ≥ ulp_ld(G))."""
+        G, G64 = self.G, self.G.astype(float)
+        if G64.size:
+            hi, _, pow2 = split(np.ascontiguousarray(G64.T), self.beta, self.scale)
+            hi, top = hi.T, float(pow2.max())
+        else:
+            hi, top = G64, 0.0
+        rest = (G - hi).astype(float)
+        l1 = float(np.max(np.sum(np.abs(G64), axis=0), initial=0.0)) * (1 + 1e-12)
+        return np.ascontiguousarray(hi), np.ascontiguousarray(np.concatenate([G64, rest], axis=0)), top, l1
+
+    @property
+    def hi(self) -> np.ndarray:
+        return self.parts[0]
+
+    @property
+    def stack(self) -> np.ndarray:
+        return self.parts[1]
+
+    @property
+    def top(self) -> float:
+        return self.parts[2]
+
+    @property
+    def l1(self) -> float:
+        return self.parts[3]
 
 
 def half_basis(G: np.ndarray, beta: int, scale: np.ndarray) -> Half:
-    """The :class:`Half` of long double G (node-major (n, m)): hi from fl(G) split by columns (orders)
-    by 2^{f_k} > ``scale`` ≥ max_i |fl(G_ki)| (one scale per order for every node set of a rule: their
-    exact parts add exactly, :func:`_rule`), and fl(G − hi) (G − hi is exact in long double: hi is a
-    multiple of ulp(fl(G)) ≥ ulp_ld(G))."""
-    G64 = G.astype(float)
-    if G64.size:
-        hi, _, pow2 = split(np.ascontiguousarray(G64.T), beta, scale)
-        hi, top = hi.T, float(pow2.max())
-    else:
-        hi, top = G64, 0.0
-    rest = (G - hi).astype(float)
-    l1 = float(np.max(np.sum(np.abs(G64), axis=0), initial=0.0)) * (1 + 1e-12)
-    return Half(np.ascontiguousarray(hi), np.ascontiguousarray(np.concatenate([G64, rest], axis=0)), top, l1)
+    """The :class:`Half` of long double G (node-major (n, m)), split with β bits by the per-order
+    ``scale`` ≥ max_i |fl(G_ki)| when first needed."""
+    return Half(G, beta, scale)
 
 
 @dataclass(frozen=True)
@@ -250,7 +293,7 @@ class Folded:
         for half, sign, start in ((self.even, 1.0, 0), (self.odd, -1.0, 1)):
             if half is None:
                 continue
-            n = half.hi.shape[0]
+            n = half.G.shape[0]
             buf = np.empty((hi.shape[0], 2 * n))               # [X_r X₁]: the folded parts, side by side
             xr, x1 = buf[:, :n], buf[:, n:]
             fold_op = np.add if sign > 0 else np.subtract
@@ -277,11 +320,11 @@ class Folded:
         if len(self.zero):
             even = np.concatenate([F[:, self.zero], even], axis=1)
         if np.any(even):
-            out[:, 0::2] = even @ self.even.stack[:self.even.hi.shape[0]]
+            out[:, 0::2] = even @ self.even.g64
         if self.odd is not None:
             odd = plus - minus
             if np.any(odd):
-                out[:, 1::2] = odd @ self.odd.stack[:self.odd.hi.shape[0]]
+                out[:, 1::2] = odd @ self.odd.g64
         return out
 
 
