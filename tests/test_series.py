@@ -386,3 +386,40 @@ def test_pack_with_a_shared_memo_has_the_bits_of_a_pack_alone(monkeypatch):
                 assert np.array_equal(shared, pack(arg.function, K, h, a, memo)), (e, K)
                 assert np.array_equal(shared, arg(a)), (e, K)
             assert any(isinstance(k, int) for k in memo) and any(isinstance(k, tuple) for k in memo)
+
+
+def test_plain_pack_with_a_shared_memo_has_the_bits_of_a_pack_alone():
+    """The plain float64 rule (EXTENDED off, what the kernels run) through a shared memo (its float64
+    points and heads' values there, :func:`.hermite.plain_values`; the first orders' long double values):
+    each pack has the bits it has computed alone, without a memo."""
+    from tensorprog.symbolic.hermite import EXTENDED, PackCache, pack, step_for
+    from tensorprog.symbolic.tape import HermiteArg, Tape
+    assert not EXTENDED
+    a = np.array([0.05, 0.3, 0.9, 1.7, 4.4])
+    sig = 1 / (1 + sp.exp(-T))
+    for family in ([sp.tanh(T) ** 2, sp.tanh(T), (1 - sp.tanh(T) ** 2) ** 2, 1 - sp.tanh(T) ** 2],
+                   [(T * sig) ** 2, T * sig, sig + T * sig * (1 - sig), (sig + T * sig * (1 - sig)) ** 2]):
+        for K in (8, 48):
+            h = step_for(K, float(a.max()))
+            cache = PackCache()
+            memo = cache.memo(np.unique(a), h)
+            for e in family:
+                arg = HermiteArg(Tape.compile([e], [T]), K, h, cache)
+                shared = pack(arg.function, K, h, a, memo)
+                assert np.array_equal(shared, pack(arg.function, K, h, a)), (e, K)
+                assert np.array_equal(shared, arg(a)), (e, K)
+            assert "plain points" in memo
+
+
+def test_pack_memos_hold_at_most_the_limit():
+    """A PackCache drops its least recently used memos (never the newest) once the arrays held in them
+    pass its limit: the plain rule's float64 points are V × n values per set of variances."""
+    from tensorprog.symbolic.hermite import PackCache, held_bytes
+    from tensorprog.symbolic.tape import HermiteArg, Tape
+    cache = PackCache(limit=1 << 22)                  # (a set's points: 300 × 417 float64 values, 1 MB)
+    arg = HermiteArg(Tape.compile([sp.tanh(T)], [T]), 8, 0.0625, cache)
+    for k in range(12):
+        arg(np.linspace(0.1, 2.0, 300) + k)
+        older = list(cache.memos.values())[:-1]
+        assert sum(held_bytes(m) for m in older) <= cache.limit
+    assert 1 < len(cache.memos) < 12 and held_bytes(list(cache.memos.values())[-1]) > 0

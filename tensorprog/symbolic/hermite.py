@@ -420,6 +420,23 @@ def evaluate(fn: Fn, points: np.ndarray, memo: dict | None = None) -> tuple[np.n
     return np.broadcast_to(np.asarray(fn(points.astype(float)), dtype=float), points.shape), False
 
 
+def plain_values(fn: Fn, root: np.ndarray, z: np.ndarray, memo: dict | None) -> np.ndarray:
+    """φ in float64 at the points fl(√a·z_i) of the plain rule (V, n): with a ``memo`` (one per set of
+    variances and h, :meth:`PackCache.memo`), the points formed once and ``fn`` handed a memo of its
+    heads' float64 values there (a :meth:`.tape.HermiteArg.function`: the same numbers as without it),
+    so that the functions packed at one layer's variances (SiLU, SiLU², SiLU′, SiLU′²) evaluate each head
+    once; a function without ``memo=`` (TypeError) is called on the points alone."""
+    if memo is None:
+        return np.asarray(fn(root[:, None] * z), dtype=float)
+    x = memo.get("plain points")
+    if x is None:
+        x = memo["plain points"] = root[:, None] * z
+    try:
+        return np.asarray(fn(x, memo=memo.setdefault("plain heads", {})), dtype=float)
+    except TypeError:
+        return np.asarray(fn(x), dtype=float)
+
+
 def core_values(fn: Fn, variances: np.ndarray, root: np.ndarray, z: np.ndarray, sw: np.ndarray,
                 zl: np.ndarray, swl: np.ndarray, d: int, F: np.ndarray,
                 memo: dict | None) -> tuple[np.ndarray, bool, np.ndarray]:
@@ -433,7 +450,7 @@ def core_values(fn: Fn, variances: np.ndarray, root: np.ndarray, z: np.ndarray, 
     left, right = slice(0, c - d), slice(c + d + 1, n)
     charge = np.zeros(len(root))
     if not EXTENDED:                                        # the plain rule: φ in float64 at every node
-        np.multiply(np.broadcast_to(np.asarray(fn(root[:, None] * z), dtype=float), F.shape), sw, out=F)
+        np.multiply(np.broadcast_to(plain_values(fn, root, z, memo), F.shape), sw, out=F)
         return F[:, c - d:c + d + 1], False, charge
     if d < c:                                               # float64 φ outside the core
         zo = np.concatenate([z[left], z[right]])
@@ -1011,16 +1028,24 @@ class PackCache:
         """A memo of function heads' long double values at the rule of step h for these (distinct,
         sorted) variances, by their bytes and h (:func:`_rule`, :meth:`.tape.Tape.__call__`): the
         functions packed at one set of variances (tanh, tanh², (1 − tanh²)² at one layer) evaluate
-        their heads once.  The most recent few kept (about ``limit`` bytes: a core of about 250 long
-        double values per variance and head)."""
+        their heads once; the plain rule's float64 points and its heads' values there too
+        (:func:`plain_values`).  The most recent few kept (about ``limit`` bytes: a core of about 250
+        long double values per variance and head), and no more than ``limit`` bytes of arrays held in
+        them (:func:`held_bytes`; the plain rule's are V × n float64 values per head, 2 MB at V = 300
+        and h = 1/32), the least recently used dropped first (never the new one)."""
         key = (variances.tobytes(), h)
         got = self.memos.get(key)
         if got is None:
             got = self.memos[key] = {}
             # (the plain rule keeps a few long double rows per set of variances: :func:`low_orders`)
             size = min(8, max(2, self.limit // (4 * 16 * 250 * max(1, len(variances))))) if EXTENDED else 16
-            while len(self.memos) > size:
+            sizes = [held_bytes(m) for m in self.memos.values()]
+            total = sum(sizes)
+            for held in sizes[:-1]:
+                if len(self.memos) <= size and total <= self.limit:
+                    break
                 self.memos.popitem(last=False)
+                total -= held
         self.memos.move_to_end(key)
         return got
 
@@ -1040,6 +1065,14 @@ class PackCache:
         self.items.move_to_end(full)
         return got.reshape(a.shape + got.shape[-1:])
 
+
+def held_bytes(memo: object) -> int:
+    """The bytes of the arrays held in a memo (:meth:`PackCache.memo`: dicts of arrays and dicts)."""
+    if isinstance(memo, np.ndarray):
+        return memo.nbytes
+    if isinstance(memo, dict):
+        return sum(held_bytes(v) for v in memo.values())
+    return 0
 
 
 
