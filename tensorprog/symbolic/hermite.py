@@ -561,9 +561,16 @@ def low_rules(fn: Fn, root: np.ndarray, K: int, h: float,
     addition, the blocked sum of c terms, F(0)'s addition)
     (Cauchy–Schwarz: C = 1.01 ≥ ‖G_k‖₂ at h, C = 1.42 ≥ 2‖G_k,even‖₂ at 2h: 2Σ_even G_ki² ≈ 1; √S widened
     by 10⁻⁶), c the nodes z > 0.  The difference's floor counts the values' errors once (as
-    :func:`coefficients` does: ±Σ_i ΔF_i G_ki over the two node sets) and both sums' roundings."""
+    :func:`coefficients` does: ±Σ_i ΔF_i G_ki over the two node sets) and both sums' roundings.
+    ``memo``: one for these s and h (:func:`low_orders`), shared by the functions packed there: the long
+    double points s·z_i under "points", φ's heads' values there under "heads" (:func:`evaluate`)."""
     zl, Gl = ld_basis(K, h)
-    vals, accurate = evaluate(fn, root[:, None] * zl, memo)
+    points = None if memo is None else memo.get("points")
+    if points is None:
+        points = root[:, None] * zl
+        if memo is not None:
+            memo["points"] = points
+    vals, accurate = evaluate(fn, points, None if memo is None else memo.setdefault("heads", {}))
     if not accurate:
         return None
     F = vals * Gl[0]
