@@ -423,3 +423,27 @@ def test_pack_memos_hold_at_most_the_limit():
         older = list(cache.memos.values())[:-1]
         assert sum(held_bytes(m) for m in older) <= cache.limit
     assert 1 < len(cache.memos) < 12 and held_bytes(list(cache.memos.values())[-1]) > 0
+
+
+def test_sum_cache_meets_a_rho_with_nan_cells_again():
+    """The tape's SumCache gives a block's sums once for its value and its error operations, also where
+    some cells' ρ is NaN (cells whose earlier value missed its target): the same result object again,
+    NaN at those cells (value and error) and elsewhere the bits of :func:`.mehler.packed_sum` of the
+    block; a ρ that differs in one cell is summed again."""
+    from tensorprog.symbolic.hermite import pack, step_for
+    from tensorprog.symbolic.mehler import SumCache, packed_sum
+    rng = np.random.default_rng(5)
+    a = np.sort(rng.uniform(0.3, 3.0, 6))
+    A = pack(np.tanh, 64, step_for(64, 3.0), a)
+    rho = np.tanh(rng.normal(0.0, 1.0, (6, 6)))
+    rho[1, 3] = rho[4, 0] = np.nan
+    sums, rows, cols = SumCache(), A[:, None, :], A[None, :, :]        # (kept by identity: the tape's arrays)
+    first = sums(rows, cols, rho, 1e-10)
+    assert sums(rows, cols, rho.copy(), 1e-10) is first
+    want = packed_sum(rows, cols, rho, 1e-10)
+    nan = np.isnan(rho)
+    for got, ref in zip(first, want):
+        assert np.all(np.isnan(got[nan])) and np.array_equal(got[~nan], ref[~nan])
+    other = rho.copy()
+    other[2, 2] = 0.5
+    assert sums(rows, cols, other, 1e-10) is not first
