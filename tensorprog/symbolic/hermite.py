@@ -1120,18 +1120,19 @@ def compute_row_numbers(alpha: np.ndarray, low_error: np.ndarray) -> np.ndarray:
     K = al.shape[-1] - 1
     k = np.arange(K + 1, dtype=float)
     sq = al * al
+    ksq, k2sq = k * sq, (k * (k - 1)) * sq           # k α_k², k(k−1) α_k²: each sum below reads a tail of one
     out = np.empty(al.shape[:-1] + (ROW_NUMBERS,))
     out[..., R_A0], out[..., R_A1] = np.abs(al[..., 0]), np.abs(al[..., 1])
     out[..., R_N2] = np.sqrt(np.sum(sq[..., 2:], axis=-1))
     out[..., R_L1] = np.sum(np.abs(al[..., 2:]), axis=-1)
-    out[..., R_W2] = np.sqrt(np.sum(k[2:] * sq[..., 2:], axis=-1))
+    out[..., R_W2] = np.sqrt(np.sum(ksq[..., 2:], axis=-1))
     out[..., R_S0], out[..., R_S1] = np.abs(al[..., 1]), np.sqrt(2.0) * np.abs(al[..., 2])
-    out[..., R_S2] = np.sqrt(np.sum(k[3:] * sq[..., 3:], axis=-1))
+    out[..., R_S2] = np.sqrt(np.sum(ksq[..., 3:], axis=-1))
     out[..., R_C0], out[..., R_C1] = np.sqrt(2.0) * np.abs(al[..., 2]), np.sqrt(6.0) * np.abs(al[..., 3])
-    out[..., R_C2] = np.sqrt(np.sum(k[4:] * (k[4:] - 1) * sq[..., 4:], axis=-1))
+    out[..., R_C2] = np.sqrt(np.sum(k2sq[..., 4:], axis=-1))
     out[..., R_N3] = np.sqrt(np.sum(sq[..., 3:], axis=-1))
-    out[..., R_S3] = np.sqrt(np.sum(k[4:] * sq[..., 4:], axis=-1))
-    out[..., R_C3] = np.sqrt(np.sum(k[5:] * (k[5:] - 1) * sq[..., 5:], axis=-1))
+    out[..., R_S3] = np.sqrt(np.sum(ksq[..., 4:], axis=-1))
+    out[..., R_C3] = np.sqrt(np.sum(k2sq[..., 5:], axis=-1))
     out[..., R_DL] = low_error
     out[..., R_A34] = np.sum(np.abs(al[..., 3:5]), axis=-1)
     return out
