@@ -447,3 +447,19 @@ def test_sum_cache_meets_a_rho_with_nan_cells_again():
     other = rho.copy()
     other[2, 2] = 0.5
     assert sums(rows, cols, other, 1e-10) is not first
+
+
+def test_long_double_basis_is_the_recurrence_at_every_node():
+    """ld_rows (the recurrence at the nodes z ≥ 0, the others by parity, continued from the rows to K/2)
+    has the bits of the three-term recurrence run at every node from scratch, signs of exact zeros
+    included (h_2(±1) = 0 at a step 2^−j), at the ladder's steps and orders across the rows' sizes."""
+    from tensorprog.symbolic.hermite import LD, ladder, ld_rows
+    for h in (0.25, ladder(0.2), 0.0625, ladder(0.04), 0.03125, 0.0371):
+        for K in (0, 1, 2, 9, 16, 100, 512):
+            z, G = ld_rows(K, h)
+            sw = np.sqrt(LD(h) * np.exp(-z * z / 2) / np.sqrt(2 * np.arccos(LD(-1))))
+            want = [sw, z * sw][:K + 1]
+            for k in range(1, K):
+                want.append((z * want[k] - np.sqrt(LD(k)) * want[k - 1]) / np.sqrt(LD(k + 1)))
+            want = np.array(want)
+            assert np.array_equal(G, want) and np.array_equal(np.signbit(G), np.signbit(want)), (h, K)

@@ -113,15 +113,30 @@ def ld_rows(K: int, h: float) -> tuple[np.ndarray, np.ndarray]:
 
 def recur(z: np.ndarray, G: np.ndarray, start: int) -> np.ndarray:
     """G with its rows start + 1 … by the recurrence of :func:`ld_rows` from rows start − 1 and start
-    (written in place, and returned)."""
+    (written in place, and returned), at the nodes z ≥ 0; at z < 0 by parity, G_k(−z) = (−1)^k G_k(z):
+    the same bits as the recurrence there (z_{c−i} = −z_{c+i} exactly, and G_0, G_1 are even and odd
+    bit for bit; each step's products, difference and quotient by √(k+1) > 0 round to nearest, which
+    commutes with negation, so by induction G_k(−z) = (−1)^k G_k(z) bit for bit — but for the sign of an
+    exact 0, which the recurrence writes +0 on both sides (h_2(±1) = 0), and so does the parity's) —
+    half the work."""
     K = G.shape[0] - 1
-    roots, tmp = np.sqrt(np.arange(K + 1).astype(LD)), np.empty(len(z), dtype=LD)
+    c = len(z) // 2                       # z[c] = 0, z[c + i] = −z[c − i]
+    zp, Gp = z[c:], G[:, c:]
+    roots, tmp = np.sqrt(np.arange(K + 1).astype(LD)), np.empty(len(zp), dtype=LD)
     for k in range(start, K):             # (z·G_k − √k·G_{k−1})/√(k+1), in place: the same roundings
-        g = G[k + 1]
-        np.multiply(z, G[k], out=g)
-        np.multiply(roots[k], G[k - 1], out=tmp)
+        g = Gp[k + 1]
+        np.multiply(zp, Gp[k], out=g)
+        np.multiply(roots[k], G[k - 1, c:], out=tmp)
         np.subtract(g, tmp, out=g)
         np.divide(g, roots[k + 1], out=g)
+    for parity in (0, 1):                 # the rows k > start of this parity at z < 0: (−1)^k G_k(−z)
+        rows = slice(start + 1 + (parity - start - 1) % 2, K + 1, 2)
+        mirror = G[rows, c + 1:][:, ::-1]
+        if parity:                        # −G, its zeros +0 again (−0 + 0 = +0), as the recurrence writes them
+            np.negative(mirror, out=G[rows, :c])
+            np.add(G[rows, :c], LD(0), out=G[rows, :c])
+        else:
+            G[rows, :c] = mirror
     return G
 
 
