@@ -218,14 +218,15 @@ def split(X: np.ndarray, beta: int, top: np.ndarray) -> tuple[np.ndarray, np.nda
 class Half:
     """One parity's half of a folded basis (:class:`Folded`), split for :meth:`Folded.product`: the
     orders k ≡ p (mod 2) at their nodes (node-major, (n, m)) of the long double basis ``G``, split with
-    ``beta`` bits by the per-order ``scale`` (:func:`half_basis`).  ``hi``: fl(G) rounded to β bits of its
+    ``beta`` bits by the per-order scale 2^{f_k} > max_i |fl(G_ki)| over all the rule's nodes (``rows``: the
+    orders' rows there, (m, N); :func:`half_basis`).  ``hi``: fl(G) rounded to β bits of its
     order's power of two 2^{f_k} > max_i |G_ki| (an integer of magnitude ≤ 2^β times 2^{f_k−β}, held
     exactly); ``stack``: fl(G) above fl(G − hi) (2n, m); ``top``: max_k 2^{f_k}; ``l1``: max_k ‖G_k‖₁
     (rounded up).  The split is formed on first use: the plain float64 rule (:data:`EXTENDED` off)
     reads fl(G) alone (:attr:`g64`), and its folds are built for every (K, h) a call meets."""
     G: np.ndarray
     beta: int
-    scale: np.ndarray
+    rows: np.ndarray
 
     @cached_property
     def g64(self) -> np.ndarray:
@@ -235,12 +236,13 @@ class Half:
     @cached_property
     def parts(self) -> tuple[np.ndarray, np.ndarray, float, float]:
         """(hi, stack, top, l1) of the class doc: hi from fl(G) split by columns (orders) by
-        2^{f_k} > ``scale`` ≥ max_i |fl(G_ki)| (one scale per order for every node set of a rule: their
-        exact parts add exactly, :func:`_rule`), and fl(G − hi) (G − hi is exact in long double: hi is a
-        multiple of ulp(fl(G)) ≥ ulp_ld(G))."""
+        2^{f_k} > scale ≥ max_i |fl(G_ki)| over all the rule's nodes (one scale per order for every node
+        set of a rule: their exact parts add exactly, :func:`_rule`), and fl(G − hi) (G − hi is exact in
+        long double: hi is a multiple of ulp(fl(G)) ≥ ulp_ld(G))."""
         G, G64 = self.G, self.G.astype(float)
         if G64.size:
-            hi, _, pow2 = split(np.ascontiguousarray(G64.T), self.beta, self.scale)
+            scale = np.max(np.abs(self.rows.astype(float)), axis=1)
+            hi, _, pow2 = split(np.ascontiguousarray(G64.T), self.beta, scale)
             hi, top = hi.T, float(pow2.max())
         else:
             hi, top = G64, 0.0
@@ -265,10 +267,10 @@ class Half:
         return self.parts[3]
 
 
-def half_basis(G: np.ndarray, beta: int, scale: np.ndarray) -> Half:
-    """The :class:`Half` of long double G (node-major (n, m)), split with β bits by the per-order
-    ``scale`` ≥ max_i |fl(G_ki)| when first needed."""
-    return Half(G, beta, scale)
+def half_basis(G: np.ndarray, beta: int, rows: np.ndarray) -> Half:
+    """The :class:`Half` of long double G (node-major (n, m)), split with β bits by the per-order scales
+    of its orders' ``rows`` at all the rule's nodes when first needed."""
+    return Half(G, beta, rows)
 
 
 @dataclass(frozen=True)
@@ -343,9 +345,10 @@ class Folded:
         return out
 
 
-def fold(z: np.ndarray, G: np.ndarray, beta: int, scale: np.ndarray) -> Folded:
+def fold(z: np.ndarray, G: np.ndarray, beta: int, rows: np.ndarray) -> Folded:
     """The parity fold of the nodes z (symmetric about 0, ascending) and their long double basis G
-    (:class:`Folded`), split with β bits by the per-order scales ``scale`` (:func:`half_basis`)."""
+    (:class:`Folded`), split with β bits by the per-order scales of ``rows``, the basis at all the rule's
+    nodes (:func:`half_basis`)."""
     n, odd = divmod(len(z), 2)
     first = n + odd                                  # the first node z > 0
     if not np.array_equal(z[first:], -z[n - 1::-1] if n else z[:0]) or (odd and z[n] != 0):
@@ -353,8 +356,8 @@ def fold(z: np.ndarray, G: np.ndarray, beta: int, scale: np.ndarray) -> Folded:
     pos = slice(first, len(z))
     zero = np.arange(n, n + odd)
     even = np.concatenate([G[0::2][:, zero], G[0::2][:, pos]], axis=1).T
-    return Folded(pos, slice(n - 1, None, -1) if n else slice(0, 0), zero, half_basis(even, beta, scale[0::2]),
-                  half_basis(G[1::2][:, pos].T, beta, scale[1::2]) if G.shape[0] > 1 else None, beta)
+    return Folded(pos, slice(n - 1, None, -1) if n else slice(0, 0), zero, half_basis(even, beta, rows[0::2]),
+                  half_basis(G[1::2][:, pos].T, beta, rows[1::2]) if G.shape[0] > 1 else None, beta)
 
 
 @lru_cache(maxsize=64)
@@ -362,12 +365,12 @@ def folded_basis(K: int, h: float) -> tuple[np.ndarray, np.ndarray, Folded, Fold
     """(z, √w in float64, the fold of the rule's every other node z[::2] — the rule of step 2h — and
     the fold of the others z[1::2]) (:func:`ld_basis`): the rule of step h is the sum of the two.  Both
     split with one β, that of :func:`split_bits` of all the folded nodes, and one scale per order, so
-    that the sum of their exact parts is exact (:func:`_rule`)."""
+    that the sum of their exact parts is exact (:func:`_rule`; the scales formed with the split, when
+    first needed)."""
     z, G = ld_basis(K, h)
     beta = split_bits(len(z) // 2 + 1)
-    scale = np.max(np.abs(G.astype(float)), axis=1)
-    return (z.astype(float), G[0].astype(float), fold(z[::2], G[:, ::2], beta, scale),
-            fold(z[1::2], G[:, 1::2], beta, scale))
+    return (z.astype(float), G[0].astype(float), fold(z[::2], G[:, ::2], beta, G),
+            fold(z[1::2], G[:, 1::2], beta, G))
 
 
 #: the core window, |z| ≤ CORE_Z: φ in long double there (where it can be), in float64 outside it — whose
