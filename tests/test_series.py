@@ -386,3 +386,80 @@ def test_pack_with_a_shared_memo_has_the_bits_of_a_pack_alone(monkeypatch):
                 assert np.array_equal(shared, pack(arg.function, K, h, a, memo)), (e, K)
                 assert np.array_equal(shared, arg(a)), (e, K)
             assert any(isinstance(k, int) for k in memo) and any(isinstance(k, tuple) for k in memo)
+
+
+def test_plain_pack_with_a_shared_memo_has_the_bits_of_a_pack_alone():
+    """The plain float64 rule (EXTENDED off, what the kernels run) through a shared memo (its float64
+    points and heads' values there, :func:`.hermite.plain_values`; the first orders' long double values):
+    each pack has the bits it has computed alone, without a memo."""
+    from tensorprog.symbolic.hermite import EXTENDED, PackCache, pack, step_for
+    from tensorprog.symbolic.tape import HermiteArg, Tape
+    assert not EXTENDED
+    a = np.array([0.05, 0.3, 0.9, 1.7, 4.4])
+    sig = 1 / (1 + sp.exp(-T))
+    for family in ([sp.tanh(T) ** 2, sp.tanh(T), (1 - sp.tanh(T) ** 2) ** 2, 1 - sp.tanh(T) ** 2],
+                   [(T * sig) ** 2, T * sig, sig + T * sig * (1 - sig), (sig + T * sig * (1 - sig)) ** 2]):
+        for K in (8, 48):
+            h = step_for(K, float(a.max()))
+            cache = PackCache()
+            memo = cache.memo(np.unique(a), h)
+            for e in family:
+                arg = HermiteArg(Tape.compile([e], [T]), K, h, cache)
+                shared = pack(arg.function, K, h, a, memo)
+                assert np.array_equal(shared, pack(arg.function, K, h, a)), (e, K)
+                assert np.array_equal(shared, arg(a)), (e, K)
+            assert "plain points" in memo
+
+
+def test_pack_memos_hold_at_most_the_limit():
+    """A PackCache drops its least recently used memos (never the newest) once the arrays held in them
+    pass its limit: the plain rule's float64 points are V × n values per set of variances."""
+    from tensorprog.symbolic.hermite import PackCache, held_bytes
+    from tensorprog.symbolic.tape import HermiteArg, Tape
+    cache = PackCache(limit=1 << 22)                  # (a set's points: 300 × 417 float64 values, 1 MB)
+    arg = HermiteArg(Tape.compile([sp.tanh(T)], [T]), 8, 0.0625, cache)
+    for k in range(12):
+        arg(np.linspace(0.1, 2.0, 300) + k)
+        older = list(cache.memos.values())[:-1]
+        assert sum(held_bytes(m) for m in older) <= cache.limit
+    assert 1 < len(cache.memos) < 12 and held_bytes(list(cache.memos.values())[-1]) > 0
+
+
+def test_sum_cache_meets_a_rho_with_nan_cells_again():
+    """The tape's SumCache gives a block's sums once for its value and its error operations, also where
+    some cells' ρ is NaN (cells whose earlier value missed its target): the same result object again,
+    NaN at those cells (value and error) and elsewhere the bits of :func:`.mehler.packed_sum` of the
+    block; a ρ that differs in one cell is summed again."""
+    from tensorprog.symbolic.hermite import pack, step_for
+    from tensorprog.symbolic.mehler import SumCache, packed_sum
+    rng = np.random.default_rng(5)
+    a = np.sort(rng.uniform(0.3, 3.0, 6))
+    A = pack(np.tanh, 64, step_for(64, 3.0), a)
+    rho = np.tanh(rng.normal(0.0, 1.0, (6, 6)))
+    rho[1, 3] = rho[4, 0] = np.nan
+    sums, rows, cols = SumCache(), A[:, None, :], A[None, :, :]        # (kept by identity: the tape's arrays)
+    first = sums(rows, cols, rho, 1e-10)
+    assert sums(rows, cols, rho.copy(), 1e-10) is first
+    want = packed_sum(rows, cols, rho, 1e-10)
+    nan = np.isnan(rho)
+    for got, ref in zip(first, want):
+        assert np.all(np.isnan(got[nan])) and np.array_equal(got[~nan], ref[~nan])
+    other = rho.copy()
+    other[2, 2] = 0.5
+    assert sums(rows, cols, other, 1e-10) is not first
+
+
+def test_long_double_basis_is_the_recurrence_at_every_node():
+    """ld_rows (the recurrence at the nodes z ≥ 0, the others by parity, continued from the rows to K/2)
+    has the bits of the three-term recurrence run at every node from scratch, signs of exact zeros
+    included (h_2(±1) = 0 at a step 2^−j), at the ladder's steps and orders across the rows' sizes."""
+    from tensorprog.symbolic.hermite import LD, ladder, ld_rows
+    for h in (0.25, ladder(0.2), 0.0625, ladder(0.04), 0.03125, 0.0371):
+        for K in (0, 1, 2, 9, 16, 100, 512):
+            z, G = ld_rows(K, h)
+            sw = np.sqrt(LD(h) * np.exp(-z * z / 2) / np.sqrt(2 * np.arccos(LD(-1))))
+            want = [sw, z * sw][:K + 1]
+            for k in range(1, K):
+                want.append((z * want[k] - np.sqrt(LD(k)) * want[k - 1]) / np.sqrt(LD(k + 1)))
+            want = np.array(want)
+            assert np.array_equal(G, want) and np.array_equal(np.signbit(G), np.signbit(want)), (h, K)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Callable, Sequence
 
 import numpy as np
@@ -83,16 +83,24 @@ def ladder(h: float) -> float:
 def ld_basis(K: int, h: float) -> tuple[np.ndarray, np.ndarray]:
     """(z, G) of the trapezoidal rule of step h on [−T, T] in np.longdouble (Σ w_i f(z_i) ≈ E f(z),
     z ~ N(0, 1), w_i = h·pdf(z_i)): G[k, i] = √w_i h_k(z_i), k ≤ K (the first rows of
-    :func:`ld_rows`, the same numbers for every K: a layer's mean and series rows share one)."""
-    z, G = ld_rows(max(64, 1 << max(K, 1).bit_length()), h)
+    :func:`ld_rows` to the power of two ≥ K, at least 8: the same numbers for every K, so that a
+    layer's mean and series rows share them)."""
+    z, G = ld_rows(max(8, 1 << max(K - 1, 1).bit_length()), h)
     return z, G[:K + 1]
 
 
-@lru_cache(maxsize=32)
+@lru_cache(maxsize=64)
 def ld_rows(K: int, h: float) -> tuple[np.ndarray, np.ndarray]:
     """:func:`ld_basis` to order K, by the recurrence h_{k+1} = (z h_k − √k h_{k−1})/√(k+1) on the scaled
     values (bounded: |h_k(z)| e^{−z²/4} ≤ 1).  The nodes z_i = i·h are exact (a 53-bit h times an
-    integer below 2¹¹ in a 64-bit significand)."""
+    integer below 2¹¹ in a 64-bit significand).  Above order 8 it goes on from the (cached) rows to
+    order K/2: each row is the same steps on the same two rows before it, so the bits are those of
+    the recurrence from the start, and orders 8, 16, … 512 at one step cost one recurrence to 512."""
+    if K > 8:
+        z, first = ld_rows(K // 2, h)
+        G = np.empty((K + 1, len(z)), dtype=LD)
+        G[:len(first)] = first
+        return z, recur(z, G, len(first) - 1)
     n = int(np.ceil(HALF_WIDTH / h))
     z = LD(h) * np.arange(-n, n + 1).astype(LD)
     sw = np.sqrt(LD(h) * np.exp(-z * z / 2) / np.sqrt(2 * np.arccos(LD(-1))))
@@ -100,14 +108,36 @@ def ld_rows(K: int, h: float) -> tuple[np.ndarray, np.ndarray]:
     G[0] = sw
     if K:
         G[1] = z * sw
-    roots, tmp = np.sqrt(np.arange(K + 1).astype(LD)), np.empty(len(z), dtype=LD)
-    for k in range(1, K):                 # (z·G_k − √k·G_{k−1})/√(k+1), in place: the same roundings
-        g = G[k + 1]
-        np.multiply(z, G[k], out=g)
-        np.multiply(roots[k], G[k - 1], out=tmp)
+    return z, recur(z, G, 1)
+
+
+def recur(z: np.ndarray, G: np.ndarray, start: int) -> np.ndarray:
+    """G with its rows start + 1 … by the recurrence of :func:`ld_rows` from rows start − 1 and start
+    (written in place, and returned), at the nodes z ≥ 0; at z < 0 by parity, G_k(−z) = (−1)^k G_k(z):
+    the same bits as the recurrence there (z_{c−i} = −z_{c+i} exactly, and G_0, G_1 are even and odd
+    bit for bit; each step's products, difference and quotient by √(k+1) > 0 round to nearest, which
+    commutes with negation, so by induction G_k(−z) = (−1)^k G_k(z) bit for bit — but for the sign of an
+    exact 0, which the recurrence writes +0 on both sides (h_2(±1) = 0), and so does the parity's) —
+    half the work."""
+    K = G.shape[0] - 1
+    c = len(z) // 2                       # z[c] = 0, z[c + i] = −z[c − i]
+    zp, Gp = z[c:], G[:, c:]
+    roots, tmp = np.sqrt(np.arange(K + 1).astype(LD)), np.empty(len(zp), dtype=LD)
+    for k in range(start, K):             # (z·G_k − √k·G_{k−1})/√(k+1), in place: the same roundings
+        g = Gp[k + 1]
+        np.multiply(zp, Gp[k], out=g)
+        np.multiply(roots[k], G[k - 1, c:], out=tmp)
         np.subtract(g, tmp, out=g)
         np.divide(g, roots[k + 1], out=g)
-    return z, G
+    for parity in (0, 1):                 # the rows k > start of this parity at z < 0: (−1)^k G_k(−z)
+        rows = slice(start + 1 + (parity - start - 1) % 2, K + 1, 2)
+        mirror = G[rows, c + 1:][:, ::-1]
+        if parity:                        # −G, its zeros +0 again (−0 + 0 = +0), as the recurrence writes them
+            np.negative(mirror, out=G[rows, :c])
+            np.add(G[rows, :c], LD(0), out=G[rows, :c])
+        else:
+            G[rows, :c] = mirror
+    return G
 
 
 @lru_cache(maxsize=16)
@@ -187,30 +217,60 @@ def split(X: np.ndarray, beta: int, top: np.ndarray) -> tuple[np.ndarray, np.nda
 @dataclass(frozen=True)
 class Half:
     """One parity's half of a folded basis (:class:`Folded`), split for :meth:`Folded.product`: the
-    orders k ≡ p (mod 2) at their nodes (node-major, (n, m)).  ``hi``: fl(G) rounded to β bits of its
+    orders k ≡ p (mod 2) at their nodes (node-major, (n, m)) of the long double basis ``G``, split with
+    ``beta`` bits by the per-order scale 2^{f_k} > max_i |fl(G_ki)| over all the rule's nodes (``rows``: the
+    orders' rows there, (m, N); :func:`half_basis`).  ``hi``: fl(G) rounded to β bits of its
     order's power of two 2^{f_k} > max_i |G_ki| (an integer of magnitude ≤ 2^β times 2^{f_k−β}, held
-    exactly); ``stack``: fl(G) above fl(G − hi) (2n, m), G the long double basis; ``top``: max_k 2^{f_k};
-    ``l1``: max_k ‖G_k‖₁ (rounded up)."""
-    hi: np.ndarray
-    stack: np.ndarray
-    top: float
-    l1: float
+    exactly); ``stack``: fl(G) above fl(G − hi) (2n, m); ``top``: max_k 2^{f_k}; ``l1``: max_k ‖G_k‖₁
+    (rounded up).  The split is formed on first use: the plain float64 rule (:data:`EXTENDED` off)
+    reads fl(G) alone (:attr:`g64`), and its folds are built for every (K, h) a call meets."""
+    G: np.ndarray
+    beta: int
+    rows: np.ndarray
+
+    @cached_property
+    def g64(self) -> np.ndarray:
+        """fl(G), contiguous (n, m): the first n rows of :attr:`stack`."""
+        return np.ascontiguousarray(self.G.astype(float))
+
+    @cached_property
+    def parts(self) -> tuple[np.ndarray, np.ndarray, float, float]:
+        """(hi, stack, top, l1) of the class doc: hi from fl(G) split by columns (orders) by
+        2^{f_k} > scale ≥ max_i |fl(G_ki)| over all the rule's nodes (one scale per order for every node
+        set of a rule: their exact parts add exactly, :func:`_rule`), and fl(G − hi) (G − hi is exact in
+        long double: hi is a multiple of ulp(fl(G)) ≥ ulp_ld(G))."""
+        G, G64 = self.G, self.G.astype(float)
+        if G64.size:
+            scale = np.max(np.abs(self.rows.astype(float)), axis=1)
+            hi, _, pow2 = split(np.ascontiguousarray(G64.T), self.beta, scale)
+            hi, top = hi.T, float(pow2.max())
+        else:
+            hi, top = G64, 0.0
+        rest = (G - hi).astype(float)
+        l1 = float(np.max(np.sum(np.abs(G64), axis=0), initial=0.0)) * (1 + 1e-12)
+        return np.ascontiguousarray(hi), np.ascontiguousarray(np.concatenate([G64, rest], axis=0)), top, l1
+
+    @property
+    def hi(self) -> np.ndarray:
+        return self.parts[0]
+
+    @property
+    def stack(self) -> np.ndarray:
+        return self.parts[1]
+
+    @property
+    def top(self) -> float:
+        return self.parts[2]
+
+    @property
+    def l1(self) -> float:
+        return self.parts[3]
 
 
-def half_basis(G: np.ndarray, beta: int, scale: np.ndarray) -> Half:
-    """The :class:`Half` of long double G (node-major (n, m)): hi from fl(G) split by columns (orders)
-    by 2^{f_k} > ``scale`` ≥ max_i |fl(G_ki)| (one scale per order for every node set of a rule: their
-    exact parts add exactly, :func:`_rule`), and fl(G − hi) (G − hi is exact in long double: hi is a
-    multiple of ulp(fl(G)) ≥ ulp_ld(G))."""
-    G64 = G.astype(float)
-    if G64.size:
-        hi, _, pow2 = split(np.ascontiguousarray(G64.T), beta, scale)
-        hi, top = hi.T, float(pow2.max())
-    else:
-        hi, top = G64, 0.0
-    rest = (G - hi).astype(float)
-    l1 = float(np.max(np.sum(np.abs(G64), axis=0), initial=0.0)) * (1 + 1e-12)
-    return Half(np.ascontiguousarray(hi), np.ascontiguousarray(np.concatenate([G64, rest], axis=0)), top, l1)
+def half_basis(G: np.ndarray, beta: int, rows: np.ndarray) -> Half:
+    """The :class:`Half` of long double G (node-major (n, m)), split with β bits by the per-order scales
+    of its orders' ``rows`` at all the rule's nodes when first needed."""
+    return Half(G, beta, rows)
 
 
 @dataclass(frozen=True)
@@ -250,7 +310,7 @@ class Folded:
         for half, sign, start in ((self.even, 1.0, 0), (self.odd, -1.0, 1)):
             if half is None:
                 continue
-            n = half.hi.shape[0]
+            n = half.G.shape[0]
             buf = np.empty((hi.shape[0], 2 * n))               # [X_r X₁]: the folded parts, side by side
             xr, x1 = buf[:, :n], buf[:, n:]
             fold_op = np.add if sign > 0 else np.subtract
@@ -277,17 +337,18 @@ class Folded:
         if len(self.zero):
             even = np.concatenate([F[:, self.zero], even], axis=1)
         if np.any(even):
-            out[:, 0::2] = even @ self.even.stack[:self.even.hi.shape[0]]
+            out[:, 0::2] = even @ self.even.g64
         if self.odd is not None:
             odd = plus - minus
             if np.any(odd):
-                out[:, 1::2] = odd @ self.odd.stack[:self.odd.hi.shape[0]]
+                out[:, 1::2] = odd @ self.odd.g64
         return out
 
 
-def fold(z: np.ndarray, G: np.ndarray, beta: int, scale: np.ndarray) -> Folded:
+def fold(z: np.ndarray, G: np.ndarray, beta: int, rows: np.ndarray) -> Folded:
     """The parity fold of the nodes z (symmetric about 0, ascending) and their long double basis G
-    (:class:`Folded`), split with β bits by the per-order scales ``scale`` (:func:`half_basis`)."""
+    (:class:`Folded`), split with β bits by the per-order scales of ``rows``, the basis at all the rule's
+    nodes (:func:`half_basis`)."""
     n, odd = divmod(len(z), 2)
     first = n + odd                                  # the first node z > 0
     if not np.array_equal(z[first:], -z[n - 1::-1] if n else z[:0]) or (odd and z[n] != 0):
@@ -295,8 +356,8 @@ def fold(z: np.ndarray, G: np.ndarray, beta: int, scale: np.ndarray) -> Folded:
     pos = slice(first, len(z))
     zero = np.arange(n, n + odd)
     even = np.concatenate([G[0::2][:, zero], G[0::2][:, pos]], axis=1).T
-    return Folded(pos, slice(n - 1, None, -1) if n else slice(0, 0), zero, half_basis(even, beta, scale[0::2]),
-                  half_basis(G[1::2][:, pos].T, beta, scale[1::2]) if G.shape[0] > 1 else None, beta)
+    return Folded(pos, slice(n - 1, None, -1) if n else slice(0, 0), zero, half_basis(even, beta, rows[0::2]),
+                  half_basis(G[1::2][:, pos].T, beta, rows[1::2]) if G.shape[0] > 1 else None, beta)
 
 
 @lru_cache(maxsize=64)
@@ -304,12 +365,12 @@ def folded_basis(K: int, h: float) -> tuple[np.ndarray, np.ndarray, Folded, Fold
     """(z, √w in float64, the fold of the rule's every other node z[::2] — the rule of step 2h — and
     the fold of the others z[1::2]) (:func:`ld_basis`): the rule of step h is the sum of the two.  Both
     split with one β, that of :func:`split_bits` of all the folded nodes, and one scale per order, so
-    that the sum of their exact parts is exact (:func:`_rule`)."""
+    that the sum of their exact parts is exact (:func:`_rule`; the scales formed with the split, when
+    first needed)."""
     z, G = ld_basis(K, h)
     beta = split_bits(len(z) // 2 + 1)
-    scale = np.max(np.abs(G.astype(float)), axis=1)
-    return (z.astype(float), G[0].astype(float), fold(z[::2], G[:, ::2], beta, scale),
-            fold(z[1::2], G[:, 1::2], beta, scale))
+    return (z.astype(float), G[0].astype(float), fold(z[::2], G[:, ::2], beta, G),
+            fold(z[1::2], G[:, 1::2], beta, G))
 
 
 #: the core window, |z| ≤ CORE_Z: φ in long double there (where it can be), in float64 outside it — whose
@@ -377,6 +438,23 @@ def evaluate(fn: Fn, points: np.ndarray, memo: dict | None = None) -> tuple[np.n
     return np.broadcast_to(np.asarray(fn(points.astype(float)), dtype=float), points.shape), False
 
 
+def plain_values(fn: Fn, root: np.ndarray, z: np.ndarray, memo: dict | None) -> np.ndarray:
+    """φ in float64 at the points fl(√a·z_i) of the plain rule (V, n): with a ``memo`` (one per set of
+    variances and h, :meth:`PackCache.memo`), the points formed once and ``fn`` handed a memo of its
+    heads' float64 values there (a :meth:`.tape.HermiteArg.function`: the same numbers as without it),
+    so that the functions packed at one layer's variances (SiLU, SiLU², SiLU′, SiLU′²) evaluate each head
+    once; a function without ``memo=`` (TypeError) is called on the points alone."""
+    if memo is None:
+        return np.asarray(fn(root[:, None] * z), dtype=float)
+    x = memo.get("plain points")
+    if x is None:
+        x = memo["plain points"] = root[:, None] * z
+    try:
+        return np.asarray(fn(x, memo=memo.setdefault("plain heads", {})), dtype=float)
+    except TypeError:
+        return np.asarray(fn(x), dtype=float)
+
+
 def core_values(fn: Fn, variances: np.ndarray, root: np.ndarray, z: np.ndarray, sw: np.ndarray,
                 zl: np.ndarray, swl: np.ndarray, d: int, F: np.ndarray,
                 memo: dict | None) -> tuple[np.ndarray, bool, np.ndarray]:
@@ -390,7 +468,7 @@ def core_values(fn: Fn, variances: np.ndarray, root: np.ndarray, z: np.ndarray, 
     left, right = slice(0, c - d), slice(c + d + 1, n)
     charge = np.zeros(len(root))
     if not EXTENDED:                                        # the plain rule: φ in float64 at every node
-        np.multiply(np.broadcast_to(np.asarray(fn(root[:, None] * z), dtype=float), F.shape), sw, out=F)
+        np.multiply(np.broadcast_to(plain_values(fn, root, z, memo), F.shape), sw, out=F)
         return F[:, c - d:c + d + 1], False, charge
     if d < c:                                               # float64 φ outside the core
         zo = np.concatenate([z[left], z[right]])
@@ -501,9 +579,16 @@ def low_rules(fn: Fn, root: np.ndarray, K: int, h: float,
     addition, the blocked sum of c terms, F(0)'s addition)
     (Cauchy–Schwarz: C = 1.01 ≥ ‖G_k‖₂ at h, C = 1.42 ≥ 2‖G_k,even‖₂ at 2h: 2Σ_even G_ki² ≈ 1; √S widened
     by 10⁻⁶), c the nodes z > 0.  The difference's floor counts the values' errors once (as
-    :func:`coefficients` does: ±Σ_i ΔF_i G_ki over the two node sets) and both sums' roundings."""
+    :func:`coefficients` does: ±Σ_i ΔF_i G_ki over the two node sets) and both sums' roundings.
+    ``memo``: one for these s and h (:func:`low_orders`), shared by the functions packed there: the long
+    double points s·z_i under "points", φ's heads' values there under "heads" (:func:`evaluate`)."""
     zl, Gl = ld_basis(K, h)
-    vals, accurate = evaluate(fn, root[:, None] * zl, memo)
+    points = None if memo is None else memo.get("points")
+    if points is None:
+        points = root[:, None] * zl
+        if memo is not None:
+            memo["points"] = points
+    vals, accurate = evaluate(fn, points, None if memo is None else memo.setdefault("heads", {}))
     if not accurate:
         return None
     F = vals * Gl[0]
@@ -968,16 +1053,24 @@ class PackCache:
         """A memo of function heads' long double values at the rule of step h for these (distinct,
         sorted) variances, by their bytes and h (:func:`_rule`, :meth:`.tape.Tape.__call__`): the
         functions packed at one set of variances (tanh, tanh², (1 − tanh²)² at one layer) evaluate
-        their heads once.  The most recent few kept (about ``limit`` bytes: a core of about 250 long
-        double values per variance and head)."""
+        their heads once; the plain rule's float64 points and its heads' values there too
+        (:func:`plain_values`).  The most recent few kept (about ``limit`` bytes: a core of about 250
+        long double values per variance and head), and no more than ``limit`` bytes of arrays held in
+        them (:func:`held_bytes`; the plain rule's are V × n float64 values per head, 2 MB at V = 300
+        and h = 1/32), the least recently used dropped first (never the new one)."""
         key = (variances.tobytes(), h)
         got = self.memos.get(key)
         if got is None:
             got = self.memos[key] = {}
             # (the plain rule keeps a few long double rows per set of variances: :func:`low_orders`)
             size = min(8, max(2, self.limit // (4 * 16 * 250 * max(1, len(variances))))) if EXTENDED else 16
-            while len(self.memos) > size:
+            sizes = [held_bytes(m) for m in self.memos.values()]
+            total = sum(sizes)
+            for held in sizes[:-1]:
+                if len(self.memos) <= size and total <= self.limit:
+                    break
                 self.memos.popitem(last=False)
+                total -= held
         self.memos.move_to_end(key)
         return got
 
@@ -997,6 +1090,14 @@ class PackCache:
         self.items.move_to_end(full)
         return got.reshape(a.shape + got.shape[-1:])
 
+
+def held_bytes(memo: object) -> int:
+    """The bytes of the arrays held in a memo (:meth:`PackCache.memo`: dicts of arrays and dicts)."""
+    if isinstance(memo, np.ndarray):
+        return memo.nbytes
+    if isinstance(memo, dict):
+        return sum(held_bytes(v) for v in memo.values())
+    return 0
 
 
 
@@ -1037,18 +1138,19 @@ def compute_row_numbers(alpha: np.ndarray, low_error: np.ndarray) -> np.ndarray:
     K = al.shape[-1] - 1
     k = np.arange(K + 1, dtype=float)
     sq = al * al
+    ksq, k2sq = k * sq, (k * (k - 1)) * sq           # k α_k², k(k−1) α_k²: each sum below reads a tail of one
     out = np.empty(al.shape[:-1] + (ROW_NUMBERS,))
     out[..., R_A0], out[..., R_A1] = np.abs(al[..., 0]), np.abs(al[..., 1])
     out[..., R_N2] = np.sqrt(np.sum(sq[..., 2:], axis=-1))
     out[..., R_L1] = np.sum(np.abs(al[..., 2:]), axis=-1)
-    out[..., R_W2] = np.sqrt(np.sum(k[2:] * sq[..., 2:], axis=-1))
+    out[..., R_W2] = np.sqrt(np.sum(ksq[..., 2:], axis=-1))
     out[..., R_S0], out[..., R_S1] = np.abs(al[..., 1]), np.sqrt(2.0) * np.abs(al[..., 2])
-    out[..., R_S2] = np.sqrt(np.sum(k[3:] * sq[..., 3:], axis=-1))
+    out[..., R_S2] = np.sqrt(np.sum(ksq[..., 3:], axis=-1))
     out[..., R_C0], out[..., R_C1] = np.sqrt(2.0) * np.abs(al[..., 2]), np.sqrt(6.0) * np.abs(al[..., 3])
-    out[..., R_C2] = np.sqrt(np.sum(k[4:] * (k[4:] - 1) * sq[..., 4:], axis=-1))
+    out[..., R_C2] = np.sqrt(np.sum(k2sq[..., 4:], axis=-1))
     out[..., R_N3] = np.sqrt(np.sum(sq[..., 3:], axis=-1))
-    out[..., R_S3] = np.sqrt(np.sum(k[4:] * sq[..., 4:], axis=-1))
-    out[..., R_C3] = np.sqrt(np.sum(k[5:] * (k[5:] - 1) * sq[..., 5:], axis=-1))
+    out[..., R_S3] = np.sqrt(np.sum(ksq[..., 4:], axis=-1))
+    out[..., R_C3] = np.sqrt(np.sum(k2sq[..., 5:], axis=-1))
     out[..., R_DL] = low_error
     out[..., R_A34] = np.sum(np.abs(al[..., 3:5]), axis=-1)
     return out

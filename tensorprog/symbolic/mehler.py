@@ -714,7 +714,10 @@ class SumCache:
     """The last few :func:`packed_sum` results of one tape's series operations (it asks for a pair
     block's values, and later its errors, with the same packed rows, columns and ρ): kept by the
     identity of A and B and a copy of ρ (a work array may be overwritten in between: ρ is
-    compared, not trusted).  Owned by the tape (:class:`.grid.Builder`, ``GridTape.from_json``)."""
+    compared, not trusted; NaN where ρ is NaN — a cell whose earlier value missed its target, sent
+    to the compile — counts as equal: such a cell's sums are NaN either way, and the block's other
+    cells were computed from the same numbers, so that the errors of a block with such cells are not
+    summed again).  Owned by the tape (:class:`.grid.Builder`, ``GridTape.from_json``)."""
 
     def __init__(self, size: int = 64) -> None:
         self.size = size
@@ -723,7 +726,7 @@ class SumCache:
     def __call__(self, A: np.ndarray, B: np.ndarray, rho: np.ndarray, tol: float) -> tuple[np.ndarray, np.ndarray]:
         key = (id(A), id(B), A.shape, B.shape, np.shape(rho), tol)
         got = self.items.get(key)
-        if got is not None and got[0] is A and got[1] is B and np.array_equal(got[2], rho):
+        if got is not None and got[0] is A and got[1] is B and np.array_equal(got[2], rho, equal_nan=True):
             return got[3]
         result = packed_sum(A, B, rho, tol)
         self.items[key] = (A, B, np.array(rho, dtype=float), result)
