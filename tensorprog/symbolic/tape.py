@@ -615,6 +615,7 @@ class Builder(Emitter):
         self.memo: dict[int, tuple[sp.Basic, int]] = {}
         self.numbers: dict[sp.Basic, int] = {}         # number -> its constant slot
         self.hermite: dict[tuple, HermiteArg] = {}     # HermiteRow's (φ, K, h) -> its operation's argument
+        self.phis: dict[sp.Lambda, Tape] = {}           # HermiteRow's φ -> its one-input tape
         self.packs, self.sums = PackCache(), SumCache()  # the series operations' caches (the tape's own)
         self.mixed: dict[tuple, MixedArg] = {}         # (φ, ψ) -> the mixed operations' argument
 
@@ -649,6 +650,14 @@ class Builder(Emitter):
             memo[id(e)] = (e, self.operation(e, [memo[id(a)][1] for a in args]))
         return memo[id(root)][1]
 
+    def hermite_arg(self, e: HermiteRow) -> HermiteArg:
+        """The argument of a HermiteRow's operation: φ's one-input tape, compiled once per φ (the
+        layers of a template pack one function at orders and steps of their own), K and h."""
+        lam = e.args[1]
+        if lam not in self.phis:
+            self.phis[lam] = Tape.compile([e.spec[0]], [T])
+        return HermiteArg(self.phis[lam], int(e.args[2]), float(e.args[3]), self.packs)
+
     def number(self, e: sp.Basic) -> int:
         """The constant slot of a number (its value found once per distinct number)."""
         if e not in self.numbers:
@@ -680,8 +689,7 @@ class Builder(Emitter):
         if isinstance(e, HermiteRow):
             key = e.args[1:]                            # (φ, K, h): its spec, read once per spec
             if key not in self.hermite:
-                phi, K, h = e.spec
-                self.hermite[key] = HermiteArg(Tape.compile([phi], [T]), K, h, self.packs)
+                self.hermite[key] = self.hermite_arg(e)
             return self.emit("hermite", self.hermite[key], tuple(args))
         if e.func in MIXED_KINDS:
             key = (e.args[0].spec[0], e.args[1].spec[0])
