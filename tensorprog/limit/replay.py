@@ -654,6 +654,7 @@ class DiagonalBuilder(Builder):
         self.classes: dict[sp.Expr, sp.Symbol] = {}         # normal form -> its class symbol
         self.estimate_classes: dict[int, sp.Symbol] = {}
         self.ties_of: dict[int, dict[sp.Symbol, sp.Symbol]] = {}
+        self.keys: dict[sp.Expr, sp.Expr] = {}              # an entry -> :meth:`key` (ties and classes read it)
         self.one = sp.Symbol("diagonal_input", positive=True)
         self.reused: set[int] = set()                       # estimates the pair pass made as here
 
@@ -761,10 +762,13 @@ class DiagonalBuilder(Builder):
         return self.ties_of[key]
 
     def key(self, expr: sp.Expr) -> sp.Expr:
-        """``expr`` (a polynomial of recorded numbers) with each number read as its diagonal class."""
+        """``expr`` (a polynomial of recorded numbers) with each number read as its diagonal class
+        (once per expression: the ties and the classes read the same entries)."""
         if expr.is_number:
             return expr
-        return expr.xreplace({s: self.class_of(s) for s in expr.free_symbols if s in self.made.sources})
+        if expr not in self.keys:
+            self.keys[expr] = expr.xreplace({s: self.class_of(s) for s in expr.free_symbols if s in self.made.sources})
+        return self.keys[expr]
 
     def class_of(self, symbol: sp.Symbol) -> sp.Symbol:
         """The diagonal class of a recorded number: one for the initial entries, else its estimate's."""

@@ -614,6 +614,7 @@ class Builder(Emitter):
         self.inputs: dict[sp.Symbol, int] = {s: k for k, s in enumerate(symbols)}
         self.memo: dict[int, tuple[sp.Basic, int]] = {}
         self.numbers: dict[sp.Basic, int] = {}         # number -> its constant slot
+        self.number_ids: dict[int, tuple[sp.Basic, int]] = {}   # id(number) -> (number, its slot)
         self.hermite: dict[tuple, HermiteArg] = {}     # HermiteRow's (φ, K, h) -> its operation's argument
         self.phis: dict[sp.Lambda, Tape] = {}           # HermiteRow's φ -> its one-input tape
         self.packs, self.sums = PackCache(), SumCache()  # the series operations' caches (the tape's own)
@@ -659,9 +660,14 @@ class Builder(Emitter):
         return HermiteArg(self.phis[lam], int(e.args[2]), float(e.args[3]), self.packs)
 
     def number(self, e: sp.Basic) -> int:
-        """The constant slot of a number (its value found once per distinct number)."""
+        """The constant slot of a number (its value found once per distinct number; a number met
+        again as the same object, by identity: no sympy hash or comparison)."""
+        got = self.number_ids.get(id(e))
+        if got is not None:
+            return got[1]
         if e not in self.numbers:
             self.numbers[e] = self.constant(constant_value(e))
+        self.number_ids[id(e)] = (e, self.numbers[e])       # the node is kept: its id stays its own
         return self.numbers[e]
 
     def symbol(self, e: sp.Symbol, env: Mapping[sp.Symbol, int] | None) -> int:
