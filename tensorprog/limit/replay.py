@@ -491,8 +491,10 @@ class Builder:
         The series heads' slopes by :func:`head_slope` (chain rule through each head: F as a function
         of its explicit symbols and of the heads' values)."""
         stand, G = self.over_heads(F)         # G: the same at every layer: its derivatives are kept
+        back = {d: h for h, d in stand.items()}
         outer = {h: self.derivative(G, d) for h, d in stand.items()}     # ∂F/∂H, the same for every c_n
         outer = {h: sp.Abs(o, evaluate=False) for h, o in outer.items() if o != 0}
+        with_heads = {h: o.xreplace(back) for h, o in outer.items()}     # ... over the heads, once per head
         out = {}
         for n in names:
             explicit = self.derivative(G, n)
@@ -501,8 +503,7 @@ class Builder:
             parts = [sp.Abs(explicit, evaluate=False)]
             for h, o in outer.items():
                 parts.append(sp.Mul(o, head_slope(h, n, self.derivative), evaluate=False))
-            total = sp.Add(*parts).xreplace({d: h for h, d in stand.items()})
-            out[n] = total
+            out[n] = heads_put_back(parts, back, [with_heads[h] for h in outer])
         return out
 
     def head_symbol(self, i: int) -> sp.Dummy:
@@ -839,6 +840,23 @@ def polynomial_like(expr: sp.Expr) -> bool:
         if not (node.is_Add or node.is_Mul or node.is_Pow or node.is_Number or node.is_Symbol):
             return False
     return True
+
+
+def heads_put_back(parts: list[sp.Expr], back: Mapping[sp.Symbol, sp.Expr], outer: list[sp.Expr]) -> sp.Expr:
+    """Σ parts with the heads' symbols put back, ``sp.Add(*parts).xreplace(back)``, as :meth:`Builder.slopes`
+    makes it: parts[0] = |∂G/∂c_n| and parts[1 + i] = o_i·S_i (unevaluated products), o_i = |∂G/∂H_i|
+    over the heads' symbols, ``outer[i]`` = o_i with the heads put back, S_i a head's slope (over the
+    heads themselves: no symbol of ``back``).  The same expression without walking the slopes S_i:
+    xreplace rebuilds a sum as the sum of its terms, each replaced (a term that does not change is
+    kept, one that does is rebuilt evaluated: o_i·S_i as sp.Mul(outer[i], S_i)), and a sum is the
+    same whatever the order of its terms — where no two terms are equal before or after (else
+    sympy's sum would merge them into a multiple first: then xreplace itself)."""
+    terms = [parts[0].xreplace(back)]
+    for p, o, o_back in zip(parts[1:], (p.args[0] for p in parts[1:]), outer):
+        terms.append(p if o_back is o else sp.Mul(o_back, p.args[1]))
+    if len(set(parts)) < len(parts) or len(set(terms)) < len(terms):
+        return sp.Add(*parts).xreplace(back)
+    return sp.Add(*terms)
 
 
 def absolute(expr: sp.Expr) -> sp.Expr:
