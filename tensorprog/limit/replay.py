@@ -845,7 +845,8 @@ def polynomial_like(expr: sp.Expr) -> bool:
 def heads_put_back(parts: list[sp.Expr], back: Mapping[sp.Symbol, sp.Expr], outer: list[sp.Expr]) -> sp.Expr:
     """Σ parts with the heads' symbols put back, ``sp.Add(*parts).xreplace(back)``, as :meth:`Builder.slopes`
     makes it: parts[0] = |∂G/∂c_n| and parts[1 + i] = o_i·S_i (unevaluated products), o_i = |∂G/∂H_i|
-    over the heads' symbols, ``outer[i]`` = o_i with the heads put back, S_i a head's slope (over the
+    over the heads' symbols, ``outer[i]`` = o_i.xreplace(back) (o_i itself where it has no head's symbol,
+    as xreplace gives it back), S_i a head's slope (over the
     heads themselves: no symbol of ``back``).  The same expression without walking the slopes S_i:
     xreplace rebuilds a sum as the sum of its terms, each replaced (a term that does not change is
     kept, one that does is rebuilt evaluated: o_i·S_i as sp.Mul(outer[i], S_i)), and a sum is the
