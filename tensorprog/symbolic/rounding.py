@@ -119,11 +119,13 @@ def scaled(c: sp.Expr, x: sp.Expr) -> sp.Expr:
     commutative and not a number nor a power of one (Mul's flatten leaves them as they are, in
     the order x has them), and not a lone sum (which c·(a + b) would distribute) — then c·x is
     Mul(c·k, f₁, …, f_m), with c·k the Float product flatten computes.  Else sympy's c·x."""
+    if not (isinstance(c, sp.Float) and isinstance(x, sp.Expr)):
+        return c * x
     factors = x.args if x.is_Mul else (x,)
     coeff, rest = (c * factors[0], factors[1:]) if factors[0].is_Number else (c, factors)
     plain = rest and not (len(rest) == 1 and rest[0].is_Add) and all(
         not f.is_number and not (f.is_Pow and f.base.is_Number) and f.is_commutative for f in rest)
-    if not (c.is_Float and plain and coeff.is_Float and math.isfinite(float(coeff)) and float(coeff) != 0.0):
+    if not (plain and coeff.is_Float and math.isfinite(float(coeff)) and float(coeff) != 0.0):
         return c * x
     return sp.Mul(coeff, *rest, evaluate=False)
 
