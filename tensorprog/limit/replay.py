@@ -845,16 +845,17 @@ def polynomial_like(expr: sp.Expr) -> bool:
 def heads_put_back(parts: list[sp.Expr], back: Mapping[sp.Symbol, sp.Expr], outer: list[sp.Expr]) -> sp.Expr:
     """Σ parts with the heads' symbols put back, ``sp.Add(*parts).xreplace(back)``, as :meth:`Builder.slopes`
     makes it: parts[0] = |∂G/∂c_n| and parts[1 + i] = o_i·S_i (unevaluated products), o_i = |∂G/∂H_i|
-    over the heads' symbols, ``outer[i]`` = o_i.xreplace(back) (o_i itself where it has no head's symbol,
-    as xreplace gives it back), S_i a head's slope (over the
-    heads themselves: no symbol of ``back``).  The same expression without walking the slopes S_i:
+    over the heads' symbols, ``outer[i]`` = o_i.xreplace(back) (o_i itself where it has no head's
+    symbol, as xreplace gives it back), S_i a head's slope (over the heads themselves: no symbol of
+    ``back``).  The same expression without walking the slopes S_i:
     xreplace rebuilds a sum as the sum of its terms, each replaced (a term that does not change is
     kept, one that does is rebuilt evaluated: o_i·S_i as sp.Mul(outer[i], S_i)), and a sum is the
     same whatever the order of its terms — where no two terms are equal before or after (else
     sympy's sum would merge them into a multiple first: then xreplace itself)."""
     terms = [parts[0].xreplace(back)]
-    for p, o, o_back in zip(parts[1:], (p.args[0] for p in parts[1:]), outer):
-        terms.append(p if o_back is o else sp.Mul(o_back, p.args[1]))
+    for product, o_back in zip(parts[1:], outer):
+        o, slope = product.args
+        terms.append(product if o_back is o else sp.Mul(o_back, slope))
     if len(set(parts)) < len(parts) or len(set(terms)) < len(terms):
         return sp.Add(*parts).xreplace(back)
     return sp.Add(*terms)
