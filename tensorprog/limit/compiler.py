@@ -40,6 +40,7 @@ from ..ir.walk import ARITHMETIC, Rules, fold
 from ..symbolic import functions as fnsym
 from ..symbolic.dag import distinct_nodes
 from ..symbolic.heads import HEADS
+from ..symbolic.rounding import scaled
 from .batch import Batch, BatchRecord, partial_derivative, substituted
 from .finiteness import Finiteness
 from .haar import HaarMatrix, HaarShape, Term
@@ -393,12 +394,12 @@ class Compiler:
         name = self.program.eqns[e.matrix].name + ("T" if e.transposed else "")
         hat = sp.Symbol(f"Zhat_{name}_{e.var}", real=True)
         deps = self.deps[e.arg].copy()
-        covs = {hat: fam.sigma2 * self.E(zx * zx, e, deps)}
+        covs = {hat: scaled(fam.sigma2, self.E(zx * zx, e, deps))}
         src = self.source(e.var)
         entries = [Covariance(src, hat, hat, covs[hat], fam.sigma2, self.expectation_of(zx * zx))]
         for other, zy, y in fam.members:
             deps |= self.deps[y]
-            covs[other] = fam.sigma2 * self.E(zx * zy, e, deps)
+            covs[other] = scaled(fam.sigma2, self.E(zx * zy, e, deps))
             entries.append(Covariance(src, hat, other, covs[other], fam.sigma2, self.expectation_of(zx * zy)))
         self.add_gaussian(hat, covs)
         self.records.append(HatBase(src, hat, self.source(e.matrix), e.transposed, self.source(e.arg)))

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 from collections import ChainMap
 from dataclasses import dataclass
-from typing import Callable, Container, Iterator, Mapping, Sequence
+from typing import Callable, Container, Iterator, Mapping, NamedTuple, Sequence
 
 import numpy as np
 import sympy as sp
@@ -237,6 +237,12 @@ class Scope(Mapping):
         return len(self.slots)
 
 
+class Binding(NamedTuple):
+    """An environment of :meth:`Builder.sub` (symbols to slots) and the memo of its walks."""
+    env: Scope
+    memo: dict
+
+
 class Builder:
     """The tape of a recorded batch compile (see :func:`record`): its closed forms walked onto one
     :class:`..symbolic.tape.Tape` of the pair's initial covariance entries, a batch symbol read as
@@ -406,15 +412,16 @@ class Builder:
             else:
                 self.ties.append((names[how[1]], cov[ij], how[2]))
         self.smooth = self.smooth and self.form_smooth(F, tuple(names))
-        value = self.sub(F, names)
+        bound = self.binding(names)
+        value = self.sub(F, bound)
         slopes = self.form_slopes(F, tuple(names))
         if error != 0:                           # the series' stated error, a formula of its own
             # |·|: the batch's formula is a bound's, but its symbols' assumptions could let sympy write |c|
             # as −c (an off-diagonal c_i_j once declared positive=False, i.e. ≤ 0: expect/batch.py)
-            self.absolute[k] = sp.Abs(self.sub(error, names), evaluate=False)
-            own = [self.absolute[k]] + ([self.sub(r, names)] if (r := self.form_arithmetic(F)) != 0 else [])
+            self.absolute[k] = sp.Abs(self.sub(error, bound), evaluate=False)
+            own = [self.absolute[k]] + ([self.sub(r, bound)] if (r := self.form_arithmetic(F)) != 0 else [])
         elif self.form_polynomial(F):             # a polynomial of the entries (E xy = c): its arithmetic
-            own = [self.sub(self.entry_derived(F)[1], names)]
+            own = [self.sub(self.entry_derived(F)[1], bound)]
         else:
             if any((i, i) not in cov for i in range(note.size)):
                 raise Unreplayable(f"estimate {k}: a variance taken as another's")
@@ -422,7 +429,7 @@ class Builder:
             magnitude = sp.Abs(value, evaluate=False)
             own = [sp.Float(ROUNDING) * sp.Add(magnitude, self.largest(diag), evaluate=False)]
             if F.has(Phi2):                       # e^m·Φ₂ forms (ELU, SELU): their terms' own errors
-                own.append(self.sub(self.form_functions(F), names))
+                own.append(self.sub(self.form_functions(F), bound))
         raw = {}
         for ij, how in layout.items():
             if how[0] != "const" and how[1] not in raw:
@@ -430,7 +437,7 @@ class Builder:
         if slopes is None:                        # unit sensitivity to each entry (module doc)
             terms = own + [self.error_of(raw[n]) for n in names]
         else:
-            terms = own + [sp.Mul(self.sub(slopes[n], names), self.error_of(raw[n]), evaluate=False)
+            terms = own + [sp.Mul(self.sub(slopes[n], bound), self.error_of(raw[n]), evaluate=False)
                            for n in names if slopes[n] != 0]
         total = sp.Add(*terms, evaluate=False) if len(terms) > 1 else terms[0]
         self.errors[k] = self.placeholder(self.slot(total))     # on the tape once: later errors name it
@@ -484,8 +491,10 @@ class Builder:
         The series heads' slopes by :func:`head_slope` (chain rule through each head: F as a function
         of its explicit symbols and of the heads' values)."""
         stand, G = self.over_heads(F)         # G: the same at every layer: its derivatives are kept
+        back = {d: h for h, d in stand.items()}
         outer = {h: self.derivative(G, d) for h, d in stand.items()}     # ∂F/∂H, the same for every c_n
         outer = {h: sp.Abs(o, evaluate=False) for h, o in outer.items() if o != 0}
+        with_heads = {h: o.xreplace(back) for h, o in outer.items()}     # ... over the heads, once per head
         out = {}
         for n in names:
             explicit = self.derivative(G, n)
@@ -494,8 +503,7 @@ class Builder:
             parts = [sp.Abs(explicit, evaluate=False)]
             for h, o in outer.items():
                 parts.append(sp.Mul(o, head_slope(h, n, self.derivative), evaluate=False))
-            total = sp.Add(*parts).xreplace({d: h for h, d in stand.items()})
-            out[n] = total
+            out[n] = heads_put_back(parts, back, [with_heads[h] for h in outer])
         return out
 
     def head_symbol(self, i: int) -> sp.Dummy:
@@ -584,15 +592,24 @@ class Builder:
             self.symbol_errors[sym] = err
         return self.symbol_errors[sym]
 
-    def sub(self, expr: sp.Expr, extra: Mapping[sp.Symbol, sp.Expr] | None = None) -> sp.Expr:
+    def sub(self, expr: sp.Expr, extra: "Mapping[sp.Symbol, sp.Expr] | Binding | None" = None) -> sp.Expr:
         """The placeholder of ``expr`` walked onto the tape, its batch symbols (and ``extra``
-        symbols, given as placeholder expressions) read as the slots of what they stand for."""
+        symbols, given as placeholder expressions, or as a :meth:`binding` of them) read as the
+        slots of what they stand for."""
         if extra is None:
             env, memo = self.scope, self.memo               # by identity (:mod:`..symbolic.tape`)
         else:
-            bound = {s: self.slot(e) for s, e in extra.items()}
-            env, memo = Scope(ChainMap(bound, self.resolved), self.batch.values), {}
+            env, memo = extra if isinstance(extra, Binding) else self.binding(extra)
         return self.placeholder(self.tape.visit(expr, env, memo))
+
+    def binding(self, extra: Mapping[sp.Symbol, sp.Expr]) -> "Binding":
+        """The environment of :meth:`sub` with ``extra``'s symbols bound, and its memo of the nodes
+        walked in it: the walks of one form's value, error and slopes share their subexpressions
+        (the heads' rows and ρ), each walked once — a walk is a function of the node and the
+        environment (equal operations are one slot: :meth:`..symbolic.tape.Emitter.emit`), so
+        the tape is the one separate walks make."""
+        bound = {s: self.slot(e) for s, e in extra.items()}
+        return Binding(Scope(ChainMap(bound, self.resolved), self.batch.values), {})
 
     def placeholder(self, slot: int) -> sp.Symbol:
         """The symbol that stands for ``slot`` in placeholder expressions."""
@@ -638,6 +655,7 @@ class DiagonalBuilder(Builder):
         self.classes: dict[sp.Expr, sp.Symbol] = {}         # normal form -> its class symbol
         self.estimate_classes: dict[int, sp.Symbol] = {}
         self.ties_of: dict[int, dict[sp.Symbol, sp.Symbol]] = {}
+        self.keys: dict[sp.Expr, sp.Expr] = {}              # an entry -> :meth:`key` (ties and classes read it)
         self.one = sp.Symbol("diagonal_input", positive=True)
         self.reused: set[int] = set()                       # estimates the pair pass made as here
 
@@ -745,10 +763,13 @@ class DiagonalBuilder(Builder):
         return self.ties_of[key]
 
     def key(self, expr: sp.Expr) -> sp.Expr:
-        """``expr`` (a polynomial of recorded numbers) with each number read as its diagonal class."""
+        """``expr`` (a polynomial of recorded numbers) with each number read as its diagonal class
+        (once per expression: the ties and the classes read the same entries)."""
         if expr.is_number:
             return expr
-        return expr.xreplace({s: self.class_of(s) for s in expr.free_symbols if s in self.made.sources})
+        if expr not in self.keys:
+            self.keys[expr] = expr.xreplace({s: self.class_of(s) for s in expr.free_symbols if s in self.made.sources})
+        return self.keys[expr]
 
     def class_of(self, symbol: sp.Symbol) -> sp.Symbol:
         """The diagonal class of a recorded number: one for the initial entries, else its estimate's."""
@@ -819,6 +840,25 @@ def polynomial_like(expr: sp.Expr) -> bool:
         if not (node.is_Add or node.is_Mul or node.is_Pow or node.is_Number or node.is_Symbol):
             return False
     return True
+
+
+def heads_put_back(parts: list[sp.Expr], back: Mapping[sp.Symbol, sp.Expr], outer: list[sp.Expr]) -> sp.Expr:
+    """Σ parts with the heads' symbols put back, ``sp.Add(*parts).xreplace(back)``, as :meth:`Builder.slopes`
+    makes it: parts[0] = |∂G/∂c_n| and parts[1 + i] = o_i·S_i (unevaluated products), o_i = |∂G/∂H_i|
+    over the heads' symbols, ``outer[i]`` = o_i.xreplace(back) (o_i itself where it has no head's
+    symbol, as xreplace gives it back), S_i a head's slope (over the heads themselves: no symbol of
+    ``back``).  The same expression without walking the slopes S_i:
+    xreplace rebuilds a sum as the sum of its terms, each replaced (a term that does not change is
+    kept, one that does is rebuilt evaluated: o_i·S_i as sp.Mul(outer[i], S_i)), and a sum is the
+    same whatever the order of its terms — where no two terms are equal before or after (else
+    sympy's sum would merge them into a multiple first: then xreplace itself)."""
+    terms = [parts[0].xreplace(back)]
+    for product, o_back in zip(parts[1:], outer):
+        o, slope = product.args
+        terms.append(product if o_back is o else sp.Mul(o_back, slope))
+    if len(set(parts)) < len(parts) or len(set(terms)) < len(terms):
+        return sp.Add(*parts).xreplace(back)
+    return sp.Add(*terms)
 
 
 def absolute(expr: sp.Expr) -> sp.Expr:

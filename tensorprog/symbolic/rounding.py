@@ -12,6 +12,7 @@ them: :mod:`..expect.engine`, :mod:`..expect.batch`) and the replay of a batch c
 """
 from __future__ import annotations
 
+import math
 from typing import Mapping
 
 import numpy as np
@@ -53,11 +54,11 @@ def expression_rounding(expr: sp.Expr, memo: dict) -> sp.Expr:
     u = OP_UNIT
     if expr.is_Add:
         parts = [rounding(a, memo) for a in expr.args]
-        parts.append(u * (len(expr.args) - 1) * positive(expr, memo))
+        parts.append(scaled(u * (len(expr.args) - 1), positive(expr, memo)))
         return sp.Add(*[p for p in parts if p != 0])
     if expr.is_Mul:
         count = len(expr.args) - 1 + sum(1 for a in expr.args if inexact(a))
-        parts = [u * count * positive(expr, memo)]
+        parts = [scaled(u * count, positive(expr, memo))]
         for i, a in enumerate(expr.args):
             r = rounding(a, memo)
             if r != 0:
@@ -100,11 +101,33 @@ def positive(expr: sp.Expr, memo: dict | None = None) -> sp.Expr:
         memo = {} if memo is None else memo
         key = ("positive", expr)
         if key not in memo:
-            memo[key] = expr.func(*[positive(a, memo) for a in expr.args])
+            args = [positive(a, memo) for a in expr.args]
+            two = expr.is_Mul and len(args) == 2 and args[0].is_Float      # |k|·|x|: k a Float
+            memo[key] = scaled(args[0], args[1]) if two else expr.func(*args)
         return memo[key]
     if expr.is_Number:
         return abs(expr)
     return sp.Abs(expr, evaluate=False)
+
+
+def scaled(c: sp.Expr, x: sp.Expr) -> sp.Expr:
+    """c·x as sympy's evaluated product writes it, for a Float c ≠ 0 and x an evaluated expression:
+    sympy's Mul would make its coefficient a new Float (1·c, then times x's coefficient) and ask
+    whether it is zero — the assumptions of a new Float, about 0.08 ms, the larger part of a
+    rounding charge.  Where the product is known without it, it is written unevaluated with the
+    same arguments: x a product k·f₁⋯f_m or a single factor f₁ (k a number, or none), each f_i
+    commutative and not a number nor a power of one (Mul's flatten leaves them as they are, in
+    the order x has them), and not a lone sum (which c·(a + b) would distribute) — then c·x is
+    Mul(c·k, f₁, …, f_m), with c·k the Float product flatten computes.  Else sympy's c·x."""
+    if not (isinstance(c, sp.Float) and isinstance(x, sp.Expr)):
+        return c * x
+    factors = x.args if x.is_Mul else (x,)
+    coeff, rest = (c * factors[0], factors[1:]) if factors[0].is_Number else (c, factors)
+    plain = rest and not (len(rest) == 1 and rest[0].is_Add) and all(
+        not f.is_number and not (f.is_Pow and f.base.is_Number) and f.is_commutative for f in rest)
+    if not (plain and coeff.is_Float and math.isfinite(float(coeff)) and float(coeff) != 0.0):
+        return c * x
+    return sp.Mul(coeff, *rest, evaluate=False)
 
 
 #: the relative error of an argument of a function of a closed form, computed from the entries in a few

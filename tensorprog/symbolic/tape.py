@@ -614,7 +614,9 @@ class Builder(Emitter):
         self.inputs: dict[sp.Symbol, int] = {s: k for k, s in enumerate(symbols)}
         self.memo: dict[int, tuple[sp.Basic, int]] = {}
         self.numbers: dict[sp.Basic, int] = {}         # number -> its constant slot
+        self.number_ids: dict[int, tuple[sp.Basic, int]] = {}   # id(number) -> (number, its slot)
         self.hermite: dict[tuple, HermiteArg] = {}     # HermiteRow's (φ, K, h) -> its operation's argument
+        self.phis: dict[sp.Lambda, Tape] = {}           # HermiteRow's φ -> its one-input tape
         self.packs, self.sums = PackCache(), SumCache()  # the series operations' caches (the tape's own)
         self.mixed: dict[tuple, MixedArg] = {}         # (φ, ψ) -> the mixed operations' argument
 
@@ -649,10 +651,23 @@ class Builder(Emitter):
             memo[id(e)] = (e, self.operation(e, [memo[id(a)][1] for a in args]))
         return memo[id(root)][1]
 
+    def hermite_arg(self, e: HermiteRow) -> HermiteArg:
+        """The argument of a HermiteRow's operation: φ's one-input tape, compiled once per φ (the
+        layers of a template pack one function at orders and steps of their own), K and h."""
+        lam = e.args[1]
+        if lam not in self.phis:
+            self.phis[lam] = Tape.compile([e.spec[0]], [T])
+        return HermiteArg(self.phis[lam], int(e.args[2]), float(e.args[3]), self.packs)
+
     def number(self, e: sp.Basic) -> int:
-        """The constant slot of a number (its value found once per distinct number)."""
+        """The constant slot of a number (its value found once per distinct number; a number met
+        again as the same object, by identity: no sympy hash or comparison)."""
+        got = self.number_ids.get(id(e))
+        if got is not None:
+            return got[1]
         if e not in self.numbers:
             self.numbers[e] = self.constant(constant_value(e))
+        self.number_ids[id(e)] = (e, self.numbers[e])       # the node is kept: its id stays its own
         return self.numbers[e]
 
     def symbol(self, e: sp.Symbol, env: Mapping[sp.Symbol, int] | None) -> int:
@@ -680,8 +695,7 @@ class Builder(Emitter):
         if isinstance(e, HermiteRow):
             key = e.args[1:]                            # (φ, K, h): its spec, read once per spec
             if key not in self.hermite:
-                phi, K, h = e.spec
-                self.hermite[key] = HermiteArg(Tape.compile([phi], [T]), K, h, self.packs)
+                self.hermite[key] = self.hermite_arg(e)
             return self.emit("hermite", self.hermite[key], tuple(args))
         if e.func in MIXED_KINDS:
             key = (e.args[0].spec[0], e.args[1].spec[0])
