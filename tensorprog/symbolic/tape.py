@@ -161,10 +161,13 @@ class HermiteArg:
     def function(self, t: np.ndarray, memo: dict | None = None) -> np.ndarray:
         """φ at the points t, in their precision where :attr:`extended`, else in float64; ``memo``: the
         values of function heads at these long double points (:meth:`.hermite.PackCache.memo`: tanh,
-        tanh², 1 − tanh² and (1 − tanh²)² at one layer's variances share one long double tanh)."""
+        tanh², 1 − tanh² and (1 − tanh²)² at one layer's variances share one long double tanh; the plain rule's float64
+        points likewise)."""
         if t.dtype == np.longdouble and self.extended:
             return self.tape(t, dtype=np.longdouble, memo=memo)[0]
-        return self.tape(t)[0]
+        # float64 points: their heads' float64 values shared through the memo (the plain rule's
+        # points, :func:`.hermite.plain_values`); never a long double point's memo (other values)
+        return self.tape(t, memo=memo if t.dtype == np.float64 else None)[0]
 
     def __call__(self, a: np.ndarray, out=None) -> np.ndarray:
         return self.cache.packed(self.key, self.function, self.K, self.h, a)
