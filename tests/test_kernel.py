@@ -328,3 +328,34 @@ def test_band_blocks_cover_each_upper_entry_once(r0, r1, N):
     assert not seen[:r0].any() and not seen[r1:].any()
     if (r0, r1, N) == (0, 1000, 1000):
         assert len(blocks) == 17
+
+
+def test_affine_in_q_reads_the_coefficients_as_sympys_derivative():
+    """affine_in_q's coefficient reading of c·q_k + r gives the floats of sympy's ∂e/∂q_k and e at q_k = 0
+    (the rule for any other entry), and refuses what is not affine in its own q alone."""
+    import sympy as sp
+    from tensorprog.tools.kernel import affine_in_q
+    q = list(sp.symbols("q11 q12 q22", real=True))
+    v, b, w = sp.symbols("var1 b1 w", real=True)
+    values = {v: 1.5, b: 0.1, w: 0.7}
+
+    def derivative_reading(cov):
+        at = {k: x for k, x in values.items() if k not in q}
+        got = set()
+        for i, j, k in ((0, 0, 0), (0, 1, 1), (1, 0, 1), (1, 1, 2)):
+            e = sp.expand(sp.sympify(cov[i, j]).subs(at))
+            got.add((float(sp.diff(e, q[k])), float(e.subs(q[k], 0))))
+        return got.pop() if len(got) == 1 else None
+
+    def matrix(f):
+        return np.array([[f(q[0]), f(q[1])], [f(q[1]), f(q[2])]], dtype=object)
+
+    affine = [lambda x: v * x + b, lambda x: 0.3 * x + b * v + b * w, lambda x: (v + 1) * (x + b) / 3,
+              lambda x: x, lambda x: sp.sqrt(2) * x + sp.pi * b]
+    for f in affine:
+        cov = matrix(f)
+        assert affine_in_q(cov, q, values) == derivative_reading(cov) is not None
+    refused = [matrix(lambda x: v * x ** 2 + b), matrix(lambda x: v * x + q[0] * b),
+               np.array([[v * q[0], v * q[1]], [v * q[1], 2 * v * q[2]]], dtype=object),
+               matrix(lambda x: sp.Symbol("u") * x)]
+    assert all(affine_in_q(cov, q, values) is None for cov in refused)

@@ -294,6 +294,10 @@ def affine_in_q(cov: np.ndarray, q: list, values: dict) -> tuple[float, float] |
     for i, j, k in where:
         entry = cov[i, j] if isinstance(cov[i, j], sp.Basic) else sp.Float(float(cov[i, j]))  # a number
         e = sp.expand(entry.subs(at))
+        terms = e.as_coefficients_dict()         # c·q_k + r: its coefficients are ∂e/∂q_k and e at q_k = 0
+        if set(terms) <= {q[k], sp.S.One} and all(c.is_Number for c in terms.values()):
+            sb.add((float(terms.get(q[k], 0)), float(terms.get(sp.S.One, 0))))
+            continue
         if not e.free_symbols <= set(q):
             return None
         others = [v for v in q if v is not q[k]]
