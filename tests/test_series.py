@@ -449,6 +449,25 @@ def test_sum_cache_meets_a_rho_with_nan_cells_again():
     assert sums(rows, cols, other, 1e-10) is not first
 
 
+def test_same_numbers_is_array_equal_with_equal_nan():
+    """mehler.same_numbers (the SumCache's test of ρ) answers as np.array_equal(equal_nan=True): by the
+    bits where they agree, by value where some differ (−0 against +0, NaNs of other payloads, a
+    strided or differently shaped operand), False where a number differs."""
+    from tensorprog.symbolic.mehler import same_numbers
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(5, 7))
+    x[1, 2], x[3, 3], x[0, 0] = np.nan, 0.0, -0.0
+    y = x.copy()
+    y[3, 3], y[0, 0] = -0.0, 0.0                                    # other signs of zero
+    y.view(np.uint64)[1, 2] |= np.uint64(1)                         # another NaN payload
+    z = x.copy()
+    z[4, 6] = np.nextafter(z[4, 6], np.inf)
+    for u, v in ((x, x.copy()), (x, y), (x, z), (x, x[:, :6]), (x, np.asfortranarray(x)), (x, x.T.copy().T),
+                 (x, x.astype(np.float32))):
+        assert same_numbers(u, v) == np.array_equal(u, v, equal_nan=True)
+    assert same_numbers(x, y) and not same_numbers(x, z)
+
+
 def test_long_double_basis_is_the_recurrence_at_every_node():
     """ld_rows (the recurrence at the nodes z ≥ 0, the others by parity, continued from the rows to K/2)
     has the bits of the three-term recurrence run at every node from scratch, signs of exact zeros
