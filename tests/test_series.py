@@ -468,6 +468,24 @@ def test_same_numbers_is_array_equal_with_equal_nan():
     assert same_numbers(x, y) and not same_numbers(x, z)
 
 
+def test_joint_shape_is_numpys_broadcast_shape():
+    """mehler.joint_shape (the grid operations' shapes, in Python) gives np.broadcast_shapes' answer, or its
+    ValueError, on every combination of one to three small shapes (empty, zero-length and mixed lengths
+    among them)."""
+    import itertools
+    from tensorprog.symbolic.mehler import joint_shape
+    shapes = [(), (1,), (3,), (0,), (1, 3), (2, 1), (2, 3), (4, 1, 3), (1, 0), (2, 0), (0, 1), (1, 1), (4, 2, 3)]
+    for count in (1, 2, 3):
+        for combo in itertools.product(shapes, repeat=count):
+            try:
+                want = np.broadcast_shapes(*combo)
+            except ValueError:
+                with pytest.raises(ValueError):
+                    joint_shape(*combo)
+            else:
+                assert joint_shape(*combo) == want, combo
+
+
 def test_long_double_basis_is_the_recurrence_at_every_node():
     """ld_rows (the recurrence at the nodes z ≥ 0, the others by parity, continued from the rows to K/2)
     has the bits of the three-term recurrence run at every node from scratch, signs of exact zeros
