@@ -316,6 +316,30 @@ def test_price_bounds_of_a_block_have_the_bits_of_each_cell_alone(name):
 
 
 @pytest.mark.parametrize("name", ["tanh", "silu"])
+def test_price_bounds_sharing_rho_parts_have_their_own_bits(name):
+    """The slope and both curves of one ρ through one RhoParts (clip(ρ) and |ρ|³ formed once, as a grid
+    tape's call shares them), the last written into ρ's own buffer, have the bits of each bound alone,
+    signs of zeros included (ρ with NaN, ±1 beyond, 0 and −0 cells); the parts are not written."""
+    from tensorprog.symbolic.mehler import RhoParts, mehler_curve, mehler_slope
+
+    A, B, rho = packed_pair(name)[:3]
+    rho = rho.copy()
+    rho[0, 0], rho[1, 1], rho[0, 1], rho[1, 0] = np.nan, 1.5, 0.0, -0.0
+    rows, cols = A[:, None, :], B[None, :, :]
+    want = [mehler_slope(rows, cols, rho), mehler_curve(rows, cols, rho), mehler_curve(cols, rows, rho)]
+    buffer = rho.copy()
+    parts = RhoParts(buffer)
+    got = [mehler_slope(rows, cols, buffer, out=np.empty(rho.shape), parts=parts),
+           mehler_curve(rows, cols, buffer, out=np.empty(rho.shape), parts=parts)]
+    kept = parts.clipped().copy(), parts.cubed().copy()
+    got.append(mehler_curve(cols, rows, buffer, out=buffer, parts=parts))       # ρ's last reader, into ρ
+    for g, w in zip(got, want):
+        assert np.array_equal(g.view(np.uint64), w.view(np.uint64))
+    assert np.array_equal(parts.clip.view(np.uint64), kept[0].view(np.uint64))
+    assert np.array_equal(parts.cube.view(np.uint64), kept[1].view(np.uint64))
+
+
+@pytest.mark.parametrize("name", ["tanh", "silu"])
 def test_error_polynomial_is_the_stated_bound(name):
     """The coefficients' errors and the sum's rounding of the stated error (:func:`error_polynomial`, a
     polynomial in r = |ρ| of row-by-column products) against the bound written term by term in long

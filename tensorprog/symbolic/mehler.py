@@ -144,14 +144,15 @@ def order_of(A: np.ndarray) -> int:
     return int(np.ravel(A[..., -1])[0])
 
 
-def signed_weighted(x0, x1, x2, x3, y0, y1, y2, y3, rho: np.ndarray, out=None) -> np.ndarray:
+def signed_weighted(x0, x1, x2, x3, y0, y1, y2, y3, rho: np.ndarray, out=None, cube=None) -> np.ndarray:
     """A bound on |Σ_k ρ^k x_k y_k| (|ρ| ≤ 1) from the signed x₀, x₁, x₂ (and y's) and ‖x_{≥3}‖₂:
     |x₀y₀ + ρ(x₁y₁ + ρx₂y₂)| + |ρ|³‖x_{≥3}‖‖y_{≥3}‖ (Cauchy–Schwarz on the rest), plus
     8u·(|x₀| + |x₁| + |x₂|)(|y₀| + |y₁| + |y₂|) for the rounding of the first part (and of its factors
     √2, √3, …).  Never above :func:`weighted` but for that rounding term (|x₂y₂| + r‖x_{≥3}‖‖y_{≥3}‖ ≤
     ‖x_{≥2}‖‖y_{≥2}‖, Cauchy–Schwarz in two dimensions); where the first terms cancel (SiLU's E φ″ψ:
     √2α₂β₀ against ρ²√12α₄β₂) it is the derivative to within the rest's bound, where :func:`weighted`
-    adds them in absolute value (2.9× at ρ = 0.9)."""
+    adds them in absolute value (2.9× at ρ = 0.9).  ``cube``: |ρ|³ of the grid's shape, formed as here
+    ((|ρ|·|ρ|)·|ρ|), where the caller has it (:class:`RhoParts`)."""
     shape = joint_shape(*(np.shape(v) for v in (x0, x1, x2, x3, y0, y1, y2, y3, rho)))
     first = out if out is not None and out.shape == shape else np.empty(shape)
     tmp, r3 = np.empty(shape), np.empty(shape)
@@ -163,10 +164,13 @@ def signed_weighted(x0, x1, x2, x3, y0, y1, y2, y3, rho: np.ndarray, out=None) -
     if nonzero_product(x0, y0, out=tmp) is not None:
         first += tmp
     np.abs(first, out=first)
-    np.abs(rho, out=r3)
-    np.multiply(r3, r3, out=tmp)
-    tmp *= r3
-    tmp *= product_into(x3, y3, r3)
+    if cube is not None and cube.shape == shape:
+        np.multiply(cube, product_into(x3, y3, r3), out=tmp)
+    else:
+        np.abs(rho, out=r3)
+        np.multiply(r3, r3, out=tmp)
+        tmp *= r3
+        tmp *= product_into(x3, y3, r3)
     first += tmp
     # 8u·(Σ|x|)(Σ|y|) as (8u·Σ|x|)·Σ|y|: 8u = 2⁻⁵⁰ scales exactly (the same bits)
     first += product_into((8 * UNIT) * (np.abs(x0) + np.abs(x1) + np.abs(x2)), np.abs(y0) + np.abs(y1) + np.abs(y2),
@@ -189,34 +193,36 @@ def may_cancel(xs: Sequence[np.ndarray], ys: Sequence[np.ndarray]) -> bool:
     return True
 
 
-def mehler_slope(A: np.ndarray, B: np.ndarray, rho: np.ndarray, out=None) -> np.ndarray:
+def mehler_slope(A: np.ndarray, B: np.ndarray, rho: np.ndarray, out=None, parts: "RhoParts | None" = None) -> np.ndarray:
     """A bound on |∂/∂ρ Σ_k ρ^k α_k β_k| = |Σ_k ρ^k (k+1) α_{k+1} β_{k+1}| per cell (:func:`signed_weighted`
     where the first terms can cancel, :func:`may_cancel`, else :func:`weighted`; x_k = √(k+1) α_{k+1},
     y_k = √(k+1) β_{k+1}).  With ρ = c/√(ab): |∂E/∂c| ≤ this/√(ab)
     (Price's theorem: ∂E φ(u)ψ(v)/∂c = E φ′(u)ψ′(v)).  From the packed coefficients (the part of
     the sum beyond K is below the truncation target, relative: a sensitivity only weights errors)."""
     return price_bound(A, B, rho, (1, 2, 3), (1.0, SQRT2, SQRT3), R_S3, (1, 2, 3), (1.0, SQRT2, SQRT3), R_S3,
-                       (R_S0, R_S1, R_S2), (R_S0, R_S1, R_S2), out)
+                       (R_S0, R_S1, R_S2), (R_S0, R_S1, R_S2), out, parts)
 
 
-def mehler_curve(A: np.ndarray, B: np.ndarray, rho: np.ndarray, out=None) -> np.ndarray:
+def mehler_curve(A: np.ndarray, B: np.ndarray, rho: np.ndarray, out=None, parts: "RhoParts | None" = None) -> np.ndarray:
     """A bound on |Σ_k ρ^k √((k+1)(k+2)) α_{k+2} β_k| per cell: 2a·|∂E/∂a| at fixed c, a the
     variance of A's function (Price: ∂E φ(u)ψ(v)/∂a = ½ E φ″(u)ψ(v), and E φ″(√a z) h_k(z) =
     √((k+1)(k+2)) α_{k+2}/a); B's variance by swapping the arguments.  :func:`signed_weighted` where the
     first terms can cancel (:func:`may_cancel`), else :func:`weighted`; x_k = √((k+1)(k+2)) α_{k+2},
     y_k = β_k."""
     return price_bound(A, B, rho, (2, 3, 4), (SQRT2, SQRT6, SQRT12), R_C3, (0, 1, 2), (1.0, 1.0, 1.0), R_N3,
-                       (R_C0, R_C1, R_C2), (R_A0, R_A1, R_N2), out)
+                       (R_C0, R_C1, R_C2), (R_A0, R_A1, R_N2), out, parts)
 
 
 def price_bound(A: np.ndarray, B: np.ndarray, rho: np.ndarray, ka: tuple, fa: tuple, rest_a: int, kb: tuple,
-                fb: tuple, rest_b: int, plain_a: tuple, plain_b: tuple, out=None) -> np.ndarray:
+                fb: tuple, rest_b: int, plain_a: tuple, plain_b: tuple, out=None,
+                parts: "RhoParts | None" = None) -> np.ndarray:
     """|Σ_k ρ^k x_k y_k| bounded per cell from packed rows A and B: x_k = fa[k]·α_{ka[k]} for k ≤ 2 and
     ‖x_{≥3}‖ the row number ``rest_a`` (y likewise from B), by :func:`signed_weighted` where the first
     terms can cancel (:func:`may_cancel`), else by :func:`weighted` from the row numbers ``plain_a``
     and ``plain_b`` (|x₀|, |x₁|, ‖x_{≥2}‖).  The rows' numbers are taken as contiguous rows and
     columns (:class:`Operand`: a packed row's column is strided, and a product of a row by a column
-    reads it once per row); the bound is written into ``out`` where it has the grid's shape."""
+    reads it once per row); the bound is written into ``out`` where it has the grid's shape.  ``parts``:
+    clip(ρ, −1, 1) and its |·|³ shared with the other bounds of this ρ (:class:`RhoParts`; the same numbers)."""
     shape = joint_shape(A.shape[:-1], B.shape[:-1], np.shape(rho))
     a, b = Operand(A, shape), Operand(B, shape)
     r0 = order_of(A) + 5 + len(levels(order_of(A)))       # the first of the row numbers
@@ -224,8 +230,8 @@ def price_bound(A: np.ndarray, B: np.ndarray, rho: np.ndarray, ka: tuple, fa: tu
     if order_of(A) >= 4 and may_cancel([a.grid(k) for k in ka], [b.grid(k) for k in kb]):
         xs = [a.grid(k) if f == 1.0 else f * a.grid(k) for k, f in zip(ka, fa)]
         ys = [b.grid(k) if f == 1.0 else f * b.grid(k) for k, f in zip(kb, fb)]
-        got = signed_weighted(*xs, a.grid(r0 + rest_a), *ys, b.grid(r0 + rest_b), np.clip(rho, -1.0, 1.0),
-                              out=target)
+        clipped, cube = (np.clip(rho, -1.0, 1.0), None) if parts is None else (parts.clipped(), parts.cubed())
+        got = signed_weighted(*xs, a.grid(r0 + rest_a), *ys, b.grid(r0 + rest_b), clipped, out=target, cube=cube)
     else:                                   # |clip(ρ, −1, 1)| = min(|ρ|, 1), bit for bit
         got = weighted(*[a.grid(r0 + k) for k in plain_a], *[b.grid(r0 + k) for k in plain_b],
                        np.minimum(np.abs(rho), 1.0), out=target)
@@ -233,6 +239,34 @@ def price_bound(A: np.ndarray, B: np.ndarray, rho: np.ndarray, ka: tuple, fa: tu
         return got
     np.copyto(out, np.broadcast_to(got, out.shape))
     return out
+
+
+class RhoParts:
+    """clip(ρ, −1, 1) and |clip(ρ, −1, 1)|³ of one array ρ of cells, each formed on first use (before any
+    bound writes its ``out``, which may be ρ's own buffer: the last reader's), as :func:`price_bound` and
+    :func:`signed_weighted` form them: shared by the Price bounds of one ρ (a grid tape's slope and two
+    curves per layer, :meth:`.grid.GridTape.__call__`: one per ρ slot and call).  Never written."""
+
+    def __init__(self, rho: np.ndarray) -> None:
+        self.rho = rho
+        self.clip: np.ndarray | None = None
+        self.cube: np.ndarray | None = None
+
+    def clipped(self) -> np.ndarray:
+        if self.clip is None:
+            self.clip = np.clip(self.rho, -1.0, 1.0)
+        return self.clip
+
+    def cubed(self) -> np.ndarray:
+        if self.cube is None:
+            r = np.abs(self.clipped())
+            self.cube = np.multiply(r, r)
+            self.cube *= r
+        return self.cube
+
+
+#: the operation kinds whose functions take ``parts=`` (:class:`RhoParts` of their third argument, ρ)
+PRICE_KINDS = frozenset({"mehler_slope", "mehler_curve"})
 
 
 def diagonal_slope(A: np.ndarray, out=None) -> np.ndarray:
