@@ -316,6 +316,30 @@ def test_price_bounds_of_a_block_have_the_bits_of_each_cell_alone(name):
 
 
 @pytest.mark.parametrize("name", ["tanh", "silu"])
+def test_price_bounds_sharing_rho_parts_have_their_own_bits(name):
+    """The slope and both curves of one ρ through one RhoParts (clip(ρ) and |ρ|³ formed once, as a grid
+    tape's call shares them), the last written into ρ's own buffer, have the bits of each bound alone,
+    signs of zeros included (ρ with NaN, ±1 beyond, 0 and −0 cells); the parts are not written."""
+    from tensorprog.symbolic.mehler import RhoParts, mehler_curve, mehler_slope
+
+    A, B, rho = packed_pair(name)[:3]
+    rho = rho.copy()
+    rho[0, 0], rho[1, 1], rho[0, 1], rho[1, 0] = np.nan, 1.5, 0.0, -0.0
+    rows, cols = A[:, None, :], B[None, :, :]
+    want = [mehler_slope(rows, cols, rho), mehler_curve(rows, cols, rho), mehler_curve(cols, rows, rho)]
+    buffer = rho.copy()
+    parts = RhoParts(buffer)
+    got = [mehler_slope(rows, cols, buffer, out=np.empty(rho.shape), parts=parts),
+           mehler_curve(rows, cols, buffer, out=np.empty(rho.shape), parts=parts)]
+    kept = parts.clipped().copy(), parts.cubed().copy()
+    got.append(mehler_curve(cols, rows, buffer, out=buffer, parts=parts))       # ρ's last reader, into ρ
+    for g, w in zip(got, want):
+        assert np.array_equal(g.view(np.uint64), w.view(np.uint64))
+    assert np.array_equal(parts.clip.view(np.uint64), kept[0].view(np.uint64))
+    assert np.array_equal(parts.cube.view(np.uint64), kept[1].view(np.uint64))
+
+
+@pytest.mark.parametrize("name", ["tanh", "silu"])
 def test_error_polynomial_is_the_stated_bound(name):
     """The coefficients' errors and the sum's rounding of the stated error (:func:`error_polynomial`, a
     polynomial in r = |ρ| of row-by-column products) against the bound written term by term in long
@@ -447,6 +471,43 @@ def test_sum_cache_meets_a_rho_with_nan_cells_again():
     other = rho.copy()
     other[2, 2] = 0.5
     assert sums(rows, cols, other, 1e-10) is not first
+
+
+def test_same_numbers_is_array_equal_with_equal_nan():
+    """mehler.same_numbers (the SumCache's test of ρ) answers as np.array_equal(equal_nan=True): by the
+    bits where they agree, by value where some differ (−0 against +0, NaNs of other payloads, a
+    strided or differently shaped operand), False where a number differs."""
+    from tensorprog.symbolic.mehler import same_numbers
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(5, 7))
+    x[1, 2], x[3, 3], x[0, 0] = np.nan, 0.0, -0.0
+    y = x.copy()
+    y[3, 3], y[0, 0] = -0.0, 0.0                                    # other signs of zero
+    y.view(np.uint64)[1, 2] |= np.uint64(1)                         # another NaN payload
+    z = x.copy()
+    z[4, 6] = np.nextafter(z[4, 6], np.inf)
+    for u, v in ((x, x.copy()), (x, y), (x, z), (x, x[:, :6]), (x, np.asfortranarray(x)), (x, x.T.copy().T),
+                 (x, x.astype(np.float32))):
+        assert same_numbers(u, v) == np.array_equal(u, v, equal_nan=True)
+    assert same_numbers(x, y) and not same_numbers(x, z)
+
+
+def test_joint_shape_is_numpys_broadcast_shape():
+    """mehler.joint_shape (the grid operations' shapes, in Python) gives np.broadcast_shapes' answer, or its
+    ValueError, on every combination of one to three small shapes (empty, zero-length and mixed lengths
+    among them)."""
+    import itertools
+    from tensorprog.symbolic.mehler import joint_shape
+    shapes = [(), (1,), (3,), (0,), (1, 3), (2, 1), (2, 3), (4, 1, 3), (1, 0), (2, 0), (0, 1), (1, 1), (4, 2, 3)]
+    for count in (1, 2, 3):
+        for combo in itertools.product(shapes, repeat=count):
+            try:
+                want = np.broadcast_shapes(*combo)
+            except ValueError:
+                with pytest.raises(ValueError):
+                    joint_shape(*combo)
+            else:
+                assert joint_shape(*combo) == want, combo
 
 
 def test_long_double_basis_is_the_recurrence_at_every_node():

@@ -35,7 +35,7 @@ from typing import Sequence
 import numpy as np
 import sympy as sp
 
-from .mehler import SumCache
+from .mehler import PRICE_KINDS, RhoParts, SumCache
 from .tape import (ASSOCIATIVE, CELL, COL, CONST, ROW, SERIES_ARITY, SERIES_FUNCTIONS, Emitter, HermiteArg, Op, Tape,
                    function, last_uses, parse_tape, tape_json)
 
@@ -56,6 +56,9 @@ class GridTape:
         self.cell_ops = tuple(op for op in self.ops if self.spaces[op.out] == CELL)
         self.functions = {op.out: function(op) for op in self.ops}
         self.registers, self.nregisters = allocate(self.cell_ops, self.outputs)
+        #: the Price bounds' ρ slots: their clip(ρ) and |ρ|³ formed once per call (:class:`.mehler.RhoParts`)
+        self.rho_of = {op.out: op.args[2] for op in self.cell_ops if op.kind in PRICE_KINDS}
+        self.rho_done = {rho: out for out, rho in self.rho_of.items()}      # (ρ's last Price bound: parts dropped)
 
     @classmethod
     def compile(cls, exprs: Sequence[sp.Basic], rows: Sequence[sp.Symbol], cols: Sequence[sp.Symbol],
@@ -94,10 +97,20 @@ class GridTape:
         shape = np.broadcast_shapes(*(np.shape(slots[k]) for k in range(sum(self.nsymbols))))
         if self.cell_ops:
             buffers = (work or Workspace()).arrays(shape, self.nregisters)
+            parts: dict[int, RhoParts] = {}      # by ρ's slot: its value until its last reader (allocate)
             with np.errstate(all="ignore"):
                 for op in self.cell_ops:
+                    rho = self.rho_of.get(op.out)
+                    if rho is None:
+                        slots[op.out] = self.functions[op.out](*[slots[a] for a in op.args],
+                                                               out=buffers[self.registers[op.out]])
+                        continue
+                    if rho not in parts:
+                        parts[rho] = RhoParts(slots[rho])
                     slots[op.out] = self.functions[op.out](*[slots[a] for a in op.args],
-                                                           out=buffers[self.registers[op.out]])
+                                                           out=buffers[self.registers[op.out]], parts=parts[rho])
+                    if self.rho_done[rho] == op.out:
+                        del parts[rho]
         return [np.broadcast_to(slots[o], shape).astype(float, copy=False) for o in self.outputs]
 
     def sides(self, rows: Sequence[np.ndarray], cols: Sequence[np.ndarray]) -> dict[int, object]:

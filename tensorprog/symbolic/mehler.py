@@ -36,7 +36,7 @@ def packed_sum(A: np.ndarray, B: np.ndarray, rho: np.ndarray, tol: float) -> tup
     :func:`diagonal`).  A cell's bits depend on its own ρ, row and column alone (not on the block it
     is computed in)."""
     K = int(np.ravel(A[..., -1])[0])
-    shape = np.broadcast_shapes(A.shape[:-1], B.shape[:-1], np.shape(rho))
+    shape = joint_shape(A.shape[:-1], B.shape[:-1], np.shape(rho))
     cells = max(1, int(np.prod(shape)))
     rho = np.broadcast_to(np.clip(rho, -1.0, 1.0), shape).reshape(cells)
     A = A.reshape((1,) * (len(shape) + 1 - A.ndim) + A.shape)
@@ -58,7 +58,7 @@ def weighted(x0, x1, x2, y0, y1, y2, r: np.ndarray, out=None) -> np.ndarray:
     |x₀y₀| + r|x₁y₁| + r²‖x_{≥2}‖‖y_{≥2}‖ (Cauchy–Schwarz on the rest).  Exact to O(ρ²) as ρ → 0,
     and at ρ = 1 within the Cauchy–Schwarz factor of the sum.  Added left to right, a term 0 throughout
     left out (a + 0 = a for a ≥ 0, bit for bit); written into ``out`` where it has the grid's shape."""
-    shape = np.broadcast_shapes(*(np.shape(v) for v in (x0, x1, x2, y0, y1, y2, r)))
+    shape = joint_shape(*(np.shape(v) for v in (x0, x1, x2, y0, y1, y2, r)))
     got = out if out is not None and out.shape == shape else np.empty(shape)
     tmp, started = np.empty(shape), False
     live = [bool(nonzero(x, y)) for x, y in ((x0, y0), (x1, y1), (x2, y2))]
@@ -79,17 +79,39 @@ def weighted(x0, x1, x2, y0, y1, y2, r: np.ndarray, out=None) -> np.ndarray:
 def nonzero(x: np.ndarray, y: np.ndarray) -> bool:
     """Whether x·y may be nonzero somewhere: not (x or y 0 throughout, the other finite: 0·y = 0)."""
     for u, v in ((x, y), (y, x)):
-        if not np.any(u) and np.all(np.isfinite(v)):
+        if not np.asarray(u).any() and np.isfinite(v).all():     # (the methods: no dispatch layer)
             return False
     return True
 
 
 def product_into(x: np.ndarray, y: np.ndarray, out: np.ndarray) -> np.ndarray:
     """:func:`times` (x, y) written into ``out`` (the grid's shape: x·y broadcast to it where smaller)."""
-    if out.shape == np.broadcast_shapes(np.shape(x), np.shape(y)):
+    if out.shape == joint_shape(np.shape(x), np.shape(y)):
         return times(x, y, out=out)
     np.copyto(out, np.broadcast_to(times(x, y), out.shape))
     return out
+
+
+def joint_shape(*shapes: tuple) -> tuple:
+    """np.broadcast_shapes(*shapes), in Python where the shapes have one length (a grid's operands: a few
+    µs less per call, ~2000 calls per block): per axis the length other than 1; numpy's otherwise
+    (other lengths, or shapes that do not broadcast: its error)."""
+    first = shapes[0]
+    n = len(first)
+    out = None
+    for s in shapes[1:]:
+        if s == first:
+            continue
+        if len(s) != n:
+            return np.broadcast_shapes(*shapes)
+        if out is None:
+            out = list(first)
+        for i, d in enumerate(s):
+            if d != out[i] and d != 1:
+                if out[i] != 1:
+                    return np.broadcast_shapes(*shapes)
+                out[i] = d
+    return first if out is None else tuple(out)
 
 
 def nonzero_product(x: np.ndarray, y: np.ndarray, out=None) -> np.ndarray | None:
@@ -122,15 +144,16 @@ def order_of(A: np.ndarray) -> int:
     return int(np.ravel(A[..., -1])[0])
 
 
-def signed_weighted(x0, x1, x2, x3, y0, y1, y2, y3, rho: np.ndarray, out=None) -> np.ndarray:
+def signed_weighted(x0, x1, x2, x3, y0, y1, y2, y3, rho: np.ndarray, out=None, cube=None) -> np.ndarray:
     """A bound on |Σ_k ρ^k x_k y_k| (|ρ| ≤ 1) from the signed x₀, x₁, x₂ (and y's) and ‖x_{≥3}‖₂:
     |x₀y₀ + ρ(x₁y₁ + ρx₂y₂)| + |ρ|³‖x_{≥3}‖‖y_{≥3}‖ (Cauchy–Schwarz on the rest), plus
     8u·(|x₀| + |x₁| + |x₂|)(|y₀| + |y₁| + |y₂|) for the rounding of the first part (and of its factors
     √2, √3, …).  Never above :func:`weighted` but for that rounding term (|x₂y₂| + r‖x_{≥3}‖‖y_{≥3}‖ ≤
     ‖x_{≥2}‖‖y_{≥2}‖, Cauchy–Schwarz in two dimensions); where the first terms cancel (SiLU's E φ″ψ:
     √2α₂β₀ against ρ²√12α₄β₂) it is the derivative to within the rest's bound, where :func:`weighted`
-    adds them in absolute value (2.9× at ρ = 0.9)."""
-    shape = np.broadcast_shapes(*(np.shape(v) for v in (x0, x1, x2, x3, y0, y1, y2, y3, rho)))
+    adds them in absolute value (2.9× at ρ = 0.9).  ``cube``: |ρ|³ of the grid's shape, formed as here
+    ((|ρ|·|ρ|)·|ρ|), where the caller has it (:class:`RhoParts`)."""
+    shape = joint_shape(*(np.shape(v) for v in (x0, x1, x2, x3, y0, y1, y2, y3, rho)))
     first = out if out is not None and out.shape == shape else np.empty(shape)
     tmp, r3 = np.empty(shape), np.empty(shape)
     product_into(x2, y2, first)
@@ -141,10 +164,13 @@ def signed_weighted(x0, x1, x2, x3, y0, y1, y2, y3, rho: np.ndarray, out=None) -
     if nonzero_product(x0, y0, out=tmp) is not None:
         first += tmp
     np.abs(first, out=first)
-    np.abs(rho, out=r3)
-    np.multiply(r3, r3, out=tmp)
-    tmp *= r3
-    tmp *= product_into(x3, y3, r3)
+    if cube is not None and cube.shape == shape:
+        np.multiply(cube, product_into(x3, y3, r3), out=tmp)
+    else:
+        np.abs(rho, out=r3)
+        np.multiply(r3, r3, out=tmp)
+        tmp *= r3
+        tmp *= product_into(x3, y3, r3)
     first += tmp
     # 8u·(Σ|x|)(Σ|y|) as (8u·Σ|x|)·Σ|y|: 8u = 2⁻⁵⁰ scales exactly (the same bits)
     first += product_into((8 * UNIT) * (np.abs(x0) + np.abs(x1) + np.abs(x2)), np.abs(y0) + np.abs(y1) + np.abs(y2),
@@ -157,7 +183,7 @@ def may_cancel(xs: Sequence[np.ndarray], ys: Sequence[np.ndarray]) -> bool:
     somewhere, and not only k = 0 and 2 with x₀x₂ and y₀y₂ of one sign throughout (tanh's slope).  Else
     :func:`signed_weighted` gains only its finer split of the rest, and the callers take the cheaper
     :func:`weighted`."""
-    live = [bool(np.any(x) and np.any(y)) for x, y in zip(xs, ys)]
+    live = [bool(x.any() and y.any()) for x, y in zip(xs, ys)]
     if sum(live) <= 1:
         return False
     if live == [True, False, True]:
@@ -167,43 +193,45 @@ def may_cancel(xs: Sequence[np.ndarray], ys: Sequence[np.ndarray]) -> bool:
     return True
 
 
-def mehler_slope(A: np.ndarray, B: np.ndarray, rho: np.ndarray, out=None) -> np.ndarray:
+def mehler_slope(A: np.ndarray, B: np.ndarray, rho: np.ndarray, out=None, parts: "RhoParts | None" = None) -> np.ndarray:
     """A bound on |∂/∂ρ Σ_k ρ^k α_k β_k| = |Σ_k ρ^k (k+1) α_{k+1} β_{k+1}| per cell (:func:`signed_weighted`
     where the first terms can cancel, :func:`may_cancel`, else :func:`weighted`; x_k = √(k+1) α_{k+1},
     y_k = √(k+1) β_{k+1}).  With ρ = c/√(ab): |∂E/∂c| ≤ this/√(ab)
     (Price's theorem: ∂E φ(u)ψ(v)/∂c = E φ′(u)ψ′(v)).  From the packed coefficients (the part of
     the sum beyond K is below the truncation target, relative: a sensitivity only weights errors)."""
     return price_bound(A, B, rho, (1, 2, 3), (1.0, SQRT2, SQRT3), R_S3, (1, 2, 3), (1.0, SQRT2, SQRT3), R_S3,
-                       (R_S0, R_S1, R_S2), (R_S0, R_S1, R_S2), out)
+                       (R_S0, R_S1, R_S2), (R_S0, R_S1, R_S2), out, parts)
 
 
-def mehler_curve(A: np.ndarray, B: np.ndarray, rho: np.ndarray, out=None) -> np.ndarray:
+def mehler_curve(A: np.ndarray, B: np.ndarray, rho: np.ndarray, out=None, parts: "RhoParts | None" = None) -> np.ndarray:
     """A bound on |Σ_k ρ^k √((k+1)(k+2)) α_{k+2} β_k| per cell: 2a·|∂E/∂a| at fixed c, a the
     variance of A's function (Price: ∂E φ(u)ψ(v)/∂a = ½ E φ″(u)ψ(v), and E φ″(√a z) h_k(z) =
     √((k+1)(k+2)) α_{k+2}/a); B's variance by swapping the arguments.  :func:`signed_weighted` where the
     first terms can cancel (:func:`may_cancel`), else :func:`weighted`; x_k = √((k+1)(k+2)) α_{k+2},
     y_k = β_k."""
     return price_bound(A, B, rho, (2, 3, 4), (SQRT2, SQRT6, SQRT12), R_C3, (0, 1, 2), (1.0, 1.0, 1.0), R_N3,
-                       (R_C0, R_C1, R_C2), (R_A0, R_A1, R_N2), out)
+                       (R_C0, R_C1, R_C2), (R_A0, R_A1, R_N2), out, parts)
 
 
 def price_bound(A: np.ndarray, B: np.ndarray, rho: np.ndarray, ka: tuple, fa: tuple, rest_a: int, kb: tuple,
-                fb: tuple, rest_b: int, plain_a: tuple, plain_b: tuple, out=None) -> np.ndarray:
+                fb: tuple, rest_b: int, plain_a: tuple, plain_b: tuple, out=None,
+                parts: "RhoParts | None" = None) -> np.ndarray:
     """|Σ_k ρ^k x_k y_k| bounded per cell from packed rows A and B: x_k = fa[k]·α_{ka[k]} for k ≤ 2 and
     ‖x_{≥3}‖ the row number ``rest_a`` (y likewise from B), by :func:`signed_weighted` where the first
     terms can cancel (:func:`may_cancel`), else by :func:`weighted` from the row numbers ``plain_a``
     and ``plain_b`` (|x₀|, |x₁|, ‖x_{≥2}‖).  The rows' numbers are taken as contiguous rows and
     columns (:class:`Operand`: a packed row's column is strided, and a product of a row by a column
-    reads it once per row); the bound is written into ``out`` where it has the grid's shape."""
-    shape = np.broadcast_shapes(A.shape[:-1], B.shape[:-1], np.shape(rho))
+    reads it once per row); the bound is written into ``out`` where it has the grid's shape.  ``parts``:
+    clip(ρ, −1, 1) and its |·|³ shared with the other bounds of this ρ (:class:`RhoParts`; the same numbers)."""
+    shape = joint_shape(A.shape[:-1], B.shape[:-1], np.shape(rho))
     a, b = Operand(A, shape), Operand(B, shape)
     r0 = order_of(A) + 5 + len(levels(order_of(A)))       # the first of the row numbers
     target = out if out is not None and out.shape == shape else None
     if order_of(A) >= 4 and may_cancel([a.grid(k) for k in ka], [b.grid(k) for k in kb]):
         xs = [a.grid(k) if f == 1.0 else f * a.grid(k) for k, f in zip(ka, fa)]
         ys = [b.grid(k) if f == 1.0 else f * b.grid(k) for k, f in zip(kb, fb)]
-        got = signed_weighted(*xs, a.grid(r0 + rest_a), *ys, b.grid(r0 + rest_b), np.clip(rho, -1.0, 1.0),
-                              out=target)
+        clipped, cube = (np.clip(rho, -1.0, 1.0), None) if parts is None else (parts.clipped(), parts.cubed())
+        got = signed_weighted(*xs, a.grid(r0 + rest_a), *ys, b.grid(r0 + rest_b), clipped, out=target, cube=cube)
     else:                                   # |clip(ρ, −1, 1)| = min(|ρ|, 1), bit for bit
         got = weighted(*[a.grid(r0 + k) for k in plain_a], *[b.grid(r0 + k) for k in plain_b],
                        np.minimum(np.abs(rho), 1.0), out=target)
@@ -211,6 +239,34 @@ def price_bound(A: np.ndarray, B: np.ndarray, rho: np.ndarray, ka: tuple, fa: tu
         return got
     np.copyto(out, np.broadcast_to(got, out.shape))
     return out
+
+
+class RhoParts:
+    """clip(ρ, −1, 1) and |clip(ρ, −1, 1)|³ of one array ρ of cells, each formed on first use (before any
+    bound writes its ``out``, which may be ρ's own buffer: the last reader's), as :func:`price_bound` and
+    :func:`signed_weighted` form them: shared by the Price bounds of one ρ (a grid tape's slope and two
+    curves per layer, :meth:`.grid.GridTape.__call__`: one per ρ slot and call).  Never written."""
+
+    def __init__(self, rho: np.ndarray) -> None:
+        self.rho = rho
+        self.clip: np.ndarray | None = None
+        self.cube: np.ndarray | None = None
+
+    def clipped(self) -> np.ndarray:
+        if self.clip is None:
+            self.clip = np.clip(self.rho, -1.0, 1.0)
+        return self.clip
+
+    def cubed(self) -> np.ndarray:
+        if self.cube is None:
+            r = np.abs(self.clipped())
+            self.cube = np.multiply(r, r)
+            self.cube *= r
+        return self.cube
+
+
+#: the operation kinds whose functions take ``parts=`` (:class:`RhoParts` of their third argument, ρ)
+PRICE_KINDS = frozenset({"mehler_slope", "mehler_curve"})
 
 
 def diagonal_slope(A: np.ndarray, out=None) -> np.ndarray:
@@ -594,7 +650,7 @@ def error_polynomial(a: "Operand", b: "Operand", x: Callable, y: Callable, K: in
     da, db = a.grid(e0), b.grid(e0)
     la, lb = x(R_DL), y(R_DL)
     U = UNIT * (1 + 1e-12)
-    za, zb = not np.any(a.grid(2)), not np.any(b.grid(2))
+    za, zb = not a.grid(2).any(), not b.grid(2).any()
     if za or zb:
         nq = (x(R_N3), y(R_N3), x(R_S2), y(R_S2))
     else:
@@ -717,16 +773,19 @@ class SumCache:
     compared, not trusted; NaN where ρ is NaN — a cell whose earlier value missed its target, sent
     to the compile — counts as equal: such a cell's sums are NaN either way, and the block's other
     cells were computed from the same numbers, so that the errors of a block with such cells are not
-    summed again).  Owned by the tape (:class:`.grid.Builder`, ``GridTape.from_json``)."""
+    summed again).  Owned by the tape (:class:`.grid.Builder`, ``GridTape.from_json``).  Few: a tape
+    asks for a block's errors right after its values (every hit of the tanh, SiLU, GELU, Mish, softsign
+    and ELU kernels was the last entry), and each entry holds three arrays of the block's cells (64
+    held ~24 MB at N = 300, and the blocks ran ~5% slower for it)."""
 
-    def __init__(self, size: int = 64) -> None:
+    def __init__(self, size: int = 4) -> None:
         self.size = size
         self.items: OrderedDict = OrderedDict()
 
     def __call__(self, A: np.ndarray, B: np.ndarray, rho: np.ndarray, tol: float) -> tuple[np.ndarray, np.ndarray]:
         key = (id(A), id(B), A.shape, B.shape, np.shape(rho), tol)
         got = self.items.get(key)
-        if got is not None and got[0] is A and got[1] is B and np.array_equal(got[2], rho, equal_nan=True):
+        if got is not None and got[0] is A and got[1] is B and same_numbers(got[2], rho):
             return got[3]
         result = packed_sum(A, B, rho, tol)
         self.items[key] = (A, B, np.array(rho, dtype=float), result)
@@ -734,6 +793,17 @@ class SumCache:
         while len(self.items) > self.size:
             self.items.popitem(last=False)
         return result
+
+
+def same_numbers(x: np.ndarray, y) -> bool:
+    """``np.array_equal(x, y, equal_nan=True)``, first by the bits of two float64 arrays of one shape (one
+    pass: the same bits are the same numbers, NaN included), then, where some bit differs, by value
+    (−0 = +0, NaN = NaN whatever its payload; numpy's equal_nan masks its operands: ~30× the pass)."""
+    y = np.asarray(y)
+    if (x.shape == y.shape and x.dtype == y.dtype == np.float64 and x.flags.c_contiguous and y.flags.c_contiguous
+            and np.array_equal(x.view(np.uint64), y.view(np.uint64))):
+        return True
+    return bool(np.array_equal(x, y, equal_nan=True))
 
 
 def summed(A: np.ndarray, B: np.ndarray, rho: np.ndarray, tol: float,
