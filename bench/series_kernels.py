@@ -1,13 +1,16 @@
 """The Mehler series on dataset kernels: tanh and SiLU NNGP + NTK of a deep MLP against neural-tangents and a reference.
 
     PYTHONPATH=. python bench/series_kernels.py [--nt-python /work/nt-venv/bin/python | --no-nt] [--depth 10]
-        [--sizes 300,1000] [--nt-size 300] [--activations tanh,silu] [--pairs 24] [--json out.json]
+        [--sizes 300,1000] [--nt-size 300] [--activations tanh,silu] [--pairs 24] [--repeats 3] [--json out.json]
 
 The network: programs/kernels/tanh_mlp.tp (NTK by ``grad``) with L = depth, var = var1 = σ² = 1.5 and
 a first-layer bias b1 = 0.1 (stax: Dense(W_std=σ, b_std=√b1) first, Dense(W_std=σ, b_std=None) after,
 ElementwiseNumerical(tanh, deg=25)); inputs N × 10 standard normal (seed 0).  Each tensorprog kernel
-is computed in a fresh process (``TENSORPROG_CACHE_DIR=off``: nothing recorded before), timed as CPU
-seconds (time.process_time) and wall seconds: ``cpu``/``wall`` the tp.kernel call (the template's
+is computed in ``--repeats`` fresh processes one after the other, and each time reported is their median
+(the values in ``runs``); neural-tangents' call is timed ``--repeats`` times after its jit compile, and
+the ratios divide median by median (``to_nt_best``: fastest by fastest; ``to_nt_worst``: slowest by
+slowest) — one process of each varied by ±5 % on this machine.  Each process starts with
+nothing recorded (``TENSORPROG_CACHE_DIR=off``), and is timed in CPU seconds (time.process_time) and wall seconds: ``cpu``/``wall`` the tp.kernel call (the template's
 compile, the record, the replay), its modules imported before (``import_cpu``/``import_wall``, as
 neural-tangents' import and jit compile are left out of its time).  ``warm_cpu``/``warm_wall``: a
 second call in the same process on other data of the same shape (seed 12345), the template's
@@ -69,23 +72,35 @@ print(json.dumps({"cpu": cpu, "wall": wall, "import_cpu": imp_cpu, "import_wall"
 """
 
 
-def tp_kernel(template: str, X: np.ndarray, params: dict, work: str, tag: str) -> dict:
-    """tp.kernel in a fresh process: its times and arrays."""
+#: the times a process reports, each the median of the repeats (their values kept in ``runs``)
+TIMES = ("cpu", "wall", "import_cpu", "import_wall", "warm_cpu", "warm_wall")
+
+
+def tp_kernel(template: str, X: np.ndarray, params: dict, work: str, tag: str, repeats: int = 1) -> dict:
+    """tp.kernel in ``repeats`` fresh processes, one after the other: each time the median of the
+    processes' (their values in ``runs``), and the arrays (the same bits in every process)."""
     np.save(f"{work}/{tag}_X.npy", X)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    out = subprocess.run([sys.executable, "-c", CHILD, f"{work}/{tag}_X.npy", json.dumps(params), f"{work}/{tag}",
-                          str(ROOT / "programs" / "kernels" / template)], capture_output=True, text=True, env=env,
-                         check=True)
-    info = json.loads(out.stdout.strip().splitlines()[-1])
+    runs = []
+    for _ in range(repeats):
+        out = subprocess.run([sys.executable, "-c", CHILD, f"{work}/{tag}_X.npy", json.dumps(params),
+                              f"{work}/{tag}", str(ROOT / "programs" / "kernels" / template)],
+                             capture_output=True, text=True, env=env, check=True)
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    info = dict(runs[-1])
+    info.update({k: float(np.median([r[k] for r in runs])) for k in TIMES})
+    info["runs"] = {k: [r[k] for r in runs] for k in TIMES}
     for k in ("nngp", "ntk", "nngp_err", "ntk_err"):
         info[k] = np.load(f"{work}/{tag}_{k}.npy")
     return info
 
 
-def nt_kernel(nt_python: str, X: np.ndarray, depth: int, var: float, b1: float, work: str, act: str = "tanh") -> dict:
-    """neural-tangents' ElementwiseNumerical(φ, deg=25) kernels (nt_side.py in its own venv)."""
+def nt_kernel(nt_python: str, X: np.ndarray, depth: int, var: float, b1: float, work: str, act: str = "tanh",
+              repeats: int = 1) -> dict:
+    """neural-tangents' ElementwiseNumerical(φ, deg=25) kernels (nt_side.py in its own venv): its
+    first call (jit compile and run), then ``repeats`` timed calls; ``median_cpu`` their median."""
     np.save(f"{work}/nt_X.npy", X)
-    spec = {"inputs": f"{work}/nt_X.npy", "repeats": 1, "out_dir": work,
+    spec = {"inputs": f"{work}/nt_X.npy", "repeats": repeats, "out_dir": work,
             "jobs": [{"name": act, "act": act, "depth": depth, "deg": 25, "w_std_first": float(np.sqrt(var)),
                       "w_std": float(np.sqrt(var)), "w_std_out": 1.0, "b_std_first": float(np.sqrt(b1))}]}
     Path(f"{work}/nt_spec.json").write_text(json.dumps(spec))
@@ -94,6 +109,7 @@ def nt_kernel(nt_python: str, X: np.ndarray, depth: int, var: float, b1: float, 
                          capture_output=True, text=True, check=True)
     info = json.loads(out.stdout.strip().splitlines()[-1])["jobs"][act]
     info["process_wall"] = time.perf_counter() - t0
+    info["median_cpu"] = float(np.median(info["cpu"]))
     info["nngp"], info["ntk"] = np.load(f"{work}/{act}_nngp.npy"), np.load(f"{work}/{act}_ntk.npy")
     return info
 
@@ -148,6 +164,8 @@ def main() -> None:
     ap.add_argument("--sizes", default="300,1000")
     ap.add_argument("--nt-size", type=int, default=300)
     ap.add_argument("--pairs", type=int, default=24)
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="fresh tensorprog processes per kernel, and neural-tangents' timed calls: medians reported")
     ap.add_argument("--activations", default="tanh,silu", help="of tanh, silu (programs/kernels/<act>_mlp.tp)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--save", default=None, help="a directory to keep the N = --nt-size kernels in (.npy)")
@@ -162,12 +180,12 @@ def main() -> None:
         for act in a.activations.split(","):
             report["tensorprog"][act] = {}
             for N in sizes:
-                K = tp_kernel(f"{act}_mlp.tp", X[:N], params, work, f"{act}{N}")
+                K = tp_kernel(f"{act}_mlp.tp", X[:N], params, work, f"{act}{N}", a.repeats)
                 pairs = sample_pairs(X[:N], a.pairs)
                 ref, ref_err = references(X[:N], pairs, depth, var, b1, act)
                 report["tensorprog"][act][N] = {"cpu": K["cpu"], "wall": K["wall"], "import_cpu": K["import_cpu"],
                                                 "import_wall": K["import_wall"], "warm_cpu": K["warm_cpu"],
-                                                "warm_wall": K["warm_wall"], "methods": K["methods"],
+                                                "warm_wall": K["warm_wall"], "runs": K["runs"], "methods": K["methods"],
                                                 "accuracy": accuracy(K, pairs, ref, ref_err, True)}
                 print(act, N, json.dumps(report["tensorprog"][act][N]), flush=True)
                 save = f"{a.save}/{act}" if a.save else None
@@ -177,18 +195,21 @@ def main() -> None:
                     for k in ("nngp", "ntk", "nngp_err", "ntk_err"):
                         np.save(f"{save}/tp_{k}.npy", K[k])
                 if N == a.nt_size and not a.no_nt and Path(a.nt_python).exists():
-                    nt = nt_kernel(a.nt_python, X[:N], depth, var, b1, work, act)
+                    nt = nt_kernel(a.nt_python, X[:N], depth, var, b1, work, act, a.repeats)
                     if save:
                         np.save(f"{save}/nt_nngp.npy", nt["nngp"])
                         np.save(f"{save}/nt_ntk.npy", nt["ntk"])
-                    report["nt"][act] = {"N": N, "best": nt["best"], "best_cpu": nt.get("best_cpu"), "compile": nt["compile"],
+                    report["nt"][act] = {"N": N, "best": nt["best"], "best_cpu": nt.get("best_cpu"),
+                                         "median_cpu": nt["median_cpu"], "cpu_runs": nt["cpu"], "compile": nt["compile"],
                                          "compile_cpu": nt.get("compile_cpu"),
                                          "accuracy": accuracy(nt, pairs, ref, ref_err, False)}
                     print("nt", act, json.dumps(report["nt"][act]), flush=True)
         N = max(sizes)
-        R = tp_kernel("relu_mlp.tp", X[:N], dict(L=depth, var=2.0, var1=2.0, b1=b1, tol=1e-10), work, f"relu{N}")
+        R = tp_kernel("relu_mlp.tp", X[:N], dict(L=depth, var=2.0, var1=2.0, b1=b1, tol=1e-10), work, f"relu{N}",
+                      a.repeats)
         report["relu"][N] = {"cpu": R["cpu"], "wall": R["wall"], "import_cpu": R["import_cpu"],
-                             "import_wall": R["import_wall"], "warm_cpu": R["warm_cpu"], "warm_wall": R["warm_wall"]}
+                             "import_wall": R["import_wall"], "warm_cpu": R["warm_cpu"], "warm_wall": R["warm_wall"],
+                             "runs": R["runs"]}
         print("relu", N, json.dumps(report["relu"][N]), flush=True)
     report["summary"] = summary(report, a.nt_size, max(sizes))
     print("summary", json.dumps(report["summary"]), flush=True)
@@ -207,11 +228,13 @@ def summary(report: dict, nt_size: int, largest: int) -> dict:
     for act, runs in report["tensorprog"].items():
         row = {}
         nt = report["nt"].get(act)
-        if nt and nt_size in runs and nt.get("best_cpu"):
+        if nt and nt_size in runs and nt.get("median_cpu"):
             tp = runs[nt_size]
-            row["to_nt"] = tp["cpu"] / nt["best_cpu"]
-            row["to_nt_with_import"] = (tp["cpu"] + tp["import_cpu"]) / nt["best_cpu"]
-            row["to_nt_warm"] = tp["warm_cpu"] / nt["best_cpu"]
+            row["to_nt"] = tp["cpu"] / nt["median_cpu"]
+            row["to_nt_with_import"] = (tp["cpu"] + tp["import_cpu"]) / nt["median_cpu"]
+            row["to_nt_warm"] = tp["warm_cpu"] / nt["median_cpu"]
+            row["to_nt_best"] = min(tp["runs"]["cpu"]) / nt["best_cpu"]
+            row["to_nt_worst"] = max(tp["runs"]["cpu"]) / max(nt["cpu_runs"])
             if nt.get("compile_cpu"):
                 row["to_nt_first"] = tp["cpu"] / nt["compile_cpu"]
         if relu and largest in runs:
