@@ -384,41 +384,12 @@ def test_error_polynomial_is_the_stated_bound(name):
                 assert abs(ld(got[i, j]) - want) <= 1e-14 * want, (i, j, got[i, j], want)
 
 
-def test_pack_with_a_shared_memo_has_the_bits_of_a_pack_alone(monkeypatch):
-    """The functions packed at one set of variances share their heads' long double values
-    (PackCache.memo; SiLU's Silu head through Sigmoid's expit): each pack has the bits it has computed
-    alone, without a memo — tanh's family (bounded: the core window as it starts) and SiLU's (growing: a
-    window widened for SiLU² at a = 4.4)."""
-    import tensorprog.symbolic.hermite as hermite
+def shared_memo_packs(extended: bool):
+    """For tanh's family (bounded: the core window as it starts) and SiLU's (growing: a window widened
+    for SiLU² at a = 4.4), K = 8 and 48: each function packed through one PackCache memo at five
+    variances asserted to have the bits of its pack alone (and of its HermiteArg); yields each memo."""
     from tensorprog.symbolic.hermite import PackCache, pack, step_for
     from tensorprog.symbolic.tape import HermiteArg, Tape
-    monkeypatch.setattr(hermite, "EXTENDED", True)            # the long double rule (what the memo serves)
-    a = np.array([0.05, 0.3, 0.9, 1.7, 4.4])
-    sig = 1 / (1 + sp.exp(-T))
-    families = [[sp.tanh(T) ** 2, sp.tanh(T), (1 - sp.tanh(T) ** 2) ** 2, 1 - sp.tanh(T) ** 2],
-                [(T * sig) ** 2, T * sig, sig + T * sig * (1 - sig), (sig + T * sig * (1 - sig)) ** 2]]
-    for family in families:
-        for K in (8, 48):
-            h = step_for(K, float(a.max()))
-            cache = PackCache()
-            memo = cache.memo(np.unique(a), h)
-            for e in family:
-                arg = HermiteArg(Tape.compile([e], [T]), K, h, cache)
-                assert arg.extended
-                shared = pack(arg.function, K, h, a, memo)
-                assert np.array_equal(shared, pack(arg.function, K, h, a)), (e, K)
-                assert np.array_equal(shared, pack(arg.function, K, h, a, memo)), (e, K)
-                assert np.array_equal(shared, arg(a)), (e, K)
-            assert any(isinstance(k, int) for k in memo) and any(isinstance(k, tuple) for k in memo)
-
-
-def test_plain_pack_with_a_shared_memo_has_the_bits_of_a_pack_alone():
-    """The plain float64 rule (EXTENDED off, what the kernels run) through a shared memo (its float64
-    points and heads' values there, :func:`.hermite.plain_values`; the first orders' long double values):
-    each pack has the bits it has computed alone, without a memo."""
-    from tensorprog.symbolic.hermite import EXTENDED, PackCache, pack, step_for
-    from tensorprog.symbolic.tape import HermiteArg, Tape
-    assert not EXTENDED
     a = np.array([0.05, 0.3, 0.9, 1.7, 4.4])
     sig = 1 / (1 + sp.exp(-T))
     for family in ([sp.tanh(T) ** 2, sp.tanh(T), (1 - sp.tanh(T) ** 2) ** 2, 1 - sp.tanh(T) ** 2],
@@ -429,10 +400,32 @@ def test_plain_pack_with_a_shared_memo_has_the_bits_of_a_pack_alone():
             memo = cache.memo(np.unique(a), h)
             for e in family:
                 arg = HermiteArg(Tape.compile([e], [T]), K, h, cache)
+                assert arg.extended or not extended       # the long double rule: φ in long double
                 shared = pack(arg.function, K, h, a, memo)
                 assert np.array_equal(shared, pack(arg.function, K, h, a)), (e, K)
+                assert np.array_equal(shared, pack(arg.function, K, h, a, memo)), (e, K)
                 assert np.array_equal(shared, arg(a)), (e, K)
-            assert "plain points" in memo
+            yield memo
+
+
+def test_pack_with_a_shared_memo_has_the_bits_of_a_pack_alone(monkeypatch):
+    """The functions packed at one set of variances share their heads' long double values
+    (PackCache.memo; SiLU's Silu head through Sigmoid's expit): each pack has the bits it has computed
+    alone, without a memo."""
+    import tensorprog.symbolic.hermite as hermite
+    monkeypatch.setattr(hermite, "EXTENDED", True)            # the long double rule (what the memo serves)
+    for memo in shared_memo_packs(True):
+        assert any(isinstance(k, int) for k in memo) and any(isinstance(k, tuple) for k in memo)
+
+
+def test_plain_pack_with_a_shared_memo_has_the_bits_of_a_pack_alone():
+    """The plain float64 rule (EXTENDED off, what the kernels run) through a shared memo (its float64
+    points and heads' values there, :func:`.hermite.plain_values`; the first orders' long double values):
+    each pack has the bits it has computed alone, without a memo."""
+    from tensorprog.symbolic.hermite import EXTENDED
+    assert not EXTENDED
+    for memo in shared_memo_packs(False):
+        assert "plain points" in memo
 
 
 def test_pack_memos_hold_at_most_the_limit():
