@@ -156,15 +156,9 @@ def test_series_blocks_cover_each_upper_entry_once_row_by_row(r0, r1, N):
     """The wider blocks of a series replay cover each entry (i, j), r0 ≤ i < r1, i ≤ j < N, once,
     none over ROW_BLOCK × SERIES_COL_BLOCK entries by more than a row; where N ≤ COL_BLOCK every
     block of either width spans its rows' columns, so pairs left over come row by row in both."""
-    from tensorprog.tools.pairs import COL_BLOCK, ROW_BLOCK, SERIES_COL_BLOCK, band_blocks
-    blocks = band_blocks(r0, r1, N, SERIES_COL_BLOCK)
-    seen = np.zeros((N, N), dtype=int)
-    for i0, i1, j0, j1 in blocks:
-        assert r0 <= i0 < i1 <= r1 and i0 <= j0 < j1 <= N
-        assert (i1 - i0 - 1) * (j1 - j0) <= ROW_BLOCK * SERIES_COL_BLOCK
-        for i in range(i0, i1):
-            seen[i, max(i, j0):j1] += 1
-    assert np.array_equal(seen[r0:r1], np.triu(np.ones((N, N), dtype=int))[r0:r1])
+    from tensorprog.tools.pairs import COL_BLOCK, SERIES_COL_BLOCK, band_blocks
+    from test_kernel import assert_blocks_cover
+    assert_blocks_cover(band_blocks(r0, r1, N, SERIES_COL_BLOCK), r0, r1, N, SERIES_COL_BLOCK)
     if N <= COL_BLOCK:
         for cols in (COL_BLOCK, SERIES_COL_BLOCK):
             assert all(j0 == i0 and j1 == N for i0, i1, j0, j1 in band_blocks(r0, r1, N, cols))

@@ -310,22 +310,28 @@ def test_limit_kernel_negative_bias_that_breaks_a_covariance_is_a_usage_error(da
     assert tp.kernel(TEMPLATE, data, L=2, b1=0.1).outputs["ntk"].method == "exact"
 
 
+def assert_blocks_cover(blocks, r0: int, r1: int, N: int, cols: int) -> None:
+    """The blocks (i0, i1, j0, j1) cover each entry (i, j), r0 ≤ i < r1, i ≤ j < N, once and nothing
+    else, none over ROW_BLOCK × ``cols`` entries by more than a row."""
+    from tensorprog.tools.pairs import ROW_BLOCK
+    seen = np.zeros((N, N), dtype=int)
+    for i0, i1, j0, j1 in blocks:
+        assert r0 <= i0 < i1 <= r1 and i0 <= j0 < j1 <= N
+        assert (i1 - i0 - 1) * (j1 - j0) <= ROW_BLOCK * cols
+        for i in range(i0, i1):
+            seen[i, max(i, j0):j1] += 1
+    assert np.array_equal(seen[r0:r1], np.triu(np.ones((N, N), dtype=int))[r0:r1])
+    assert not seen[:r0].any() and not seen[r1:].any()
+
+
 @pytest.mark.parametrize("r0, r1, N", [(0, 1000, 1000), (0, 5, 1000), (100, 300, 1000), (0, 2500, 2500),
                                        (0, 1, 1), (990, 1000, 1000), (7, 70, 300)])
 def test_band_blocks_cover_each_upper_entry_once(r0, r1, N):
     """The blocks of a band cover each entry (i, j), r0 ≤ i < r1, i ≤ j < N, once, none is over
     ROW_BLOCK × COL_BLOCK entries by more than a row, and a full band of N = 1000 takes 17 blocks."""
-    from tensorprog.tools.pairs import COL_BLOCK, ROW_BLOCK, band_blocks
+    from tensorprog.tools.pairs import COL_BLOCK, band_blocks
     blocks = band_blocks(r0, r1, N)
-    seen = np.zeros((N, N), dtype=int)
-    for i0, i1, j0, j1 in blocks:
-        assert r0 <= i0 < i1 <= r1 and i0 <= j0 < j1 <= N
-        assert (i1 - i0 - 1) * (j1 - j0) <= ROW_BLOCK * COL_BLOCK
-        for i in range(i0, i1):
-            seen[i, max(i, j0):j1] += 1
-    upper = np.triu(np.ones((N, N), dtype=int))[r0:r1]
-    assert np.array_equal(seen[r0:r1], upper)
-    assert not seen[:r0].any() and not seen[r1:].any()
+    assert_blocks_cover(blocks, r0, r1, N, COL_BLOCK)
     if (r0, r1, N) == (0, 1000, 1000):
         assert len(blocks) == 17
 
