@@ -88,19 +88,10 @@ class SplitReference:
 
 
 def recursion(s11, s12, s22, depth: int, var: float, rule: SplitReference) -> tuple[LD, LD]:
-    """(nngp, ntk) of a softsign MLP from the first layer's covariance (bench/series_reference.py)."""
-    var = LD(var)
-    theta = LD(s12)
-    for layer in range(1, depth + 1):
-        k12 = rule.pair(softsign, softsign, s11, s22, s12)
-        kdot = rule.pair(dsoftsign, dsoftsign, s11, s22, s12)
-        if layer == depth:
-            return k12, k12 + kdot * theta
-        k11 = rule.single(lambda t: softsign(t) ** 2, s11)
-        k22 = k11 if s22 == s11 else rule.single(lambda t: softsign(t) ** 2, s22)
-        theta = var * k12 + var * kdot * theta
-        s11, s12, s22 = var * k11, var * k12, var * k22
-    raise ValueError("depth must be ≥ 1")
+    """(nngp, ntk) of a softsign MLP from the first layer's covariance: bench/series_reference.py's
+    layer recursion with this module's split rule."""
+    from test_series_bounds import reference_module
+    return reference_module().recursion(s11, s12, s22, depth, var, rule, softsign, dsoftsign)
 
 
 def reference(X, pairs, depth, var, var1, b1):
